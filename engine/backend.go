@@ -1,0 +1,42 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Increment is one counter update: add Hits to the counter at Key, set its
+// expiry to TTL from now, and report the count after the add in After.
+// Hits may be 0, which reads the counter without changing it (the reference
+// still sends INCRBY 0 + EXPIRE, so the key's TTL is refreshed).
+type Increment struct {
+	Key  string
+	Hits uint64
+	TTL  time.Duration
+	// After is filled by the backend: the counter's value once Hits is added.
+	After uint64
+}
+
+// Backend stores the counters. Batches arrive from one shard at a time with
+// unique keys (the shard has already coalesced equal keys), so a backend can
+// send a whole batch as one pipelined round trip.
+type Backend interface {
+	// IncrementBatch applies every increment of the batch and fills After.
+	// An error fails the whole batch; it is returned to every waiter.
+	IncrementBatch(ctx context.Context, batch []Increment) error
+	// Close releases connections. The backend is not used after Close.
+	Close() error
+}
+
+// KeyValidator is implemented by backends that cannot store every key (memcache:
+// at most 250 bytes, no whitespace or control characters). The engine asks
+// before a key joins a batch, so one bad key fails its own request only.
+type KeyValidator interface {
+	ValidateKey(key string) error
+}
+
+// HealthReporter is implemented by backends whose health can change at run time
+// (for example a Redis client that has lost every connection).
+type HealthReporter interface {
+	Healthy() bool
+}

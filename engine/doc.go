@@ -1,0 +1,8 @@
+// Package engine is the rate limit domain logic of sluice, with no network I/O:
+// the rule model (from YAML or xDS), validation, descriptor matching, cache keys,
+// window arithmetic, decisions and their statistics, and response headers.
+//
+// Counters live behind the small Backend interface; engine/memory, engine/redis
+// and engine/memcache implement it. The engine never talks to a backend itself:
+// it hands increments to a Counter (the actors package batches them per shard).
+package engine
