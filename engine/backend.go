@@ -13,6 +13,9 @@ type Increment struct {
 	Key  string
 	Hits uint64
 	TTL  time.Duration
+	// PerSecond routes the increment to the per-second backend when one is
+	// configured (rules with unit SECOND); backends ignore it.
+	PerSecond bool
 	// After is filled by the backend: the counter's value once Hits is added.
 	After uint64
 }

@@ -1,0 +1,244 @@
+package actors
+
+// How an increment flows through a shard (one goroutine at a time per shard,
+// which protoactor guarantees, so shard state needs no locks):
+//
+//  1. Router.Increment groups the request's ops by shard (xxhash(key) % N) and
+//     sends each shard one incrementMsg. Every item carries the caller's reply
+//     channel (buffered for all of its items, so nobody ever blocks on it).
+//  2. The shard appends the items to the pending batch of their backend (main,
+//     or per-second for SECOND rules when configured). If that backend has no
+//     call in flight it flushes at once; otherwise the items wait, and
+//     everything that piles up during the call leaves together when it ends.
+//     So the batch size follows the load, with no timer on the hot path.
+//  3. A flush coalesces equal keys (N hits on one key = one INCRBY N) and makes
+//     ONE backend call. Inline backends (memory) run inside the shard; network
+//     backends run in a goroutine the Router tracks, which answers its waiters
+//     itself and then tells the shard to flush what has piled up.
+//  4. Each waiter gets its own count, as if the increments had been applied in
+//     arrival order: the key's total before the batch plus the hits of the
+//     waiters ahead of it.
+//
+// Every waiter gets an answer: the count, the backend's error, ErrClosed on
+// shutdown (pending items), or ErrShardRestarted if a shard crashed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+var (
+	// ErrClosed answers increments that arrive at, or are still queued at, shutdown.
+	ErrClosed = errors.New("rate limit counters are shutting down")
+	// ErrShardRestarted answers the increments of a shard that crashed and restarted.
+	ErrShardRestarted = errors.New("rate limit shard restarted; increment not applied")
+)
+
+// Options configure a Router.
+type Options struct {
+	// Shards is the number of shard actors; default 4 × GOMAXPROCS.
+	Shards int
+	// Backend returns the backend of shard i. A shared client returns the same
+	// value for every i; the memory backend returns one per shard.
+	Backend func(shard int) engine.Backend
+	// PerSecond, when set, returns the backend for SECOND rules.
+	PerSecond func(shard int) engine.Backend
+	// MaxInFlight is how many backend calls a shard may have outstanding per
+	// backend; default 1, which gives the most batching.
+	MaxInFlight int
+	// PipelineWindow is the longest a shard holds a new batch open to let it
+	// grow before sending (KVSTORE_PIPELINE_WINDOW); 0 sends at once.
+	PipelineWindow time.Duration
+	// PipelineLimit caps the keys of one backend call (KVSTORE_PIPELINE_LIMIT
+	// counts commands: two per key); 0 means no cap.
+	PipelineLimit int
+	// CallTimeout bounds one backend call; default 1s.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Validate reports the first option that cannot work.
+func (o Options) Validate() error {
+	switch {
+	case o.Backend == nil:
+		return errors.New("actors: a Backend is required")
+	case o.Shards < 0 || o.MaxInFlight < 0 || o.PipelineLimit < 0:
+		return fmt.Errorf("actors: shards (%d), max in flight (%d) and pipeline limit (%d) must not be negative", o.Shards, o.MaxInFlight, o.PipelineLimit)
+	case o.PipelineWindow < 0 || o.CallTimeout < 0:
+		return fmt.Errorf("actors: pipeline window (%v) and call timeout (%v) must not be negative", o.PipelineWindow, o.CallTimeout)
+	}
+	return nil
+}
+
+func (o *Options) setDefaults() {
+	if o.Shards == 0 {
+		o.Shards = 4 * runtime.GOMAXPROCS(0)
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 1
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Router implements engine.Counter over shard actors.
+type Router struct {
+	o      Options
+	system *actor.ActorSystem
+	pids   []*actor.PID
+	shards []*shard
+
+	// mu guards closed against in-progress sends: Increment holds it shared
+	// while sending, Close takes it exclusively, so no message is sent to a
+	// stopped shard (where it would be lost).
+	mu       sync.RWMutex
+	closed   bool
+	stopping atomic.Bool
+
+	calls      sync.WaitGroup // backend calls running in their own goroutine
+	callCtx    context.Context
+	cancelCall context.CancelFunc
+}
+
+// New starts the shards.
+func New(o Options) (*Router, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o.setDefaults()
+	logger := o.Logger
+	r := &Router{
+		o: o,
+		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return logger.With("component", "actors")
+		})),
+	}
+	r.callCtx, r.cancelCall = context.WithCancel(context.Background())
+	for i := 0; i < o.Shards; i++ {
+		s := &shard{r: r, index: i}
+		s.backends[0] = o.Backend(i)
+		if o.PerSecond != nil {
+			s.backends[1] = o.PerSecond(i)
+		}
+		r.shards = append(r.shards, s)
+		props := actor.PropsFromProducer(func() actor.Actor { return s })
+		r.pids = append(r.pids, r.system.Root.Spawn(props))
+	}
+	return r, nil
+}
+
+// Shards is the number of shards.
+func (r *Router) Shards() int { return len(r.pids) }
+
+// ShardOf is the shard a cache key belongs to.
+func (r *Router) ShardOf(key string) int {
+	return int(xxhash.Sum64String(key) % uint64(len(r.pids)))
+}
+
+type item struct {
+	op    *engine.Increment
+	reply chan<- error
+}
+
+type incrementMsg struct{ items []item }
+
+// Increment implements engine.Counter.
+func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	reply := make(chan error, len(ops))
+	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return ErrClosed
+	}
+	if len(ops) == 1 {
+		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &incrementMsg{items: []item{{&ops[0], reply}}})
+	} else {
+		r.sendGrouped(ops, reply)
+	}
+	r.mu.RUnlock()
+
+	var first error
+	for range ops {
+		select {
+		case err := <-reply:
+			if err != nil && first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for rate limit counters: %w", ctx.Err())
+		}
+	}
+	return first
+}
+
+// sendGrouped sends one message per shard touched by ops.
+func (r *Router) sendGrouped(ops []engine.Increment, reply chan<- error) {
+	shardOf := make([]int, len(ops))
+	for i := range ops {
+		shardOf[i] = r.ShardOf(ops[i].Key)
+	}
+	for i := range ops {
+		if shardOf[i] < 0 {
+			continue // already sent with an earlier op of the same shard
+		}
+		sh := shardOf[i]
+		msg := &incrementMsg{}
+		for j := i; j < len(ops); j++ {
+			if shardOf[j] == sh {
+				msg.items = append(msg.items, item{&ops[j], reply})
+				shardOf[j] = -1
+			}
+		}
+		r.system.Root.Send(r.pids[sh], msg)
+	}
+}
+
+// Close stops the shards. Queued increments are answered with ErrClosed;
+// calls in flight finish (or are cancelled after the call timeout) and answer
+// their own waiters. Backends are not closed: their owner closes them.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+
+	r.stopping.Store(true)
+	for _, pid := range r.pids {
+		if err := r.system.Root.StopFuture(pid).Wait(); err != nil {
+			r.o.Logger.Warn("stopping shard", "error", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { r.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.o.CallTimeout):
+		r.cancelCall()
+		<-done
+	}
+	r.cancelCall()
+	r.system.Shutdown()
+	return nil
+}

@@ -1,0 +1,434 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// DomainConfig is one configuration file (or one xDS RateLimitConfig) in
+// model form. YAML and xDS both land here before validation.
+type DomainConfig struct {
+	Domain      string             `yaml:"domain"`
+	Descriptors []DescriptorConfig `yaml:"descriptors"`
+}
+
+// DescriptorConfig is one node of the descriptor tree.
+type DescriptorConfig struct {
+	Key            string             `yaml:"key"`
+	Value          string             `yaml:"value"`
+	RateLimit      *RateLimitConfig   `yaml:"rate_limit"`
+	Descriptors    []DescriptorConfig `yaml:"descriptors"`
+	ShadowMode     bool               `yaml:"shadow_mode"`
+	DetailedMetric bool               `yaml:"detailed_metric"`
+	QuotaMode      bool               `yaml:"quota_mode"`
+	ValueToMetric  bool               `yaml:"value_to_metric"`
+	ShareThreshold bool               `yaml:"share_threshold"`
+	Metadata       map[string]any     `yaml:"metadata"`
+}
+
+// RateLimitConfig is the rate_limit block of a node.
+type RateLimitConfig struct {
+	RequestsPerUnit uint32           `yaml:"requests_per_unit"`
+	Unit            string           `yaml:"unit"`
+	Unlimited       bool             `yaml:"unlimited"`
+	Name            string           `yaml:"name"`
+	Replaces        []ReplacesConfig `yaml:"replaces"`
+}
+
+// ReplacesConfig names a rule that this one replaces.
+type ReplacesConfig struct {
+	Name string `yaml:"name"`
+}
+
+// ConfigFile is one source of rules: YAML text, or (from xDS) a domain already
+// in model form.
+type ConfigFile struct {
+	Name   string
+	YAML   []byte
+	Domain *DomainConfig // when set, YAML is not read
+}
+
+// ConfigOptions are the settings that change how files combine.
+type ConfigOptions struct {
+	// MergeDomains lets several files share one domain (MERGE_DOMAIN_CONFIG).
+	MergeDomains bool
+	// Stats receives the per-rule counters; a private store is used when nil.
+	Stats *stats.Store
+}
+
+// ConfigError is a configuration that cannot be loaded. Its text is the
+// reference's: "<config name>: <message>".
+type ConfigError struct {
+	Name string
+	Msg  string
+}
+
+func (e *ConfigError) Error() string { return e.Name + ": " + e.Msg }
+
+// validKeys are the only mapping keys a rate limit YAML file may use, at any depth.
+var validKeys = map[string]bool{
+	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true,
+	"unit": true, "requests_per_unit": true, "unlimited": true, "shadow_mode": true,
+	"quota_mode": true, "name": true, "replaces": true, "detailed_metric": true,
+	"value_to_metric": true, "share_threshold": true, "metadata": true,
+}
+
+// ParseYAML reads one YAML file into the model, with the reference's checks and
+// error texts: a generic pass that validates every key, then a strict typed pass.
+func ParseYAML(name string, data []byte) (*DomainConfig, error) {
+	var generic map[string]any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
+		// yaml.v3 names the target map[string]interface {}; the reference's
+		// yaml.v2 message says map[interface {}]interface {} for the same input.
+		msg := strings.ReplaceAll(err.Error(), "map[string]interface {}", "map[interface {}]interface {}")
+		return nil, &ConfigError{name, "error loading config file: " + msg}
+	}
+	if err := validateKeys(generic); err != "" {
+		return nil, &ConfigError{name, err}
+	}
+	var root DomainConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) { // an empty file fails below, as an empty domain
+		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
+	}
+	return &root, nil
+}
+
+func validateKeys(m map[string]any) string {
+	// Sorted so that a file with several problems always reports the same one.
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !validKeys[k] {
+			return fmt.Sprintf("config error, unknown key '%s'", k)
+		}
+		if k == "metadata" {
+			continue // free-form; checked when converted
+		}
+		if msg := validateValue(m[k]); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}
+
+func validateValue(v any) string {
+	switch v := v.(type) {
+	case []any:
+		for _, e := range v {
+			em, ok := e.(map[string]any)
+			if !ok {
+				if _, other := e.(map[any]any); other {
+					if msg := validateAnyKeyMap(e.(map[any]any)); msg != "" {
+						return msg
+					}
+					continue
+				}
+				return fmt.Sprintf("config error, yaml file contains list of type other than map: %v", e)
+			}
+			if msg := validateKeys(em); msg != "" {
+				return msg
+			}
+		}
+	case map[string]any:
+		return validateKeys(v)
+	case map[any]any:
+		return validateAnyKeyMap(v)
+	case string, int, bool, nil:
+	default:
+		return "error checking config"
+	}
+	return ""
+}
+
+// validateAnyKeyMap handles a mapping with a key that is not a string (yaml.v3
+// decodes such a mapping as map[any]any).
+func validateAnyKeyMap(m map[any]any) string {
+	for k := range m {
+		if _, ok := k.(string); !ok {
+			return fmt.Sprintf("config error, key is not of type string: %v", k)
+		}
+	}
+	sm := make(map[string]any, len(m))
+	for k, v := range m {
+		sm[k.(string)] = v
+	}
+	return validateKeys(sm)
+}
+
+// Config is a loaded, validated rule set. It is immutable; a reload builds a
+// new one and swaps it in.
+type Config struct {
+	domains map[string]*node
+	stats   *stats.Store
+}
+
+// node is one level of a domain's descriptor tree.
+type node struct {
+	children  map[string]*node // by "key" or "key_value"
+	wildcards []string         // child keys whose value contains '*', in config order
+	limit     *RateLimit
+	key       string // the config key and value this node was declared with
+	value     string
+	// valueToMetric and shareThreshold are per-level flags, used while walking.
+	valueToMetric  bool
+	shareThreshold bool
+}
+
+// RateLimit is a rule that matched. Its fields are read-only once loaded.
+type RateLimit struct {
+	FullKey         string // stats key: domain.key_value.key2 (sanitized)
+	RequestsPerUnit uint32
+	Unit            Unit
+	Name            string
+	Unlimited       bool
+	ShadowMode      bool
+	QuotaMode       bool
+	DetailedMetric  bool
+	Replaces        []string
+	Metadata        map[string]any
+	Stats           RuleStats
+}
+
+// RuleStats are the counters of one stats key.
+type RuleStats struct {
+	TotalHits               *stats.Counter
+	OverLimit               *stats.Counter
+	NearLimit               *stats.Counter
+	OverLimitWithLocalCache *stats.Counter
+	WithinLimit             *stats.Counter
+	ShadowMode              *stats.Counter
+}
+
+// NewRuleStats resolves the counters of a stats key such as "probe.k_two".
+func NewRuleStats(s *stats.Store, key string) RuleStats {
+	p := "ratelimit.service.rate_limit." + stats.SanitizeName(key) + "."
+	return RuleStats{
+		TotalHits:               s.Counter(p + "total_hits"),
+		OverLimit:               s.Counter(p + "over_limit"),
+		NearLimit:               s.Counter(p + "near_limit"),
+		OverLimitWithLocalCache: s.Counter(p + "over_limit_with_local_cache"),
+		WithinLimit:             s.Counter(p + "within_limit"),
+		ShadowMode:              s.Counter(p + "shadow_mode"),
+	}
+}
+
+// LoadConfig validates and combines files into one Config. The first problem
+// found is returned as a *ConfigError.
+func LoadConfig(files []ConfigFile, opts ConfigOptions) (*Config, error) {
+	st := opts.Stats
+	if st == nil {
+		st = stats.NewStore()
+	}
+	c := &Config{domains: map[string]*node{}, stats: st}
+	for _, f := range files {
+		root := f.Domain
+		if root == nil {
+			var err error
+			if root, err = ParseYAML(f.Name, f.YAML); err != nil {
+				return nil, err
+			}
+		}
+		if root.Domain == "" {
+			return nil, &ConfigError{f.Name, "config file cannot have empty domain"}
+		}
+		dom, present := c.domains[root.Domain]
+		if present && !opts.MergeDomains {
+			return nil, &ConfigError{f.Name, fmt.Sprintf("duplicate domain '%s' in config file", root.Domain)}
+		}
+		if !present {
+			dom = &node{children: map[string]*node{}}
+		}
+		if err := c.loadDescriptors(f.Name, dom, root.Domain+".", root.Descriptors); err != nil {
+			return nil, err
+		}
+		c.domains[root.Domain] = dom
+	}
+	return c, nil
+}
+
+func (c *Config) loadDescriptors(file string, parent *node, parentKey string, descs []DescriptorConfig) error {
+	for _, d := range descs {
+		if d.Key == "" {
+			return &ConfigError{file, "descriptor has empty key"}
+		}
+		finalKey := d.Key
+		if d.Value != "" {
+			finalKey += "_" + d.Value
+		}
+		fullKey := parentKey + finalKey
+		if _, dup := parent.children[finalKey]; dup {
+			return &ConfigError{file, fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)}
+		}
+		n := &node{
+			children:       map[string]*node{},
+			key:            d.Key,
+			value:          d.Value,
+			valueToMetric:  d.ValueToMetric,
+			shareThreshold: d.ShareThreshold,
+		}
+		if d.RateLimit != nil {
+			rl, err := c.newRateLimit(file, fullKey, d)
+			if err != nil {
+				return err
+			}
+			n.limit = rl
+		}
+		if d.ShareThreshold && !strings.Contains(d.Value, "*") {
+			return &ConfigError{file, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", finalKey)}
+		}
+		if err := c.loadDescriptors(file, n, fullKey+".", d.Descriptors); err != nil {
+			return err
+		}
+		parent.children[finalKey] = n
+		if strings.Contains(d.Value, "*") {
+			parent.wildcards = append(parent.wildcards, finalKey)
+		}
+	}
+	return nil
+}
+
+func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLimit, error) {
+	r := d.RateLimit
+	unit, valid := ParseUnit(r.Unit)
+	if r.Unlimited {
+		if valid {
+			return nil, &ConfigError{file, "should not specify rate limit unit when unlimited"}
+		}
+	} else if !valid {
+		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit)}
+	}
+	replaces := make([]string, 0, len(r.Replaces))
+	for _, rep := range r.Replaces {
+		if rep.Name == "" {
+			return nil, &ConfigError{file, "should not have an empty replaces entry"}
+		}
+		if rep.Name == r.Name {
+			return nil, &ConfigError{file, "replaces should not contain name of same descriptor"}
+		}
+		replaces = append(replaces, rep.Name)
+	}
+	md, err := normalizeMetadata(d.Metadata)
+	if err != nil {
+		return nil, &ConfigError{file, "error parsing metadata: " + err.Error()}
+	}
+	return &RateLimit{
+		FullKey:         fullKey,
+		RequestsPerUnit: r.RequestsPerUnit,
+		Unit:            unit,
+		Name:            r.Name,
+		Unlimited:       r.Unlimited,
+		ShadowMode:      d.ShadowMode,
+		QuotaMode:       d.QuotaMode,
+		DetailedMetric:  d.DetailedMetric,
+		Replaces:        replaces,
+		Metadata:        md,
+		Stats:           NewRuleStats(c.stats, fullKey),
+	}, nil
+}
+
+// normalizeMetadata checks that metadata converts to a protobuf Struct (string
+// keys; null, bool, number, string, list and map values) and returns it with
+// every nested map keyed by string.
+func normalizeMetadata(m map[string]any) (map[string]any, error) {
+	if m == nil {
+		return nil, nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		nv, err := normalizeValue(v)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = nv
+	}
+	return out, nil
+}
+
+func normalizeValue(v any) (any, error) {
+	switch v := v.(type) {
+	case nil, bool, string, float64:
+		return v, nil
+	case int:
+		return float64(v), nil
+	case int64:
+		return float64(v), nil
+	case uint64:
+		return float64(v), nil
+	case float32:
+		return float64(v), nil
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			ne, err := normalizeValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ne
+		}
+		return out, nil
+	case map[string]any:
+		return normalizeMetadata(v)
+	case map[any]any:
+		sm := make(map[string]any, len(v))
+		for k, e := range v {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("invalid key type: %T", k)
+			}
+			sm[ks] = e
+		}
+		return normalizeMetadata(sm)
+	default:
+		return nil, fmt.Errorf("invalid type: %T", v)
+	}
+}
+
+// Domains lists the loaded domain names, sorted.
+func (c *Config) Domains() []string {
+	out := make([]string, 0, len(c.domains))
+	for d := range c.domains {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Dump is the /rlconfig text: one line per descriptor that has a rate_limit,
+// "<fullKey>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <b>, quota_mode: <b>".
+// Unlike the reference it is sorted, so two dumps of one config compare equal.
+func (c *Config) Dump() string {
+	var lines []string
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.limit != nil {
+			l := n.limit
+			unit := l.Unit.String()
+			lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
+				l.FullKey, unit, l.RequestsPerUnit, l.ShadowMode, l.QuotaMode))
+		}
+		for _, ch := range n.children {
+			walk(ch)
+		}
+	}
+	for _, d := range c.domains {
+		walk(d)
+	}
+	sort.Strings(lines)
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
+}

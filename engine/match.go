@@ -1,0 +1,134 @@
+package engine
+
+import "strings"
+
+// match is what the config says about one request descriptor.
+type match struct {
+	limit *RateLimit
+	// stats overrides limit.Stats when the stats key depends on the request
+	// (detailed_metric, value_to_metric, a request override).
+	stats *RuleStats
+	// sharedValues, when non-nil, holds per entry the wildcard pattern to use
+	// in the cache key instead of the request value (share_threshold).
+	sharedValues []string
+}
+
+// getLimit finds the rule for one descriptor, as the reference's GetLimit: at
+// each level try key_value, then the level's wildcards in config order, then
+// the bare key; a limit counts only at the descriptor's last entry.
+// domainFound is false when the domain is not configured.
+func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bool) {
+	dom := c.domains[domain]
+	if dom == nil {
+		return match{}, false
+	}
+	if d.Limit != nil {
+		key := descriptorStatsKey(domain, d.Entries)
+		rs := c.ruleStats(key)
+		return match{
+			limit: &RateLimit{FullKey: key, RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit, Stats: rs},
+			stats: &rs,
+		}, true
+	}
+
+	var (
+		level         = dom
+		found         *RateLimit
+		perLevelStats bool // some level asks for the request value in the stats key
+		metricParts   []string
+	)
+	for i, e := range d.Entries {
+		composite := e.Key + "_" + e.Value
+		next, matchedKey := level.children[composite], composite
+		if next == nil {
+			for _, w := range level.wildcards {
+				if wildcardMatch(w, composite) {
+					next, matchedKey = level.children[w], w
+					break
+				}
+			}
+		}
+		if next == nil {
+			next, matchedKey = level.children[e.Key], e.Key
+		}
+		if next == nil {
+			break
+		}
+		if next.valueToMetric {
+			perLevelStats = true
+			metricParts = append(metricParts, e.Key+"_"+e.Value)
+		} else {
+			metricParts = append(metricParts, matchedKey)
+		}
+		if next.shareThreshold {
+			if m.sharedValues == nil {
+				m.sharedValues = make([]string, len(d.Entries))
+			}
+			m.sharedValues[i] = next.value
+		}
+		if next.limit != nil && i == len(d.Entries)-1 {
+			found = next.limit
+		}
+		if len(next.children) == 0 {
+			break
+		}
+		level = next
+	}
+	if found == nil {
+		return match{}, true
+	}
+	m.limit = found
+	switch {
+	case found.DetailedMetric:
+		rs := c.ruleStats(descriptorStatsKey(domain, d.Entries))
+		m.stats = &rs
+	case perLevelStats:
+		rs := c.ruleStats(domain + "." + strings.Join(metricParts, "."))
+		m.stats = &rs
+	}
+	return m, true
+}
+
+func (c *Config) ruleStats(key string) RuleStats { return NewRuleStats(c.stats, key) }
+
+// descriptorStatsKey is "<domain>.<k1>_<v1>.<k2>" (the value left out when empty).
+func descriptorStatsKey(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// wildcardMatch reports whether s matches pattern, where '*' stands for any
+// run of characters (including none) and every other byte matches itself.
+func wildcardMatch(pattern, s string) bool {
+	// Iterative glob with single-star backtracking: linear in practice.
+	p, i := 0, 0
+	starP, starI := -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			starP, starI = p, i
+			p++
+		case p < len(pattern) && pattern[p] == s[i]:
+			p++
+			i++
+		case starP >= 0:
+			starI++
+			p, i = starP+1, starI
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}

@@ -1,0 +1,563 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// Counter applies increments to the counters. The actors package implements it
+// by batching increments per shard; tests may use a backend directly through
+// DirectCounter.
+type Counter interface {
+	// Increment fills After of every op, or fails them all.
+	Increment(ctx context.Context, ops []Increment) error
+}
+
+// OverLimitCache remembers keys that went over their limit, until their window
+// ends, so they are answered without a backend call (LOCAL_CACHE_SIZE_IN_BYTES).
+type OverLimitCache interface {
+	Contains(key string) bool
+	Add(key string, ttl time.Duration)
+}
+
+// HeaderOptions are the RateLimit-* response headers (LIMIT_RESPONSE_HEADERS_ENABLED).
+type HeaderOptions struct {
+	Enabled   bool
+	Limit     string
+	Remaining string
+	Reset     string
+}
+
+// Options configure a Service. Zero values mean the reference's defaults
+// where DefaultOptions documents one.
+type Options struct {
+	Counter Counter
+	Stats   *stats.Store
+	// Clock is the time source; tests inject one to cross windows without sleeping.
+	Clock func() time.Time
+	// Jitter returns a random number in [0, n); the TTL jitter source.
+	Jitter func(n int64) int64
+
+	NearLimitRatio       float32       // NEAR_LIMIT_RATIO, default 0.8
+	CacheKeyPrefix       string        // CACHE_KEY_PREFIX
+	ExpirationJitterMax  time.Duration // EXPIRATION_JITTER_MAX_SECONDS, default 300s
+	ShadowMode           bool          // SHADOW_MODE (global)
+	QuotaMode            bool          // QUOTA_MODE (global)
+	DynamicMetadata      bool          // RESPONSE_DYNAMIC_METADATA
+	Headers              HeaderOptions // LIMIT_RESPONSE_HEADERS_ENABLED and names
+	StopIncrementOnLimit bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	LocalCache           OverLimitCache
+	KeyValidator         KeyValidator
+	// Timeout bounds how long a decision waits for the counters.
+	Timeout time.Duration
+	// BackendErrorStat names the should_rate_limit error counter of a backend
+	// failure; "redis_error" as the reference, whatever the backend.
+	BackendErrorStat string
+}
+
+// DefaultOptions are the reference's defaults.
+func DefaultOptions() Options {
+	return Options{
+		NearLimitRatio:      0.8,
+		ExpirationJitterMax: 300 * time.Second,
+		Headers: HeaderOptions{
+			Limit:     "RateLimit-Limit",
+			Remaining: "RateLimit-Remaining",
+			Reset:     "RateLimit-Reset",
+		},
+		Timeout:          time.Second,
+		BackendErrorStat: "redis_error",
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (o Options) Validate() error {
+	switch {
+	case o.Counter == nil:
+		return errors.New("engine: a Counter is required")
+	case o.NearLimitRatio < 0 || o.NearLimitRatio > 1 || math.IsNaN(float64(o.NearLimitRatio)):
+		return fmt.Errorf("engine: NEAR_LIMIT_RATIO must be between 0 and 1, got %v", o.NearLimitRatio)
+	case o.ExpirationJitterMax < 0:
+		return fmt.Errorf("engine: EXPIRATION_JITTER_MAX_SECONDS must not be negative, got %v", o.ExpirationJitterMax)
+	case o.Timeout <= 0:
+		return fmt.Errorf("engine: backend timeout must be positive, got %v", o.Timeout)
+	case o.Headers.Enabled && (o.Headers.Limit == "" || o.Headers.Remaining == "" || o.Headers.Reset == ""):
+		return errors.New("engine: response header names must not be empty")
+	}
+	return nil
+}
+
+// Service makes rate limit decisions against the current configuration.
+type Service struct {
+	o   Options
+	cfg atomic.Pointer[Config]
+
+	serviceError     *stats.Counter
+	backendError     *stats.Counter
+	globalShadowMode *stats.Counter
+}
+
+// NewService checks the options and returns a Service with no configuration;
+// requests fail with ErrNoConfig until SetConfig.
+func NewService(o Options) (*Service, error) {
+	if o.Stats == nil {
+		o.Stats = stats.NewStore()
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Jitter == nil {
+		o.Jitter = rand.Int64N
+	}
+	if o.BackendErrorStat == "" {
+		o.BackendErrorStat = "redis_error"
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{
+		o:                o,
+		serviceError:     o.Stats.Counter("ratelimit.service.call.should_rate_limit.service_error"),
+		backendError:     o.Stats.Counter("ratelimit.service.call.should_rate_limit." + o.BackendErrorStat),
+		globalShadowMode: o.Stats.Counter("ratelimit.service.global_shadow_mode"),
+	}, nil
+}
+
+// Stats is the store the service counts into.
+func (s *Service) Stats() *stats.Store { return s.o.Stats }
+
+// SetConfig swaps in a new configuration (nil unloads it).
+func (s *Service) SetConfig(c *Config) { s.cfg.Store(c) }
+
+// Config is the configuration in use, or nil.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// LoadConfig builds a Config that counts into this service's stats store.
+func (s *Service) LoadConfig(files []ConfigFile, merge bool) (*Config, error) {
+	return LoadConfig(files, ConfigOptions{MergeDomains: merge, Stats: s.o.Stats})
+}
+
+// limitInfo is the per-descriptor working state of one decision.
+type limitInfo struct {
+	m         match
+	hits      uint64
+	key       string
+	op        int // index into ops, -1 when no counter is involved
+	localOver bool
+	before    uint64
+	after     uint64
+}
+
+// ShouldRateLimit decides one request.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
+	if req.Domain == "" {
+		s.serviceError.Inc()
+		return nil, invalidRequest("rate limit domain must not be empty")
+	}
+	if len(req.Descriptors) == 0 {
+		s.serviceError.Inc()
+		return nil, invalidRequest("rate limit descriptor list must not be empty")
+	}
+	cfg := s.cfg.Load()
+	if cfg == nil {
+		s.serviceError.Inc()
+		return nil, &requestError{kind: ErrNoConfig, msg: ErrNoConfig.Error()}
+	}
+	for i := range req.Descriptors {
+		if l := req.Descriptors[i].Limit; l != nil && !l.Unit.Valid() {
+			s.serviceError.Inc()
+			return nil, invalidRequest(fmt.Sprintf("descriptor %d: limit override has an unknown unit (%d)", i, l.Unit))
+		}
+	}
+
+	infos := make([]limitInfo, len(req.Descriptors))
+	for i := range req.Descriptors {
+		m, found := cfg.getLimit(req.Domain, &req.Descriptors[i])
+		if !found {
+			s.o.Stats.Counter("ratelimit.service.rate_limit." + stats.SanitizeName(req.Domain) + ".domain_not_found").Inc()
+		}
+		infos[i] = limitInfo{m: m, op: -1}
+	}
+	dropReplaced(infos)
+
+	now := s.o.Clock()
+	unix := now.Unix()
+	ops := make([]Increment, 0, len(infos))
+	for i := range infos {
+		in := &infos[i]
+		l := in.m.limit
+		if l == nil || l.Unlimited {
+			continue
+		}
+		in.hits = hitsAddend(req, i)
+		in.key = s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, l.Unit, unix)
+		if v := s.o.KeyValidator; v != nil {
+			if err := v.ValidateKey(in.key); err != nil {
+				s.serviceError.Inc()
+				return nil, &requestError{kind: ErrInvalidRequest, msg: err.Error(), err: err}
+			}
+		}
+		in.stats().TotalHits.Add(in.hits)
+		if s.o.LocalCache != nil && s.o.LocalCache.Contains(in.key) {
+			in.localOver = true
+			continue
+		}
+		in.op = len(ops)
+		ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: l.Unit == UnitSecond})
+	}
+
+	if len(ops) > 0 {
+		if err := s.count(ctx, infos, ops); err != nil {
+			s.backendError.Inc()
+			return nil, BackendError(err)
+		}
+	}
+
+	resp := &Response{Statuses: make([]DescriptorStatus, len(infos))}
+	var failedRL, failedQuota, totalQuota int
+	for i := range infos {
+		st := s.decide(&infos[i], unix)
+		resp.Statuses[i] = st
+		l := infos[i].m.limit
+		if l == nil || l.Unlimited {
+			continue
+		}
+		quota := s.o.QuotaMode || l.QuotaMode
+		if quota {
+			totalQuota++
+			if st.Code == CodeOverLimit {
+				failedQuota++
+			}
+		} else if st.Code == CodeOverLimit {
+			failedRL++
+		}
+	}
+	resp.OverallCode = CodeOK
+	if failedRL > 0 || (totalQuota > 0 && totalQuota == failedQuota) {
+		resp.OverallCode = CodeOverLimit
+		if s.o.ShadowMode {
+			resp.OverallCode = CodeOK
+			s.globalShadowMode.Inc()
+		}
+	}
+	if s.o.Headers.Enabled {
+		resp.Headers = s.headers(infos, resp.Statuses, unix)
+	}
+	if s.o.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, infos, resp.Statuses)
+	}
+	return resp, nil
+}
+
+// count runs the increments; with StopIncrementOnLimit it first reads every
+// counter (an increment of 0) and then only counts the keys that are over.
+func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment) error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	if !s.o.StopIncrementOnLimit {
+		if err := s.o.Counter.Increment(ctx, ops); err != nil {
+			return err
+		}
+		s.fill(infos, ops, nil)
+		return nil
+	}
+	anyLocal := false
+	for i := range infos {
+		anyLocal = anyLocal || infos[i].localOver
+	}
+	hits := make([]uint64, len(ops))
+	for j := range ops {
+		hits[j] = ops[j].Hits
+		ops[j].Hits = 0
+	}
+	if !anyLocal {
+		if err := s.o.Counter.Increment(ctx, ops); err != nil {
+			return err
+		}
+		marked := false
+		for i := range infos {
+			in := &infos[i]
+			if in.op >= 0 && ops[in.op].After+hits[in.op] > uint64(in.m.limit.RequestsPerUnit) {
+				marked = true
+				ops[in.op].Hits = hits[in.op]
+			}
+		}
+		if !marked {
+			for j := range ops {
+				ops[j].Hits = hits[j]
+			}
+		}
+	}
+	if err := s.o.Counter.Increment(ctx, ops); err != nil {
+		return err
+	}
+	s.fill(infos, ops, hits)
+	return nil
+}
+
+// fill copies counts back. A key that was only read (stop-increment mode) is
+// judged as if its hits had been added, as the reference does.
+func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
+	for i := range infos {
+		in := &infos[i]
+		if in.op < 0 {
+			continue
+		}
+		op := ops[in.op]
+		if wanted != nil && op.Hits == 0 {
+			in.before, in.after = op.After, op.After+wanted[in.op]
+			continue
+		}
+		in.after = op.After
+		in.before = op.After - min(op.After, op.Hits)
+	}
+}
+
+func (in *limitInfo) stats() *RuleStats {
+	if in.m.stats != nil {
+		return in.m.stats
+	}
+	return &in.m.limit.Stats
+}
+
+// decide turns counts into a status and statistics, per the reference's
+// base limiter arithmetic.
+func (s *Service) decide(in *limitInfo, unix int64) DescriptorStatus {
+	l := in.m.limit
+	if l == nil {
+		return DescriptorStatus{Code: CodeOK}
+	}
+	if l.Unlimited {
+		return DescriptorStatus{Code: CodeOK, LimitRemaining: math.MaxUint32}
+	}
+	unitSec := l.Unit.Seconds()
+	st := DescriptorStatus{
+		CurrentLimit:       &CurrentLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name},
+		DurationUntilReset: time.Duration(unitSec-unix%unitSec) * time.Second,
+	}
+	rs := in.stats()
+	limit := uint64(l.RequestsPerUnit)
+	near := uint64(math.Floor(float64(float32(l.RequestsPerUnit) * s.o.NearLimitRatio)))
+	hits, before, after := in.hits, in.before, in.after
+	over := false
+	switch {
+	case in.localOver:
+		over = true
+		rs.OverLimit.Add(hits)
+		rs.OverLimitWithLocalCache.Add(hits)
+	case after > limit:
+		over = true
+		if before >= limit {
+			rs.OverLimit.Add(hits)
+		} else {
+			rs.OverLimit.Add(after - limit)
+			rs.NearLimit.Add(limit - max(near, before))
+		}
+		if s.o.LocalCache != nil {
+			s.o.LocalCache.Add(in.key, time.Duration(unitSec)*time.Second)
+		}
+	default:
+		st.LimitRemaining = uint32(limit - after)
+		rs.WithinLimit.Add(hits)
+		if after > near {
+			if before >= near {
+				rs.NearLimit.Add(hits)
+			} else {
+				rs.NearLimit.Add(after - near)
+			}
+		}
+	}
+	st.Code = CodeOK
+	if over {
+		st.Code = CodeOverLimit
+		if l.ShadowMode {
+			st.Code = CodeOK
+			if in.localOver || before >= limit {
+				rs.ShadowMode.Add(hits)
+			} else {
+				rs.ShadowMode.Add(after - limit)
+			}
+		}
+	}
+	return st
+}
+
+// dropReplaced removes every matched limit whose name another matched limit replaces.
+func dropReplaced(infos []limitInfo) {
+	var replacing map[string]bool
+	for i := range infos {
+		if l := infos[i].m.limit; l != nil {
+			for _, r := range l.Replaces {
+				if replacing == nil {
+					replacing = map[string]bool{}
+				}
+				replacing[r] = true
+			}
+		}
+	}
+	if replacing == nil {
+		return
+	}
+	for i := range infos {
+		if l := infos[i].m.limit; l != nil && replacing[l.Name] {
+			infos[i].m = match{}
+		}
+	}
+}
+
+// hitsAddend: the descriptor's own value when present (0 included), else the
+// request's, at least 1.
+func hitsAddend(req *Request, i int) uint64 {
+	if h := req.Descriptors[i].HitsAddend; h != nil {
+		return *h
+	}
+	return uint64(max(1, req.HitsAddend))
+}
+
+// cacheKey is byte-identical to the reference's:
+// PREFIX + domain + "_" + (key + "_" + value + "_")... + windowStart.
+func (s *Service) cacheKey(domain string, entries []Entry, shared []string, unit Unit, unix int64) string {
+	n := len(s.o.CacheKeyPrefix) + len(domain) + 1 + 20
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(s.o.CacheKeyPrefix)
+	b.WriteString(domain)
+	b.WriteByte('_')
+	for i, e := range entries {
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		if shared != nil && shared[i] != "" {
+			b.WriteString(shared[i])
+		} else {
+			b.WriteString(e.Value)
+		}
+		b.WriteByte('_')
+	}
+	div := unit.Seconds()
+	var buf [20]byte
+	b.Write(strconv.AppendInt(buf[:0], (unix/div)*div, 10))
+	return b.String()
+}
+
+func (s *Service) ttl(u Unit) time.Duration {
+	sec := u.Seconds()
+	if maxJ := int64(s.o.ExpirationJitterMax / time.Second); maxJ > 0 {
+		sec += s.o.Jitter(maxJ)
+	}
+	return time.Duration(sec) * time.Second
+}
+
+// headers picks the status to describe, as the reference: the smallest
+// remaining (first on ties), overridden by any non-quota OVER_LIMIT (last wins).
+func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus, unix int64) []Header {
+	pick := -1
+	for i := range sts {
+		if sts[i].CurrentLimit == nil {
+			continue
+		}
+		if pick < 0 || sts[i].LimitRemaining < sts[pick].LimitRemaining {
+			pick = i
+		}
+	}
+	for i := range sts {
+		l := infos[i].m.limit
+		if sts[i].CurrentLimit != nil && sts[i].Code == CodeOverLimit && !(s.o.QuotaMode || (l != nil && l.QuotaMode)) {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return nil
+	}
+	st := sts[pick]
+	unitSec := st.CurrentLimit.Unit.Seconds()
+	return []Header{
+		{s.o.Headers.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+		{s.o.Headers.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+		{s.o.Headers.Reset, strconv.FormatInt(unitSec-unix%unitSec, 10)},
+	}
+}
+
+// dynamicMetadata is the RESPONSE_DYNAMIC_METADATA struct, with numbers as
+// float64 as in a protobuf Struct.
+func dynamicMetadata(req *Request, infos []limitInfo, sts []DescriptorStatus) map[string]any {
+	descs := make([]any, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		entries := make([]any, len(d.Entries))
+		for j, e := range d.Entries {
+			entries[j] = e.Key + "=" + e.Value
+		}
+		dm := map[string]any{"entries": entries}
+		if d.Limit != nil {
+			dm["limit"] = fmt.Sprintf("requests_per_unit:%d unit:%s", d.Limit.RequestsPerUnit, d.Limit.Unit)
+		}
+		if d.HitsAddend != nil {
+			dm["hitsAddend"] = float64(*d.HitsAddend)
+		}
+		descs[i] = dm
+	}
+	out := map[string]any{"domain": req.Domain, "descriptors": descs}
+	if req.HitsAddend != 0 {
+		out["hitsAddend"] = float64(req.HitsAddend)
+	}
+	var merged map[string]any
+	for i := range infos {
+		l := infos[i].m.limit
+		if l == nil || l.Unlimited || l.Metadata == nil || sts[i].Code == CodeOverLimit {
+			continue
+		}
+		if merged == nil {
+			merged = map[string]any{}
+		}
+		mergeFirstWins(merged, l.Metadata)
+	}
+	if merged != nil {
+		out["metadata"] = merged
+	}
+	return out
+}
+
+// mergeFirstWins merges src into dst recursively; existing scalars are kept.
+func mergeFirstWins(dst, src map[string]any) {
+	for k, v := range src {
+		cur, ok := dst[k]
+		if !ok {
+			dst[k] = deepCopy(v)
+			continue
+		}
+		cm, ok1 := cur.(map[string]any)
+		sm, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			mergeFirstWins(cm, sm)
+		}
+	}
+}
+
+func deepCopy(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[k] = deepCopy(e)
+		}
+		return m
+	case []any:
+		s := make([]any, len(v))
+		for i, e := range v {
+			s[i] = deepCopy(e)
+		}
+		return s
+	}
+	return v
+}
