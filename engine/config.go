@@ -84,15 +84,21 @@ var validKeys = map[string]bool{
 // ParseYAML reads one YAML file into the model, with the reference's checks and
 // error texts: a generic pass that validates every key, then a strict typed pass.
 func ParseYAML(name string, data []byte) (*DomainConfig, error) {
-	var generic map[string]any
-	if err := yaml.Unmarshal(data, &generic); err != nil {
+	var asMap map[string]any
+	if err := yaml.Unmarshal(data, &asMap); err != nil {
 		// yaml.v3 names the target map[string]interface {}; the reference's
 		// yaml.v2 message says map[interface {}]interface {} for the same input.
 		msg := strings.ReplaceAll(err.Error(), "map[string]interface {}", "map[interface {}]interface {}")
 		return nil, &ConfigError{name, "error loading config file: " + msg}
 	}
-	if err := validateKeys(generic); err != "" {
-		return nil, &ConfigError{name, err}
+	// A second, untyped pass keeps non-string keys as they are written, so they
+	// can be reported rather than silently turned into strings.
+	var generic any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
+		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
+	}
+	if msg := validateValue(generic); msg != "" {
+		return nil, &ConfigError{name, msg}
 	}
 	var root DomainConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -115,7 +121,11 @@ func validateKeys(m map[string]any) string {
 			return fmt.Sprintf("config error, unknown key '%s'", k)
 		}
 		if k == "metadata" {
-			continue // free-form; checked when converted
+			// Free-form, but it must convert to a protobuf Struct.
+			if _, err := normalizeValue(m[k]); err != nil {
+				return "error parsing metadata: " + err.Error()
+			}
+			continue
 		}
 		if msg := validateValue(m[k]); msg != "" {
 			return msg
