@@ -146,6 +146,10 @@ func New(o Options) (*Router, error) {
 // Shards is the number of shards.
 func (r *Router) Shards() int { return len(r.pids) }
 
+// Pending is the number of increments queued at a shard, waiting for its
+// backend call in flight to end.
+func (r *Router) Pending(shard int) int { return int(r.shards[shard].pending.Load()) }
+
 // ShardOf is the shard a cache key belongs to.
 func (r *Router) ShardOf(key string) int {
 	return int(xxhash.Sum64String(key) % uint64(len(r.pids)))

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -32,6 +33,9 @@ type shard struct {
 	index    int
 	backends [2]engine.Backend
 	lanes    [2]lane
+	// pending mirrors the number of queued items for observers outside the
+	// actor (metrics, tests); the lanes remain the truth.
+	pending atomic.Int64
 }
 
 func (s *shard) Receive(ctx actor.Context) {
@@ -46,6 +50,7 @@ func (s *shard) Receive(ctx actor.Context) {
 			s.lanes[b].pending = append(s.lanes[b].pending, it)
 			touched[b] = true
 		}
+		s.pending.Add(int64(len(m.items)))
 		for b := range touched {
 			if touched[b] {
 				s.maybeFlush(ctx, b, false)
@@ -80,6 +85,7 @@ func (s *shard) failAll(err error) {
 		for _, it := range l.pending {
 			it.reply <- err
 		}
+		s.pending.Add(-int64(len(l.pending)))
 		l.current, l.pending = nil, nil
 	}
 }
@@ -113,6 +119,7 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 		}
 		batch := l.pending[:n:n]
 		l.pending = l.pending[n:]
+		s.pending.Add(-int64(n))
 		if len(l.pending) == 0 {
 			l.pending = nil // let the old array go
 		}

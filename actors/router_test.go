@@ -1,0 +1,357 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle ends by itself after its period.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
+	)
+}
+
+func newMemoryRouter(t *testing.T, shards int) *actors.Router {
+	t.Helper()
+	r, err := actors.New(actors.Options{Shards: shards, Backend: func(int) engine.Backend { return memory.New(nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// slowBackend is a network-like backend: it holds each call until released,
+// records the batches it receives, and counts in memory.
+type slowBackend struct {
+	mem     *memory.Backend
+	mu      sync.Mutex
+	batches [][]engine.Increment
+	gate    chan struct{} // a receive per call; nil = no wait
+	fail    error
+	calls   atomic.Int64
+}
+
+func (b *slowBackend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+	b.calls.Add(1)
+	if b.gate != nil {
+		select {
+		case <-b.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	b.mu.Lock()
+	b.batches = append(b.batches, append([]engine.Increment(nil), batch...))
+	err := b.fail
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return b.mem.IncrementBatch(ctx, batch)
+}
+func (b *slowBackend) Close() error { return nil }
+
+// TestExactness: concurrent increments on one key each get a distinct count,
+// so exactly `limit` of them are within the limit — through every backend kind.
+func TestExactness(t *testing.T) {
+	const callers, limit = 20000, 10000
+	for _, tc := range []struct {
+		name    string
+		backend func() engine.Backend
+		keys    int
+	}{
+		{"memory one key", func() engine.Backend { return memory.New(nil) }, 1},
+		{"memory 1000 keys", func() engine.Backend { return memory.New(nil) }, 1000},
+		{"batched one key", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1},
+		{"batched 1000 keys", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shared := tc.backend()
+			_, isMem := shared.(*memory.Backend)
+			r, err := actors.New(actors.Options{Shards: 8, Backend: func(int) engine.Backend {
+				if isMem {
+					return tc.backend()
+				}
+				return shared
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			perKey := callers / tc.keys
+			keyLimit := uint64(limit / tc.keys)
+			var ok atomic.Int64
+			seen := make([]sync.Map, tc.keys)
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 512)
+			for k := 0; k < tc.keys; k++ {
+				for i := 0; i < perKey; i++ {
+					wg.Add(1)
+					sem <- struct{}{}
+					go func(k int) {
+						defer wg.Done()
+						defer func() { <-sem }()
+						ops := []engine.Increment{{Key: fmt.Sprintf("key-%d", k), Hits: 1, TTL: time.Minute}}
+						if err := r.Increment(context.Background(), ops); err != nil {
+							t.Error(err)
+							return
+						}
+						if _, dup := seen[k].LoadOrStore(ops[0].After, true); dup {
+							t.Errorf("key %d: count %d handed out twice", k, ops[0].After)
+						}
+						if ops[0].After <= keyLimit {
+							ok.Add(1)
+						}
+					}(k)
+				}
+			}
+			wg.Wait()
+			if got := ok.Load(); got != limit {
+				t.Fatalf("%d within limit, want exactly %d", got, limit)
+			}
+		})
+	}
+}
+
+// TestBatchingAndCoalescing: while one call is in flight, later increments
+// wait and leave together, equal keys as one increment, and each waiter sees
+// its own count in arrival order.
+func TestBatchingAndCoalescing(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+
+	results := make(chan uint64, 10)
+	send := func(key string, hits uint64) {
+		ops := []engine.Increment{{Key: key, Hits: hits, TTL: time.Minute}}
+		if err := r.Increment(context.Background(), ops); err != nil {
+			t.Error(err)
+		}
+		results <- ops[0].After
+	}
+	go send("hot", 1) // first: goes out alone and blocks in the backend
+	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	// These arrive while the first call is in flight, one at a time so that
+	// their arrival order is known.
+	for i, h := range []uint64{2, 3, 5} {
+		go send("hot", h)
+		waitFor(t, func() bool { return r.Pending(0) == i+1 })
+	}
+	go send("cold", 7)
+	waitFor(t, func() bool { return r.Pending(0) == 4 })
+	b.gate <- struct{}{} // release the first call
+	b.gate <- struct{}{} // and the batch
+	got := map[uint64]bool{}
+	for i := 0; i < 5; i++ {
+		got[<-results] = true
+	}
+	for _, want := range []uint64{1, 3, 6, 11, 7} {
+		if !got[want] {
+			t.Errorf("missing count %d in %v", want, got)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.batches) != 2 || len(b.batches[1]) != 2 || b.batches[1][0].Hits != 10 {
+		t.Fatalf("batches %+v: want the second to be hot+10 and cold+7", b.batches)
+	}
+}
+
+func TestPerSecondLane(t *testing.T) {
+	main := &slowBackend{mem: memory.New(nil)}
+	sec := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 2,
+		Backend:   func(int) engine.Backend { return main },
+		PerSecond: func(int) engine.Backend { return sec }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ops := []engine.Increment{{Key: "m", Hits: 1, TTL: time.Minute}, {Key: "s", Hits: 1, TTL: time.Second, PerSecond: true}}
+	if err := r.Increment(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	if main.batches[0][0].Key != "m" || sec.batches[0][0].Key != "s" || len(main.batches) != 1 || len(sec.batches) != 1 {
+		t.Fatalf("main %+v, per-second %+v", main.batches, sec.batches)
+	}
+}
+
+func TestBackendErrorReachesEveryWaiter(t *testing.T) {
+	boom := errors.New("boom")
+	b := &slowBackend{mem: memory.New(nil), fail: boom}
+	r, err := actors.New(actors.Options{Shards: 2, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			err := r.Increment(context.Background(), []engine.Increment{{Key: fmt.Sprint(i % 3), Hits: 1}, {Key: "x", Hits: 1}})
+			if !errors.Is(err, boom) {
+				t.Errorf("got %v", err)
+			}
+		}(i)
+	}
+	wg.Wait()
+}
+
+func TestShutdownAnswersEveryWaiter(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}) }()
+	}
+	waitFor(t, func() bool { return b.calls.Load() == 1 && r.Pending(0) == 19 })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var closed, cancelled int
+	for i := 0; i < 20; i++ {
+		switch err := <-errs; {
+		case errors.Is(err, actors.ErrClosed):
+			closed++
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			cancelled++
+		default:
+			t.Errorf("unexpected answer %v", err)
+		}
+	}
+	if closed != 19 || cancelled != 1 {
+		t.Fatalf("closed %d cancelled %d", closed, cancelled)
+	}
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k"}}); !errors.Is(err, actors.ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+}
+
+func TestPipelineWindowAndLimit(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b },
+		PipelineWindow: 50 * time.Millisecond, PipelineLimit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var wg sync.WaitGroup
+	for i := 0; i < 7; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if err := r.Increment(context.Background(), []engine.Increment{{Key: fmt.Sprint(i), Hits: 1}}); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	total := 0
+	for _, batch := range b.batches {
+		if len(batch) > 3 {
+			t.Errorf("batch of %d keys exceeds the limit of 3", len(batch))
+		}
+		total += len(batch)
+	}
+	if total != 7 {
+		t.Fatalf("%d keys sent, want 7", total)
+	}
+}
+
+func TestContextCancelDoesNotBlockTheShard(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := r.Increment(ctx, []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v", err)
+	}
+	close(b.gate)
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []actors.Options{
+		{},
+		{Backend: func(int) engine.Backend { return nil }, Shards: -1},
+		{Backend: func(int) engine.Backend { return nil }, PipelineWindow: -time.Second},
+	} {
+		if _, err := actors.New(o); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// panicky is an inline backend that panics on its first call: a bug in a
+// shard must still answer the waiters, and the shard must keep working.
+type panicky struct {
+	mem      *memory.Backend
+	panicked atomic.Bool
+}
+
+func (p *panicky) IncrementBatch(ctx context.Context, b []engine.Increment) error {
+	if p.panicked.CompareAndSwap(false, true) {
+		panic("bug in backend")
+	}
+	return p.mem.IncrementBatch(ctx, b)
+}
+func (p *panicky) Close() error { return nil }
+func (p *panicky) Inline() bool { return true }
+
+func TestShardRestartAnswersWaiters(t *testing.T) {
+	p := &panicky{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Increment(ctx, []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, actors.ErrShardRestarted) {
+		t.Fatalf("first call: %v", err)
+	}
+	ops := []engine.Increment{{Key: "k", Hits: 1}}
+	if err := r.Increment(ctx, ops); err != nil || ops[0].After != 1 {
+		t.Fatalf("after restart: %v, count %d", err, ops[0].After)
+	}
+}

@@ -1,0 +1,42 @@
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/sluicehq/sluice"
+
+// TestDependencyDirection fails when a package imports, directly or through
+// another package, a layer above it.
+func TestDependencyDirection(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go command not on PATH")
+	}
+	rules := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"engine/...", []string{"actors", "transport", "odata", "cmd"}},
+		{"actors/...", []string{"transport", "odata", "cmd"}},
+		{"odata/...", []string{"transport", "cmd"}},
+		{"transport/...", []string{"odata", "cmd"}},
+	}
+	for _, r := range rules {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/"+r.pkg).CombinedOutput()
+		if err != nil {
+			if strings.Contains(string(out), "matched no packages") {
+				continue
+			}
+			t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, f := range r.forbidden {
+				if dep == module+"/"+f || strings.HasPrefix(dep, module+"/"+f+"/") {
+					t.Errorf("%s depends on %s", r.pkg, dep)
+				}
+			}
+		}
+	}
+}
