@@ -1,0 +1,190 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// MemcachedOptions selects how memcached is started.
+type MemcachedOptions struct {
+	// TLS serves TLS only (memcached -Z) with certificates from GenerateTLS;
+	// clients must present ClientCert/ClientKey.
+	TLS bool
+}
+
+// Memcached is a running memcached.
+type Memcached struct {
+	Addr       string
+	CACert     string // PEM file paths when TLS
+	ClientCert string
+	ClientKey  string
+	Dir        string
+
+	tls  bool
+	bin  string
+	args []string
+	log  string
+	mu   sync.Mutex
+	p    *proc
+}
+
+// StartMemcached starts a plain memcached on a free loopback port and stops
+// it in Cleanup.
+func StartMemcached(t TB) *Memcached {
+	t.Helper()
+	return StartMemcachedWith(t, MemcachedOptions{})
+}
+
+var (
+	mcTLSOnce sync.Once
+	mcTLS     bool
+)
+
+// StartMemcachedWith starts memcached with options and stops it in Cleanup.
+func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
+	t.Helper()
+	bin, ok := lookBinary(t, "memcached", "memcached")
+	if !ok {
+		return nil
+	}
+	m := &Memcached{Dir: t.TempDir(), bin: bin, tls: o.TLS}
+	m.log = filepath.Join(m.Dir, "memcached.log")
+	if o.TLS {
+		mcTLSOnce.Do(func() {
+			out, _ := exec.Command(bin, "-h").CombinedOutput()
+			mcTLS = strings.Contains(string(out), "enable-ssl")
+		})
+		if !mcTLS {
+			unavailable(t, "%s was built without TLS support (no -Z/--enable-ssl)", bin)
+			return nil
+		}
+		m.CACert, m.ClientCert, m.ClientKey = GenerateTLS(t, filepath.Join(m.Dir, "tls"))
+	}
+	t.Cleanup(m.Kill)
+	var err error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		var port int
+		if port, err = freePort(); err != nil {
+			break
+		}
+		m.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		m.args = []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-m", "64", "-t", "2", "-c", "1024"}
+		if os.Geteuid() == 0 {
+			// memcached refuses to run as root without -u. It stays root:
+			// the certificates live in a 0700 temp dir.
+			m.args = append(m.args, "-u", "root")
+		}
+		if o.TLS {
+			m.args = append(m.args, "-Z", "-o", fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=2",
+				m.ClientCert, m.ClientKey, m.CACert))
+		}
+		if err = m.start(); err == nil {
+			return m
+		}
+		if !errors.Is(err, errExited) {
+			break
+		}
+	}
+	t.Fatalf("testenv: start memcached: %v\nlog tail:\n%s", err, logTail(m.log, 40))
+	return nil
+}
+
+func (m *Memcached) start() error {
+	p, err := startProc(procSpec{name: "memcached", bin: m.bin, args: m.args, dir: m.Dir, logPath: m.log})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.p = p
+	m.mu.Unlock()
+	var tcfg *tls.Config
+	if m.tls {
+		if tcfg, err = ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey); err != nil {
+			p.kill()
+			return err
+		}
+	}
+	if err := waitReady(p, func(ctx context.Context) error { return mcVersion(ctx, m.Addr, tcfg) }); err != nil {
+		p.kill()
+		return err
+	}
+	return nil
+}
+
+func mcVersion(ctx context.Context, addr string, tcfg *tls.Config) error {
+	var (
+		c   net.Conn
+		err error
+	)
+	if tcfg != nil {
+		d := tls.Dialer{Config: tcfg}
+		c, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("version\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "VERSION ") {
+		return fmt.Errorf("version reply %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// Kill SIGKILLs memcached, for failure tests. Calling it twice is fine.
+func (m *Memcached) Kill() {
+	m.mu.Lock()
+	p := m.p
+	m.mu.Unlock()
+	p.kill()
+}
+
+// Restart starts memcached again after Kill, on the same port (empty).
+func (m *Memcached) Restart(t TB) {
+	t.Helper()
+	m.Kill()
+	var err error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		if err = m.start(); err == nil {
+			return
+		}
+		if !errors.Is(err, errExited) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("testenv: restart memcached: %v\nlog tail:\n%s", err, logTail(m.log, 40))
+}
+
+// TLSConfig returns a client TLS config for a TLS memcached.
+func (m *Memcached) TLSConfig(t TB) *tls.Config {
+	t.Helper()
+	cfg, err := ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return cfg
+}
