@@ -1,0 +1,65 @@
+package transport
+
+import (
+	"expvar"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"sort"
+	"strings"
+)
+
+// ConfigDumper is what the debug server prints at /rlconfig.
+type ConfigDumper interface{ DumpConfig() string }
+
+// newDebugHandler serves the reference's debug paths: an index at /, pprof,
+// /rlconfig and /stats (expvar, as the reference: the rate limit counters go
+// to the stats sinks, not here).
+func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Handler {
+	mux := http.NewServeMux()
+	endpoints := map[string]string{
+		"/debug/pprof/":        "root of various pprof endpoints. hit for help.",
+		"/debug/pprof/profile": "CPU profiling endpoint",
+		"/debug/pprof/trace":   "trace endpoint",
+		"/rlconfig":            "print out the currently loaded configuration for debugging",
+		"/stats":               "print out stats",
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, cfg.DumpConfig())
+	})
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		expvar.Do(func(kv expvar.KeyValue) { fmt.Fprintf(w, "%s: %s\n", kv.Key, kv.Value) })
+	})
+	for path, ep := range extra {
+		endpoints[path] = ep.Help
+		mux.Handle(path, ep.Handler)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		var lines []string
+		for p, help := range endpoints {
+			lines = append(lines, p+": "+help)
+		}
+		sort.Strings(lines)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, strings.Join(lines, "\n")+"\n")
+	})
+	return mux
+}
+
+// DebugEndpoint is an extra debug path, added by other parts (metrics, caches).
+type DebugEndpoint struct {
+	Help    string
+	Handler http.Handler
+}

@@ -1,0 +1,170 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// ConfigEvent is one attempt to load configuration: the files read, or the
+// error that kept them from being read.
+type ConfigEvent struct {
+	Files []engine.ConfigFile
+	Err   error
+}
+
+// FileSource reads rule files the way the reference's runtime loader does and
+// reports every (re)load on a channel.
+//
+// WatchRoot=true (default): the tree under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY
+// is read recursively, each file named by its relative path with '/' → '.',
+// and only names starting "config." are rules. A reload happens when the
+// RUNTIME_ROOT symlink is swapped. An empty subdirectory means no files (the
+// reference's "nil loader").
+//
+// WatchRoot=false: the files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+// RUNTIME_APPDIRECTORY are rules, named by their relative path, and any write,
+// create, chmod or remove there reloads them.
+type FileSource struct {
+	s   ConfigSettings
+	log *slog.Logger
+}
+
+// NewFileSource checks nothing on disk yet: a missing directory is a load
+// error reported on the channel, as in the reference.
+func NewFileSource(s ConfigSettings, log *slog.Logger) *FileSource {
+	return &FileSource{s: s, log: log}
+}
+
+// dir is the directory whose files are read.
+func (f *FileSource) dir() string {
+	if f.s.WatchRoot {
+		return filepath.Join(f.s.RuntimeRoot, f.s.Subdirectory)
+	}
+	return filepath.Join(f.s.RuntimeRoot, f.s.Subdirectory, f.s.AppDirectory)
+}
+
+// Load reads the files once.
+func (f *FileSource) Load() ([]engine.ConfigFile, error) {
+	if f.s.WatchRoot && f.s.Subdirectory == "" {
+		f.log.Warn("no runtime configuration. using nil loader.")
+		return nil, nil
+	}
+	root := f.dir()
+	var files []engine.ConfigFile
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && f.s.IgnoreDotFiles && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if f.s.IgnoreDotFiles && strings.HasPrefix(d.Name(), ".") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		name := strings.ReplaceAll(filepath.ToSlash(rel), "/", ".")
+		if f.s.WatchRoot && !strings.HasPrefix(name, "config.") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files = append(files, engine.ConfigFile{Name: name, YAML: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading runtime configuration under %s: %w", root, err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, nil
+}
+
+// Run sends the first load at once, then one per change, until ctx ends.
+// The channel is closed when Run returns.
+func (f *FileSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
+	defer close(out)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching configuration: %w", err)
+	}
+	defer w.Close()
+
+	watched := f.dir()
+	root := filepath.Clean(f.s.RuntimeRoot)
+	if f.s.WatchRoot {
+		// The symlink itself is replaced, so watch the directory holding it.
+		watched = filepath.Dir(root)
+	}
+	if err := w.Add(watched); err != nil {
+		f.log.Warn("cannot watch configuration directory; changes will not be picked up", "dir", watched, "error", err)
+	}
+
+	send := func() bool {
+		files, err := f.Load()
+		select {
+		case out <- ConfigEvent{Files: files, Err: err}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if !send() {
+		return nil
+	}
+	// Events come in bursts (an editor's write + chmod, a symlink swap's
+	// create + rename); settle briefly so one change is one reload.
+	const settle = 20 * time.Millisecond
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if f.relevant(ev, root) {
+				timer = time.After(settle)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			f.log.Warn("configuration watcher error", "error", err)
+		case <-timer:
+			timer = nil
+			if !f.s.WatchRoot {
+				// The directory may have been recreated; keep watching it.
+				_ = w.Add(watched)
+			}
+			if !send() {
+				return nil
+			}
+		}
+	}
+}
+
+func (f *FileSource) relevant(ev fsnotify.Event, root string) bool {
+	if f.s.WatchRoot {
+		return filepath.Clean(ev.Name) == root && ev.Op&(fsnotify.Create|fsnotify.Rename|fsnotify.Write|fsnotify.Remove) != 0
+	}
+	return ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Chmod|fsnotify.Remove) != 0
+}

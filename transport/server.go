@@ -1,0 +1,362 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// ConfigSource produces configuration events until its context ends, then
+// closes the channel. FileSource is one; the xDS client is another.
+type ConfigSource interface {
+	Run(ctx context.Context, out chan<- ConfigEvent) error
+}
+
+// Options assemble a Server. Only Settings is required.
+type Options struct {
+	Settings Settings
+	Logger   *slog.Logger
+	Stats    *stats.Store
+	Clock    func() time.Time
+	// ConfigSource overrides the one Settings.Config describes.
+	ConfigSource ConfigSource
+	// GRPCServerOptions are added to the gRPC server's (TLS credentials, interceptors).
+	GRPCServerOptions []grpc.ServerOption
+	// DebugEndpoints are extra debug paths.
+	DebugEndpoints map[string]DebugEndpoint
+}
+
+// Server is the rate limit service: engine, shards, backends and listeners.
+type Server struct {
+	o      Options
+	s      Settings
+	log    *slog.Logger
+	stats  *stats.Store
+	svc    *engine.Service
+	router *actors.Router
+	back   *backends
+	health *Health
+	ghs    *health.Server
+
+	grpc  *grpc.Server
+	http  *http.Server
+	debug *http.Server
+
+	loadSuccess, loadError *stats.Counter
+
+	mu    sync.Mutex
+	addrs Addrs
+}
+
+// Addrs are the bound addresses, known once Run has started listening.
+type Addrs struct{ GRPC, HTTP, Debug net.Addr }
+
+// NewServer builds the backend (waiting for it to answer, as the reference
+// does before opening any listener), the shards and the engine.
+func NewServer(ctx context.Context, o Options) (*Server, error) {
+	s := o.Settings
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Stats == nil {
+		o.Stats = stats.NewStore()
+	}
+	srv := &Server{o: o, s: s, log: o.Logger, stats: o.Stats,
+		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
+		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
+	}
+	srv.ghs = health.NewServer()
+	srv.health = NewHealth(srv.ghs, s.Config.HealthyWithConfig)
+
+	back, err := newBackends(ctx, s, o.Clock, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	srv.back = back
+	srv.health.Set(ComponentBackend, true)
+
+	router, err := actors.New(actors.Options{
+		Shards:      s.Limiter.Shards,
+		Backend:     back.main,
+		PerSecond:   back.perSecond,
+		CallTimeout: s.Limiter.BackendTimeout,
+		Logger:      o.Logger,
+	})
+	if err != nil {
+		back.Close()
+		return nil, err
+	}
+	srv.router = router
+
+	eo := engine.DefaultOptions()
+	eo.Counter = router
+	eo.Stats = o.Stats
+	eo.Clock = o.Clock
+	eo.NearLimitRatio = s.Limiter.NearLimitRatio
+	eo.CacheKeyPrefix = s.Limiter.CacheKeyPrefix
+	eo.ExpirationJitterMax = s.Limiter.ExpirationJitterMax
+	eo.ShadowMode = s.Limiter.ShadowMode
+	eo.QuotaMode = s.Limiter.QuotaMode
+	eo.DynamicMetadata = s.Limiter.DynamicMetadata
+	eo.Headers = s.Limiter.Headers
+	eo.StopIncrementOnLimit = s.Limiter.StopIncrementOnLimit
+	eo.KeyValidator = back.validator
+	eo.Timeout = s.Limiter.BackendTimeout
+	if s.Limiter.LocalCacheSizeBytes > 0 {
+		eo.LocalCache = actors.NewOverLimitCache(s.Limiter.LocalCacheSizeBytes, o.Clock, o.Stats)
+	}
+	svc, err := engine.NewService(eo)
+	if err != nil {
+		router.Close()
+		back.Close()
+		return nil, err
+	}
+	srv.svc = svc
+	if o.ConfigSource == nil && s.Config.Type == "FILE" {
+		srv.o.ConfigSource = NewFileSource(s.Config, o.Logger)
+	}
+	if srv.o.ConfigSource == nil {
+		router.Close()
+		back.Close()
+		return nil, fmt.Errorf("no configuration source for CONFIG_TYPE=%s", s.Config.Type)
+	}
+	return srv, nil
+}
+
+// Engine is the decision service (for in-process users such as the OData API).
+func (s *Server) Engine() *engine.Service { return s.svc }
+
+// Health is the service health.
+func (s *Server) Health() *Health { return s.health }
+
+// Stats is the statistics store.
+func (s *Server) Stats() *stats.Store { return s.stats }
+
+// Addrs are the bound addresses (zero until Run listens).
+func (s *Server) Addrs() Addrs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrs
+}
+
+// DumpConfig implements ConfigDumper.
+func (s *Server) DumpConfig() string {
+	if c := s.svc.Config(); c != nil {
+		return c.Dump()
+	}
+	return ""
+}
+
+// apply loads one configuration event; a failure keeps the previous config.
+func (s *Server) apply(ev ConfigEvent) {
+	cfg, err := (*engine.Config)(nil), ev.Err
+	if err == nil {
+		cfg, err = s.svc.LoadConfig(ev.Files, s.s.Config.MergeDomains)
+	}
+	if err != nil {
+		s.loadError.Inc()
+		s.log.Error("Error loading new configuration: " + err.Error())
+		return
+	}
+	s.svc.SetConfig(cfg)
+	s.loadSuccess.Inc()
+	s.health.Set(ComponentConfig, len(cfg.Domains()) > 0)
+	s.log.Info("Successfully loaded new configuration")
+}
+
+// Run loads configuration, listens, and serves until ctx ends; then it stops
+// gracefully: in-flight calls finish, then shards and backends close.
+// ready, if not nil, is closed once the listeners are open.
+func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
+	cfgCtx, stopConfig := context.WithCancel(context.Background())
+	events := make(chan ConfigEvent)
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		if err := s.o.ConfigSource.Run(cfgCtx, events); err != nil {
+			s.log.Error("configuration source stopped", "error", err)
+		}
+	}()
+	first := make(chan struct{})
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		once := sync.OnceFunc(func() { close(first) })
+		defer once()
+		for ev := range events {
+			s.apply(ev)
+			once()
+		}
+	}()
+	defer func() {
+		stopConfig()
+		bg.Wait()
+		s.router.Close()
+		s.back.Close()
+	}()
+
+	if !s.s.Config.ForceStart {
+		select {
+		case <-first:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+
+	lns, err := s.listen()
+	if err != nil {
+		return err
+	}
+	s.grpc = s.newGRPCServer()
+	s.http = &http.Server{Handler: newHTTPHandler(s.svc, s.health, s.log), ReadHeaderTimeout: 10 * time.Second}
+	s.debug = &http.Server{Handler: newDebugHandler(s, s.o.DebugEndpoints), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 3)
+	go func() { errc <- s.grpc.Serve(lns[0]) }()
+	go func() { errc <- s.http.Serve(lns[1]) }()
+	go func() { errc <- s.debug.Serve(lns[2]) }()
+	if ready != nil {
+		close(ready)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		runErr = fmt.Errorf("server stopped: %w", runErr)
+	}
+	s.health.Set(ComponentSigterm, false)
+	s.shutdown()
+	for i := 0; i < 3; i++ {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && runErr == nil {
+			runErr = err
+		}
+	}
+	return runErr
+}
+
+// shutdown stops accepting, lets in-flight requests finish (bounded), and
+// closes the listeners.
+func (s *Server) shutdown() {
+	const grace = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	_ = s.http.Shutdown(ctx)
+	_ = s.debug.Shutdown(ctx)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+func (s *Server) newGRPCServer() *grpc.Server {
+	l := s.s.Listen
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      l.MaxConnectionAge,
+			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+		}),
+		grpc.ChainUnaryInterceptor(s.statsInterceptor),
+	}
+	opts = append(opts, s.o.GRPCServerOptions...)
+	g := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.svc, log: s.log})
+	healthpb.RegisterHealthServer(g, s.ghs)
+	return g
+}
+
+// statsInterceptor counts ratelimit_server.<Method>.total_requests and
+// .response_time, as the reference's gRPC interceptor.
+func (s *Server) statsInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	method := info.FullMethod
+	if i := lastSlash(method); i >= 0 {
+		method = method[i+1:]
+	}
+	resp, err := h(ctx, req)
+	s.stats.Counter("ratelimit_server." + method + ".total_requests").Inc()
+	s.stats.Timer("ratelimit_server." + method + ".response_time").Record(time.Since(start))
+	return resp, err
+}
+
+func lastSlash(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// listen opens gRPC, HTTP and debug listeners, TCP with SO_REUSEPORT as the
+// reference, or gRPC on a unix socket with GRPC_UDS.
+func (s *Server) listen() ([3]net.Listener, error) {
+	var lns [3]net.Listener
+	l := s.s.Listen
+	var err error
+	closeAll := func() {
+		for _, ln := range lns {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
+	if l.GRPCUDS != "" {
+		_ = os.Remove(l.GRPCUDS) // a stale socket from a previous run
+		lns[0], err = net.Listen("unix", l.GRPCUDS)
+	} else {
+		lns[0], err = listenReusePort(l.GRPCAddr())
+	}
+	if err == nil {
+		lns[1], err = listenReusePort(l.HTTPAddr())
+	}
+	if err == nil {
+		lns[2], err = listenReusePort(l.DebugAddr())
+	}
+	if err != nil {
+		closeAll()
+		return lns, fmt.Errorf("listening: %w", err)
+	}
+	s.mu.Lock()
+	s.addrs = Addrs{GRPC: lns[0].Addr(), HTTP: lns[1].Addr(), Debug: lns[2].Addr()}
+	s.mu.Unlock()
+	return lns, nil
+}
+
+func listenReusePort(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
+}

@@ -1,0 +1,177 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Settings is everything the rate limit service reads from the environment,
+// grouped by the part that uses it. Read it once with SettingsFromEnv.
+type Settings struct {
+	Listen  ListenSettings
+	Log     LogSettings
+	Config  ConfigSettings
+	Limiter LimiterSettings
+	Backend BackendSettings
+}
+
+// ListenSettings are the service's addresses and gRPC connection limits.
+type ListenSettings struct {
+	Host, DebugHost, GRPCHost string
+	Port, DebugPort, GRPCPort int
+	GRPCUDS                   string
+	MaxConnectionAge          time.Duration
+	MaxConnectionAgeGrace     time.Duration
+}
+
+// HTTPAddr is the /json and /healthcheck address.
+func (l ListenSettings) HTTPAddr() string { return joinHostPort(l.Host, l.Port) }
+
+// DebugAddr is the debug server's address.
+func (l ListenSettings) DebugAddr() string { return joinHostPort(l.DebugHost, l.DebugPort) }
+
+// GRPCAddr is the gRPC address (unused when GRPCUDS is set).
+func (l ListenSettings) GRPCAddr() string { return joinHostPort(l.GRPCHost, l.GRPCPort) }
+
+func joinHostPort(h string, p int) string {
+	if strings.Contains(h, ":") {
+		return fmt.Sprintf("[%s]:%d", h, p)
+	}
+	return fmt.Sprintf("%s:%d", h, p)
+}
+
+// LogSettings: LOG_LEVEL and LOG_FORMAT.
+type LogSettings struct {
+	Level  string
+	Format string
+}
+
+// ConfigSettings say where rules come from and how health depends on them.
+type ConfigSettings struct {
+	Type              string // FILE or GRPC_XDS_SOTW
+	RuntimeRoot       string
+	Subdirectory      string
+	AppDirectory      string
+	IgnoreDotFiles    bool
+	WatchRoot         bool
+	MergeDomains      bool
+	ForceStart        bool // FORCE_START_WITHOUT_INITIAL_CONFIG
+	HealthyWithConfig bool // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+}
+
+// LimiterSettings become engine.Options.
+type LimiterSettings struct {
+	ExpirationJitterMax  time.Duration
+	LocalCacheSizeBytes  int
+	NearLimitRatio       float32
+	CacheKeyPrefix       string
+	StopIncrementOnLimit bool
+	Headers              engine.HeaderOptions
+	ShadowMode           bool
+	QuotaMode            bool
+	DynamicMetadata      bool
+	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
+	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
+}
+
+// BackendSettings choose and configure the counter store.
+type BackendSettings struct {
+	Type string // redis (default, as the reference), memcache or memory
+}
+
+// SettingsFromEnv reads every setting, with the reference's defaults.
+func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
+	e := NewEnv(lookup)
+	var s Settings
+	s.Listen = ListenSettings{
+		Host:                  e.String("HOST", "0.0.0.0"),
+		Port:                  e.Int("PORT", 8080),
+		DebugHost:             e.String("DEBUG_HOST", "0.0.0.0"),
+		DebugPort:             e.Int("DEBUG_PORT", 6070),
+		GRPCHost:              e.String("GRPC_HOST", "0.0.0.0"),
+		GRPCPort:              e.Int("GRPC_PORT", 8081),
+		GRPCUDS:               e.String("GRPC_UDS", ""),
+		MaxConnectionAge:      e.Duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
+		MaxConnectionAgeGrace: e.Duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
+	}
+	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text")}
+	s.Config = ConfigSettings{
+		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
+		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		Subdirectory:      e.String("RUNTIME_SUBDIRECTORY", ""),
+		AppDirectory:      e.String("RUNTIME_APPDIRECTORY", "config"),
+		IgnoreDotFiles:    e.Bool("RUNTIME_IGNOREDOTFILES", false),
+		WatchRoot:         e.Bool("RUNTIME_WATCH_ROOT", true),
+		MergeDomains:      e.Bool("MERGE_DOMAIN_CONFIG", false),
+		ForceStart:        e.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
+		HealthyWithConfig: e.Bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+	}
+	s.Limiter = LimiterSettings{
+		ExpirationJitterMax:  time.Duration(e.Int("EXPIRATION_JITTER_MAX_SECONDS", 300)) * time.Second,
+		LocalCacheSizeBytes:  e.Int("LOCAL_CACHE_SIZE_IN_BYTES", 0),
+		NearLimitRatio:       e.Float32("NEAR_LIMIT_RATIO", 0.8),
+		CacheKeyPrefix:       e.String("CACHE_KEY_PREFIX", ""),
+		StopIncrementOnLimit: e.Bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false),
+		Headers: engine.HeaderOptions{
+			Enabled:   e.Bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
+			Limit:     e.String("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+			Remaining: e.String("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+			Reset:     e.String("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+		},
+		ShadowMode:      e.Bool("SHADOW_MODE", false),
+		QuotaMode:       e.Bool("QUOTA_MODE", false),
+		DynamicMetadata: e.Bool("RESPONSE_DYNAMIC_METADATA", false),
+		BackendTimeout:  e.Duration("SLUICE_BACKEND_TIMEOUT", time.Second),
+		Shards:          e.Int("SLUICE_SHARDS", 0),
+	}
+	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
+	if err := e.Err(); err != nil {
+		return Settings{}, err
+	}
+	return s, s.Validate()
+}
+
+// Validate reports the first setting that cannot work, in the reference's words where it has them.
+func (s Settings) Validate() error {
+	var errs []error
+	switch s.Config.Type {
+	case "FILE", "GRPC_XDS_SOTW":
+	default:
+		errs = append(errs, fmt.Errorf("Invalid setting for ConfigType: %s", s.Config.Type))
+	}
+	switch s.Backend.Type {
+	case "redis", "", "memcache", "memory":
+	default:
+		errs = append(errs, fmt.Errorf("Invalid setting for BackendType: %s", s.Backend.Type))
+	}
+	switch strings.ToLower(s.Log.Format) {
+	case "text", "json", "":
+	default:
+		errs = append(errs, fmt.Errorf("LOG_FORMAT must be text or json, got %q", s.Log.Format))
+	}
+	if _, err := parseLevel(s.Log.Level); err != nil {
+		errs = append(errs, err)
+	}
+	for name, p := range map[string]int{"PORT": s.Listen.Port, "DEBUG_PORT": s.Listen.DebugPort, "GRPC_PORT": s.Listen.GRPCPort} {
+		if p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s must be a port number, got %d", name, p))
+		}
+	}
+	if s.Limiter.NearLimitRatio < 0 || s.Limiter.NearLimitRatio > 1 {
+		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO must be between 0 and 1, got %v", s.Limiter.NearLimitRatio))
+	}
+	if s.Limiter.ExpirationJitterMax < 0 {
+		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS must not be negative"))
+	}
+	if s.Limiter.LocalCacheSizeBytes < 0 {
+		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))
+	}
+	if s.Limiter.BackendTimeout <= 0 {
+		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
+	}
+	return errors.Join(errs...)
+}
