@@ -1,0 +1,327 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// ErrClosed is returned by IncrementBatch after Close.
+var ErrClosed = errors.New("redis backend closed")
+
+// Backend is the Redis counter backend.
+type Backend struct {
+	opts        Options
+	masked      string // URL without credentials, for messages
+	client      goredis.UniversalClient
+	keysPerPipe int // 0: the whole batch in one pipeline
+	conns       connCounter
+
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	closeErr   error
+	cancel     context.CancelFunc // stops the health loop
+	healthDone chan struct{}      // closed when the health loop has ended
+}
+
+var (
+	_ engine.Backend        = (*Backend)(nil)
+	_ engine.HealthReporter = (*Backend)(nil)
+)
+
+// New validates o, builds the client and PINGs until PONG, retrying with
+// exponential backoff (factor 2, jitter). With StartupMaxElapsed 0 it retries
+// until ctx ends.
+func New(ctx context.Context, o Options) (*Backend, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("redis options: %w", err)
+	}
+	eps, err := o.endpoints()
+	if err != nil {
+		return nil, fmt.Errorf("redis options: %w", err)
+	}
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("redis TLS: %w", err)
+	}
+	b := &Backend{opts: o, masked: maskURL(o.URL)}
+	if o.PipelineLimit > 0 {
+		b.keysPerPipe = o.PipelineLimit / 2
+	}
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		client := b.newClient(eps, tlsCfg)
+		err := ping(ctx, client)
+		if err == nil {
+			b.client = client
+			break
+		}
+		_ = client.Close()
+		elapsed := time.Since(start)
+		if o.StartupMaxElapsed > 0 && elapsed >= o.StartupMaxElapsed {
+			return nil, fmt.Errorf("timed out waiting for Redis connection to %s after %s: %w", b.masked, elapsed.Round(time.Millisecond), err)
+		}
+		d := backoffDelay(attempt, o.StartupInitialInterval, o.StartupMaxInterval, rand.Float64())
+		if o.StartupMaxElapsed > 0 {
+			d = min(d, o.StartupMaxElapsed-elapsed)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("context cancelled while waiting for Redis connection to %s: %w (last error: %v)", b.masked, ctx.Err(), err)
+		}
+	}
+	if o.HealthCheckActiveConnection {
+		hctx, cancel := context.WithCancel(context.Background())
+		b.cancel = cancel
+		b.healthDone = make(chan struct{})
+		go b.healthLoop(hctx)
+	}
+	return b, nil
+}
+
+// backoffDelay is the wait before retry attempt+1: initial·2^attempt capped
+// at max, with jitter drawing uniformly between initial and that value
+// (r in [0,1)).
+func backoffDelay(attempt int, initial, max time.Duration, r float64) time.Duration {
+	d := float64(initial) * math.Pow(2, float64(attempt))
+	if d > float64(max) || math.IsInf(d, 0) {
+		d = float64(max)
+	}
+	d = float64(initial) + r*(d-float64(initial))
+	return time.Duration(d)
+}
+
+func ping(ctx context.Context, c goredis.UniversalClient) error {
+	res, err := c.Ping(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if res != "PONG" {
+		return fmt.Errorf("unexpected PING response: %q", res)
+	}
+	return nil
+}
+
+// newClient builds the go-redis client for o.Type. Client-side retries are
+// off everywhere: a retried INCRBY could count twice. Pipelines run on the
+// main pool (PipelinePoolSize -1) so that PoolSize bounds the connections,
+// as REDIS_POOL_SIZE does in the reference; go-redis would otherwise add a
+// second pool of its own for pipelines.
+func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.UniversalClient {
+	o := b.opts
+	user, pass := splitAuth(o.Auth)
+	credsFrom := func(ep endpoint) {
+		if o.Auth == "" && ep.hasAuth {
+			user, pass = ep.user, ep.password
+		}
+	}
+	switch strings.ToLower(o.Type) {
+	case typeSentinel:
+		sUser, sPass := splitAuth(o.SentinelAuth)
+		if o.SentinelAuth == "" && eps.nodes[0].hasAuth {
+			sUser, sPass = eps.nodes[0].user, eps.nodes[0].password
+		}
+		addrs := make([]string, len(eps.nodes))
+		for i, ep := range eps.nodes {
+			addrs[i] = ep.addr
+		}
+		c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            eps.masterName,
+			SentinelAddrs:         addrs,
+			SentinelUsername:      sUser,
+			SentinelPassword:      sPass,
+			Username:              user,
+			Password:              pass,
+			PoolSize:              o.PoolSize,
+			DialTimeout:           o.DialTimeout,
+			TLSConfig:             tlsCfg,
+			MaxRetries:            -1,
+			PipelinePoolSize:      -1,
+			Protocol:              2,
+			DisableIdentity:       true,
+			ContextTimeoutEnabled: true,
+		})
+		c.AddHook(&b.conns)
+		return c
+	case typeCluster:
+		addrs := make([]string, len(eps.nodes))
+		for i, ep := range eps.nodes {
+			addrs[i] = ep.addr
+		}
+		credsFrom(eps.nodes[0])
+		return goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                 addrs,
+			Username:              user,
+			Password:              pass,
+			PoolSize:              o.PoolSize,
+			DialTimeout:           o.DialTimeout,
+			TLSConfig:             tlsCfg,
+			MaxRetries:            -1,
+			PipelinePoolSize:      -1,
+			Protocol:              2,
+			DisableIdentity:       true,
+			ContextTimeoutEnabled: true,
+			// Node clients are where the connections live: count them there.
+			NewClient: func(opt *goredis.Options) *goredis.Client {
+				c := goredis.NewClient(opt)
+				c.AddHook(&b.conns)
+				return c
+			},
+		})
+	default:
+		ep := eps.nodes[0]
+		credsFrom(ep)
+		c := goredis.NewClient(&goredis.Options{
+			Network:               strings.ToLower(o.SocketType),
+			Addr:                  ep.addr,
+			DB:                    ep.db,
+			Username:              user,
+			Password:              pass,
+			PoolSize:              o.PoolSize,
+			DialTimeout:           o.DialTimeout,
+			TLSConfig:             tlsCfg,
+			MaxRetries:            -1,
+			PipelinePoolSize:      -1,
+			Protocol:              2,
+			DisableIdentity:       true,
+			ContextTimeoutEnabled: true,
+		})
+		c.AddHook(&b.conns)
+		return c
+	}
+}
+
+// IncrementBatch sends INCRBY key hits + EXPIRE key ttl for every increment
+// in one pipeline (several when PipelineLimit is smaller than the batch) and
+// fills After from the INCRBY replies. If a later pipeline of a split batch
+// fails, the earlier ones have been applied already.
+func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	for i := range batch {
+		if batch[i].Hits > math.MaxInt64 {
+			return fmt.Errorf("redis: increment %q: hits %d exceed INCRBY's int64 range", batch[i].Key, batch[i].Hits)
+		}
+		if batch[i].TTL <= 0 {
+			return fmt.Errorf("redis: increment %q: TTL %s must be positive (EXPIRE 0 deletes the key)", batch[i].Key, batch[i].TTL)
+		}
+	}
+	per := len(batch)
+	if b.keysPerPipe > 0 && b.keysPerPipe < per {
+		per = b.keysPerPipe
+	}
+	incrs := make([]*goredis.IntCmd, per)
+	for start := 0; start < len(batch); start += per {
+		chunk := batch[start:min(start+per, len(batch))]
+		pipe := b.client.Pipeline()
+		for i := range chunk {
+			incrs[i] = pipe.IncrBy(ctx, chunk[i].Key, int64(chunk[i].Hits))
+			pipe.Expire(ctx, chunk[i].Key, ttlSeconds(chunk[i].TTL))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("redis: pipeline INCRBY+EXPIRE of keys %d..%d of %d: %w", start, start+len(chunk)-1, len(batch), err)
+		}
+		for i := range chunk {
+			// A counter someone decremented below zero reads as zero.
+			chunk[i].After = uint64(max(incrs[i].Val(), 0))
+		}
+	}
+	return nil
+}
+
+// ttlSeconds rounds up to whole seconds: a key must never expire before
+// its window.
+func ttlSeconds(ttl time.Duration) time.Duration {
+	return (ttl + time.Second - 1) / time.Second * time.Second
+}
+
+// Healthy reports false when HealthCheckActiveConnection is on and no
+// connection to Redis is alive; otherwise it is always true, as in the
+// reference (a dead Redis then shows as request errors, not as health).
+func (b *Backend) Healthy() bool {
+	if !b.opts.HealthCheckActiveConnection {
+		return true
+	}
+	return !b.closed.Load() && b.conns.live.Load() > 0
+}
+
+// healthLoop pings every interval so that connections to a dead server are
+// found and dropped, and a recovered server is dialed again, also without
+// traffic. It ends when ctx is cancelled by Close.
+func (b *Backend) healthLoop(ctx context.Context) {
+	defer close(b.healthDone)
+	t := time.NewTicker(b.opts.HealthCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, b.opts.HealthCheckInterval)
+		if cc, ok := b.client.(*goredis.ClusterClient); ok {
+			_ = cc.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() })
+		} else {
+			_ = b.client.Ping(pctx).Err()
+		}
+		cancel()
+	}
+}
+
+// PoolStats are connection pool figures for metrics. ActiveConns, Dials and
+// Closes match the reference's cx_active, cx_total and cx_local_close.
+type PoolStats struct {
+	ActiveConns int64
+	Dials       int64
+	Closes      int64
+	// From go-redis, summed over nodes in cluster mode.
+	Hits, Misses, Timeouts       uint32
+	TotalConns, IdleConns, Stale uint32
+}
+
+// PoolStats returns the current pool figures.
+func (b *Backend) PoolStats() PoolStats {
+	s := b.client.PoolStats()
+	return PoolStats{
+		ActiveConns: b.conns.live.Load(),
+		Dials:       b.conns.dials.Load(),
+		Closes:      b.conns.closes.Load(),
+		Hits:        s.Hits,
+		Misses:      s.Misses,
+		Timeouts:    s.Timeouts,
+		TotalConns:  s.TotalConns,
+		IdleConns:   s.IdleConns,
+		Stale:       s.StaleConns,
+	}
+}
+
+// Close stops the health loop and closes every connection. Later calls
+// return the first result.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		if b.cancel != nil {
+			b.cancel()
+			<-b.healthDone
+		}
+		if err := b.client.Close(); err != nil {
+			b.closeErr = fmt.Errorf("redis: close client: %w", err)
+		}
+	})
+	return b.closeErr
+}

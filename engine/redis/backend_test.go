@@ -1,0 +1,512 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// singleOptions points the backend at r's plain port (or socket).
+func singleOptions(r *testenv.Redis) Options {
+	o := DefaultOptions()
+	o.SocketType, o.URL = "tcp", r.Addr
+	if r.Socket != "" {
+		o.SocketType, o.URL = "unix", r.Socket
+	}
+	o.StartupInitialInterval, o.StartupMaxInterval, o.StartupMaxElapsed = 10*time.Millisecond, 100*time.Millisecond, 5*time.Second
+	return o
+}
+
+func newBackend(t testing.TB, o Options) *Backend {
+	t.Helper()
+	b, err := New(testCtx(t), o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+// checkCounters increments each key twice (hits, then hits again) and
+// checks After and the stored value and TTL with an independent client.
+func checkCounters(t *testing.T, b *Backend, check goredis.Cmdable, prefix string, n int) {
+	t.Helper()
+	ctx := testCtx(t)
+	batch := make([]engine.Increment, n)
+	for i := range batch {
+		batch[i] = engine.Increment{Key: fmt.Sprintf("%s_%d", prefix, i), Hits: uint64(i + 1), TTL: time.Duration(60+i) * time.Second}
+	}
+	for round := 1; round <= 2; round++ {
+		if err := b.IncrementBatch(ctx, batch); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, inc := range batch {
+			if want := uint64(round * (i + 1)); inc.After != want {
+				t.Fatalf("round %d key %s: After = %d, want %d", round, inc.Key, inc.After, want)
+			}
+		}
+	}
+	for i, inc := range batch {
+		v, err := check.Get(ctx, inc.Key).Result()
+		if err != nil || v != strconv.Itoa(2*(i+1)) {
+			t.Fatalf("GET %s = %q, %v; want %d", inc.Key, v, err, 2*(i+1))
+		}
+		ttl, err := check.TTL(ctx, inc.Key).Result()
+		if err != nil || ttl != inc.TTL {
+			t.Fatalf("TTL %s = %v, %v; want %v", inc.Key, ttl, err, inc.TTL)
+		}
+	}
+}
+
+func TestSingle(t *testing.T) {
+	tests := []struct {
+		name string
+		srv  testenv.RedisOptions
+		opts func(*Options, *testenv.Redis)
+	}{
+		{"tcp", testenv.RedisOptions{}, nil},
+		{"requirepass", testenv.RedisOptions{Password: "s3cret"}, func(o *Options, _ *testenv.Redis) { o.Auth = "s3cret" }},
+		{"acl user", testenv.RedisOptions{User: "alice", Password: "wonder"}, func(o *Options, _ *testenv.Redis) { o.Auth = "alice:wonder" }},
+		{"password in url", testenv.RedisOptions{User: "alice", Password: "wonder"}, func(o *Options, r *testenv.Redis) {
+			o.URL = "redis://alice:wonder@" + r.Addr
+		}},
+		{"unix socket", testenv.RedisOptions{Unix: true}, nil},
+		{"tls", testenv.RedisOptions{TLS: true}, func(o *Options, r *testenv.Redis) {
+			o.URL, o.TLS, o.TLSCACert, o.TLSCert, o.TLSKey = r.TLSAddr, true, r.CACert, r.ClientCert, r.ClientKey
+		}},
+		{"tls by hostname", testenv.RedisOptions{TLS: true}, func(o *Options, r *testenv.Redis) {
+			o.URL = strings.Replace(r.TLSAddr, "127.0.0.1", "localhost", 1)
+			o.TLS, o.TLSCACert, o.TLSCert, o.TLSKey = true, r.CACert, r.ClientCert, r.ClientKey
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.StartRedis(t, tc.srv)
+			o := singleOptions(r)
+			if tc.opts != nil {
+				tc.opts(&o, r)
+			}
+			b := newBackend(t, o)
+			checkCounters(t, b, r.Client(t), "single", 20)
+		})
+	}
+}
+
+func TestAuthFailure(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{Password: "right"})
+	o := singleOptions(r)
+	o.Auth = "wrong"
+	o.StartupMaxElapsed = 200 * time.Millisecond
+	_, err := New(testCtx(t), o)
+	if err == nil {
+		t.Fatal("New with a wrong password succeeded")
+	}
+	want := "timed out waiting for Redis connection to " + r.Addr + " after "
+	if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("error %q, want prefix %q and the server's WRONGPASS", err, want)
+	}
+}
+
+func TestHitsZeroReadsAndRefreshesTTL(t *testing.T) {
+	ctx := testCtx(t)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	b := newBackend(t, singleOptions(r))
+	c := r.Client(t)
+	if err := c.Set(ctx, "k", 7, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	batch := []engine.Increment{{Key: "k", Hits: 0, TTL: 90 * time.Second}, {Key: "fresh", Hits: 0, TTL: 5 * time.Second}}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if batch[0].After != 7 || batch[1].After != 0 {
+		t.Fatalf("After = %d, %d; want 7, 0", batch[0].After, batch[1].After)
+	}
+	if ttl := c.TTL(ctx, "k").Val(); ttl != 90*time.Second {
+		t.Fatalf("TTL after INCRBY 0 = %v, want refreshed to 90s", ttl)
+	}
+}
+
+func TestRejectsBadIncrements(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	b := newBackend(t, singleOptions(r))
+	for _, tc := range []struct {
+		name string
+		inc  engine.Increment
+		want string
+	}{
+		{"zero ttl", engine.Increment{Key: "a", Hits: 1}, "TTL"},
+		{"huge hits", engine.Increment{Key: "a", Hits: 1 << 63, TTL: time.Second}, "int64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := b.IncrementBatch(testCtx(t), []engine.Increment{tc.inc})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if n := r.Client(t).Exists(testCtx(t), "a").Val(); n != 0 {
+		t.Fatalf("a rejected batch wrote to Redis")
+	}
+}
+
+func TestSubSecondTTLRoundsUp(t *testing.T) {
+	ctx := testCtx(t)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	b := newBackend(t, singleOptions(r))
+	batch := []engine.Increment{{Key: "k", Hits: 1, TTL: 1500 * time.Millisecond}}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := r.Client(t).TTL(ctx, "k").Val(); ttl != 2*time.Second {
+		t.Fatalf("TTL = %v, want 2s", ttl)
+	}
+}
+
+// commandStats reads calls per command and read events from the server.
+func commandStats(t *testing.T, c *goredis.Client) (incrby, expire, reads int) {
+	t.Helper()
+	info, err := c.Info(testCtx(t), "commandstats", "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := func(cmd string) int {
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			reads, _ = strconv.Atoi(v)
+		}
+	}
+	return calls("incrby"), calls("expire"), reads
+}
+
+// TestPipelineLimit counts on the server: every pipeline arrives as one
+// read event, so the read counter tells how many pipelines were sent.
+func TestPipelineLimit(t *testing.T) {
+	tests := []struct {
+		limit, keys, wantPipelines int
+	}{
+		{0, 23, 1},
+		{10, 23, 5}, // 5 keys (10 commands) per pipeline
+		{11, 23, 5}, // an odd limit rounds down to whole keys
+		{2, 3, 3},
+		{46, 23, 1},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("limit=%d,keys=%d", tc.limit, tc.keys), func(t *testing.T) {
+			ctx := testCtx(t)
+			r := testenv.StartRedis(t, testenv.RedisOptions{})
+			o := singleOptions(r)
+			o.PoolSize, o.PipelineLimit = 1, tc.limit
+			b := newBackend(t, o)
+			admin := r.Client(t)
+			if err := admin.Ping(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// PoolSize 1 and one batch first: the connection exists before
+			// counting, so no handshake read is in the figures.
+			if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "warm", Hits: 1, TTL: time.Minute}}); err != nil {
+				t.Fatal(err)
+			}
+			incr0, exp0, reads0 := commandStats(t, admin)
+			batch := make([]engine.Increment, tc.keys)
+			for i := range batch {
+				batch[i] = engine.Increment{Key: fmt.Sprintf("p%d", i), Hits: 1, TTL: time.Minute}
+			}
+			if err := b.IncrementBatch(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			incr1, exp1, reads1 := commandStats(t, admin)
+			// The second INFO's own read is in reads1.
+			if got := reads1 - reads0 - 1; got != tc.wantPipelines {
+				t.Errorf("pipelines (server read events) = %d, want %d", got, tc.wantPipelines)
+			}
+			if incr1-incr0 != tc.keys || exp1-exp0 != tc.keys {
+				t.Errorf("INCRBY calls %d, EXPIRE calls %d, want %d each", incr1-incr0, exp1-exp0, tc.keys)
+			}
+			for i := range batch {
+				if batch[i].After != 1 {
+					t.Fatalf("key %d After = %d", i, batch[i].After)
+				}
+			}
+		})
+	}
+}
+
+func TestStartupRetry(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	r.Kill()
+	o := singleOptions(r)
+	o.StartupMaxElapsed = 0 // forever, bounded by ctx
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		b   *Backend
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		b, err := New(ctx, o)
+		res <- result{b, err}
+	}()
+	// New is retrying against the dead port; a few failed attempts first.
+	select {
+	case r := <-res:
+		t.Fatalf("New returned before the server started: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	r.Restart(t)
+	got := <-res
+	if got.err != nil {
+		t.Fatalf("New after the server came up: %v", got.err)
+	}
+	defer got.b.Close()
+	batch := []engine.Increment{{Key: "k", Hits: 3, TTL: time.Minute}}
+	if err := got.b.IncrementBatch(ctx, batch); err != nil || batch[0].After != 3 {
+		t.Fatalf("IncrementBatch = %v, After %d", err, batch[0].After)
+	}
+}
+
+func TestStartupGivesUp(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	r.Kill()
+	tests := []struct {
+		name   string
+		elapse time.Duration
+		cancel bool
+		prefix string
+		is     error
+	}{
+		{"max elapsed", 200 * time.Millisecond, false, "timed out waiting for Redis connection to " + r.Addr + " after ", syscall.ECONNREFUSED},
+		{"context", 0, true, "context cancelled while waiting for Redis connection to " + r.Addr, context.Canceled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := singleOptions(r)
+			o.StartupMaxElapsed = tc.elapse
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				time.AfterFunc(200*time.Millisecond, cancel)
+			}
+			_, err := New(ctx, o)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.prefix) || !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want prefix %q wrapping %v", err, tc.prefix, tc.is)
+			}
+		})
+	}
+}
+
+func TestHealthFollowsConnections(t *testing.T) {
+	for _, active := range []bool{false, true} {
+		t.Run(fmt.Sprintf("active=%v", active), func(t *testing.T) {
+			r := testenv.StartRedis(t, testenv.RedisOptions{})
+			o := singleOptions(r)
+			o.HealthCheckActiveConnection, o.HealthCheckInterval = active, 20*time.Millisecond
+			b := newBackend(t, o)
+			if !b.Healthy() {
+				t.Fatal("unhealthy right after a successful start")
+			}
+			r.Kill()
+			waitHealth := func(want bool) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for b.Healthy() != want {
+					if time.Now().After(deadline) {
+						t.Fatalf("Healthy() stayed %v, want %v (pool %+v)", !want, want, b.PoolStats())
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if !active {
+				// Without the switch health ignores Redis, like the reference.
+				if err := b.IncrementBatch(testCtx(t), []engine.Increment{{Key: "k", Hits: 1, TTL: time.Minute}}); err == nil {
+					t.Fatal("IncrementBatch against a dead server succeeded")
+				}
+				if !b.Healthy() {
+					t.Fatal("unhealthy without HealthCheckActiveConnection")
+				}
+				return
+			}
+			waitHealth(false)
+			r.Restart(t)
+			waitHealth(true)
+			if s := b.PoolStats(); s.Dials < 2 || s.Closes < 1 {
+				t.Fatalf("pool stats %+v: want a reconnect counted", s)
+			}
+		})
+	}
+}
+
+func TestClosed(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	o := singleOptions(r)
+	o.HealthCheckActiveConnection = true
+	b, err := New(testCtx(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := b.IncrementBatch(testCtx(t), []engine.Increment{{Key: "k", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("IncrementBatch after Close = %v", err)
+	}
+	if b.Healthy() {
+		t.Fatal("healthy after Close")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	ctx := testCtx(t)
+	c := testenv.StartRedisCluster(t, 3)
+	o := DefaultOptions()
+	o.Type, o.SocketType, o.URL = "CLUSTER", "tcp", strings.Join(c.Addrs, ",")
+	o.PipelineLimit = 50
+	b := newBackend(t, o)
+	checkCounters(t, b, c.Client(t), "cl", 300)
+	for _, n := range c.Nodes {
+		if size := n.Client(t).DBSize(ctx).Val(); size == 0 {
+			t.Errorf("primary %s holds no counters", n.Addr)
+		}
+	}
+}
+
+// TestSentinelFailover increments in a bounded loop while the sentinels
+// switch the master. Errors are expected around the switch; once the
+// sentinels report the new master, increments must succeed again within 2 s
+// and stay successful.
+func TestSentinelFailover(t *testing.T) {
+	g := testenv.StartSentinelGroup(t, testenv.RedisOptions{Password: "pw", SentinelPassword: "spw"})
+	o := DefaultOptions()
+	o.Type, o.URL = "sentinel", g.MasterName+","+strings.Join(g.Sentinels, ",")
+	o.Auth, o.SentinelAuth = "pw", "spw"
+	o.DialTimeout = time.Second
+	b := newBackend(t, o)
+
+	type outcome struct {
+		at    time.Time
+		err   error
+		after uint64
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+	)
+	stop := make(chan struct{})
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		const maxIterations = 200000
+		deadline := time.Now().Add(45 * time.Second)
+		for i := 0; i < maxIterations && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			batch := []engine.Increment{{Key: "failover", Hits: 1, TTL: time.Hour}}
+			err := b.IncrementBatch(ctx, batch)
+			cancel()
+			mu.Lock()
+			outcomes = append(outcomes, outcome{time.Now(), err, batch[0].After})
+			mu.Unlock()
+			if err != nil {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	snapshot := func() []outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]outcome(nil), outcomes...)
+	}
+	waitOutcomes := func(n int) {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(snapshot()) < n && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitOutcomes(50)
+	g.Failover(t)
+	switched := time.Now()
+	// Run on until 3 s past the switch, or 500 more increments.
+	before := len(snapshot())
+	for time.Since(switched) < 3*time.Second && len(snapshot()) < before+500 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitOutcomes(before + 100)
+	close(stop)
+	<-loopDone
+
+	var firstOKAfter time.Time
+	var lastAfter uint64
+	errs, errsBefore := 0, 0
+	for _, oc := range snapshot() {
+		if oc.at.Before(switched) {
+			if oc.err != nil {
+				errsBefore++
+			}
+			continue
+		}
+		if oc.err != nil {
+			errs++
+			if !firstOKAfter.IsZero() {
+				t.Fatalf("error %v after increments had recovered", oc.err)
+			}
+			continue
+		}
+		if firstOKAfter.IsZero() {
+			firstOKAfter = oc.at
+		} else if oc.after <= lastAfter {
+			t.Fatalf("counter went from %d to %d after the failover", lastAfter, oc.after)
+		}
+		lastAfter = oc.after
+	}
+	if firstOKAfter.IsZero() || firstOKAfter.Sub(switched) > 2*time.Second {
+		t.Fatalf("no successful increment within 2s of the failover (first at %v)", firstOKAfter.Sub(switched))
+	}
+	t.Logf("%d increments, %d errors during the failover, %d after it; first success %v after it",
+		len(snapshot()), errsBefore, errs, firstOKAfter.Sub(switched).Round(time.Millisecond))
+	got, err := g.Primary.Client(t).Get(testCtx(t), "failover").Uint64()
+	if err != nil || got != lastAfter {
+		t.Fatalf("counter on the new primary = %d, %v; want the last After %d", got, err, lastAfter)
+	}
+}
