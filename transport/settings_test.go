@@ -1,0 +1,97 @@
+package transport_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/transport"
+)
+
+func TestSettingsDefaults(t *testing.T) {
+	s, err := transport.SettingsFromEnv(transport.FromMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Listen.GRPCAddr() != "0.0.0.0:8081" || s.Listen.HTTPAddr() != "0.0.0.0:8080" || s.Listen.DebugAddr() != "0.0.0.0:6070" {
+		t.Errorf("addresses %s %s %s", s.Listen.GRPCAddr(), s.Listen.HTTPAddr(), s.Listen.DebugAddr())
+	}
+	if s.Config.RuntimeRoot != "/srv/runtime_data/current" || !s.Config.WatchRoot || s.Config.AppDirectory != "config" || s.Config.Type != "FILE" {
+		t.Errorf("config %+v", s.Config)
+	}
+	if s.Limiter.ExpirationJitterMax != 300*time.Second || s.Limiter.NearLimitRatio != 0.8 || s.Backend.Type != "redis" {
+		t.Errorf("limiter %+v backend %+v", s.Limiter, s.Backend)
+	}
+	if s.Limiter.Headers.Limit != "RateLimit-Limit" || s.Listen.MaxConnectionAge != 24*time.Hour {
+		t.Errorf("headers %+v", s.Limiter.Headers)
+	}
+}
+
+func TestSettingsErrors(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"CONFIG_TYPE": "CONSUL"}, "Invalid setting for ConfigType: CONSUL"},
+		{map[string]string{"BACKEND_TYPE": "etcd"}, "Invalid setting for BackendType: etcd"},
+		{map[string]string{"PORT": "http"}, `PORT="http" is not an integer`},
+		{map[string]string{"SHADOW_MODE": "yes please"}, `SHADOW_MODE="yes please" is not a boolean`},
+		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, `GRPC_MAX_CONNECTION_AGE="forever" is not a duration`},
+		{map[string]string{"NEAR_LIMIT_RATIO": "1.5"}, "NEAR_LIMIT_RATIO must be between 0 and 1"},
+		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL "loud" is not a level`},
+		{map[string]string{"REDIS_URL": "a:1", "KVSTORE_URL": "b:2"}, `REDIS_URL="a:1" and KVSTORE_URL="b:2" are both set and differ`},
+	}
+	for _, tc := range cases {
+		_, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestEnvAliases(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		name string
+		want string
+	}{
+		{map[string]string{"KVSTORE_URL": "x:1"}, "REDIS_URL", "x:1"},
+		{map[string]string{"REDIS_URL": "x:1", "KVSTORE_URL": "x:1"}, "REDIS_URL", "x:1"},
+		{map[string]string{"MCSTORE_HOST_PORT": "m:1"}, "MEMCACHE_HOST_PORT", "m:1"},
+		{map[string]string{"USE_PULLMETRICS": "true"}, "USE_PROMETHEUS", "true"},
+		{map[string]string{"PULLMETRICS_ADDR": ":1"}, "PROMETHEUS_ADDR", ":1"},
+		{map[string]string{"USE_TAGGED_STATSD": "true"}, "USE_DOG_STATSD", "true"},
+		{map[string]string{"TAGGED_STATSD_MOGRIFIERS": "a"}, "USE_DOG_STATSD_MOGRIFIERS", "a"},
+		{map[string]string{"TAGGED_STATSD_MOGRIFIERS_A_PATTERN": "p"}, "DOG_STATSD_MOGRIFIER_A_PATTERN", "p"},
+	} {
+		e := transport.NewEnv(transport.FromMap(tc.env))
+		if got := e.String(tc.name, ""); got != tc.want || e.Err() != nil {
+			t.Errorf("%v: %s = %q (%v), want %q", tc.env, tc.name, got, e.Err(), tc.want)
+		}
+	}
+}
+
+func TestLogFormats(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := transport.NewLogger(&buf, transport.LogSettings{Level: "debug", Format: "json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Warn("hello")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatal(err)
+	}
+	if line["@message"] != "hello" || line["level"] != "warning" || line["@timestamp"] == nil {
+		t.Errorf("json line %v", line)
+	}
+	buf.Reset()
+	log, _ = transport.NewLogger(&buf, transport.LogSettings{Level: "warn", Format: "text"})
+	log.Info("hidden")
+	log.Error("shown")
+	if got := buf.String(); strings.Contains(got, "hidden") || !strings.Contains(got, `level=error msg=shown`) || !strings.HasPrefix(got, "time=") {
+		t.Errorf("text log %q", got)
+	}
+}
