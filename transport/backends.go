@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/engine/redis"
 )
 
 // backends are the counter stores of one server, as the shards see them.
@@ -17,6 +18,10 @@ type backends struct {
 	main      func(shard int) engine.Backend
 	perSecond func(shard int) engine.Backend // nil without a per-second store
 	validator engine.KeyValidator
+	health    []engine.HealthReporter
+	// window and keysPerCall shape the shards' batches (pipeline window and limit).
+	window      time.Duration
+	keysPerCall int
 
 	mu     sync.Mutex
 	owned  []engine.Backend
@@ -28,6 +33,16 @@ func (b *backends) own(x engine.Backend) engine.Backend {
 	b.owned = append(b.owned, x)
 	b.mu.Unlock()
 	return x
+}
+
+// Healthy is false when any store reports it has lost its connections.
+func (b *backends) Healthy() bool {
+	for _, h := range b.health {
+		if !h.Healthy() {
+			return false
+		}
+	}
+	return true
 }
 
 // Close closes every store once.
@@ -54,7 +69,26 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 		b.main = func(int) engine.Backend { return b.own(memory.New(clock)) }
 		return b, nil
 	case "redis", "":
-		return nil, fmt.Errorf("BACKEND_TYPE=redis is not built into this binary yet; use BACKEND_TYPE=memory")
+		// One client per instance, shared by every shard: go-redis pools connections.
+		main, err := redis.New(ctx, s.Backend.Redis.Options)
+		if err != nil {
+			return nil, err
+		}
+		b.own(main)
+		b.main = func(int) engine.Backend { return main }
+		b.health = append(b.health, main)
+		if s.Backend.PerSecond {
+			sec, err := redis.New(ctx, s.Backend.RedisPerSecond.Options)
+			if err != nil {
+				b.Close()
+				return nil, fmt.Errorf("per-second redis: %w", err)
+			}
+			b.own(sec)
+			b.perSecond = func(int) engine.Backend { return sec }
+			b.health = append(b.health, sec)
+		}
+		b.window, b.keysPerCall = s.Backend.Redis.PipelineWindow, s.Backend.Redis.PipelineLimit/2
+		return b, nil
 	case "memcache":
 		return nil, fmt.Errorf("BACKEND_TYPE=memcache is not built into this binary yet; use BACKEND_TYPE=memory")
 	}

@@ -101,7 +101,10 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		Backend:     back.main,
 		PerSecond:   back.perSecond,
 		CallTimeout: s.Limiter.BackendTimeout,
-		Logger:      o.Logger,
+		// The reference's pipeline variables bound a shard's batches.
+		PipelineWindow: back.window,
+		PipelineLimit:  back.keysPerCall,
+		Logger:         o.Logger,
 	})
 	if err != nil {
 		back.Close()
@@ -199,6 +202,10 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 			s.log.Error("configuration source stopped", "error", err)
 		}
 	}()
+	if len(s.back.health) > 0 {
+		bg.Add(1)
+		go func() { defer bg.Done(); s.watchBackendHealth(cfgCtx) }()
+	}
 	first := make(chan struct{})
 	bg.Add(1)
 	go func() {
@@ -255,6 +262,21 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		}
 	}
 	return runErr
+}
+
+// watchBackendHealth mirrors the stores' own health into the service's
+// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION); it ends with ctx.
+func (s *Server) watchBackendHealth(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.health.Set(ComponentBackend, s.back.Healthy())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // shutdown stops accepting, lets in-flight requests finish (bounded), and

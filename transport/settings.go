@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/redis"
 )
 
 // Settings is everything the rate limit service reads from the environment,
@@ -81,6 +82,21 @@ type LimiterSettings struct {
 // BackendSettings choose and configure the counter store.
 type BackendSettings struct {
 	Type string // redis (default, as the reference), memcache or memory
+
+	Redis RedisSettings
+	// PerSecond sends rules with unit SECOND to RedisPerSecond (REDIS_PERSECOND).
+	PerSecond      bool
+	RedisPerSecond RedisSettings
+}
+
+// RedisSettings are one Redis instance's client options plus the shard
+// batching knobs that keep the reference's pipeline variables meaningful.
+type RedisSettings struct {
+	Options redis.Options
+	// PipelineWindow is the longest a shard holds a new batch open (REDIS_PIPELINE_WINDOW).
+	PipelineWindow time.Duration
+	// PipelineLimit caps commands per pipeline, two per key (REDIS_PIPELINE_LIMIT).
+	PipelineLimit int
 }
 
 // SettingsFromEnv reads every setting, with the reference's defaults.
@@ -129,10 +145,57 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		Shards:          e.Int("SLUICE_SHARDS", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
+	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
+	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
+	s.Backend.RedisPerSecond = redisFromEnv(e, "REDIS_PERSECOND_", &s.Backend.Redis.Options)
 	if err := e.Err(); err != nil {
 		return Settings{}, err
 	}
 	return s, s.Validate()
+}
+
+// redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.
+// The per-second instance shares the main one's TLS files and startup
+// backoff unless it names its own.
+func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
+	def := redis.DefaultOptions()
+	if p == "REDIS_PERSECOND_" {
+		def.URL = "/var/run/nutcracker/ratelimitpersecond.sock"
+		def.TLSCert, def.TLSKey, def.TLSCACert = main.TLSCert, main.TLSKey, main.TLSCACert
+		def.TLSSkipHostnameVerification = main.TLSSkipHostnameVerification
+		def.StartupInitialInterval, def.StartupMaxInterval, def.StartupMaxElapsed = main.StartupInitialInterval, main.StartupMaxInterval, main.StartupMaxElapsed
+		def.HealthCheckActiveConnection = main.HealthCheckActiveConnection
+	}
+	o := redis.Options{
+		Type:                        strings.ToLower(e.String(p+"TYPE", def.Type)),
+		SocketType:                  e.String(p+"SOCKET_TYPE", def.SocketType),
+		URL:                         e.String(p+"URL", def.URL),
+		PoolSize:                    e.Int(p+"POOL_SIZE", def.PoolSize),
+		Auth:                        e.String(p+"AUTH", ""),
+		SentinelAuth:                e.String(p+"SENTINEL_AUTH", ""),
+		TLS:                         e.Bool(p+"TLS", false),
+		TLSCert:                     e.String(p+"TLS_CLIENT_CERT", def.TLSCert),
+		TLSKey:                      e.String(p+"TLS_CLIENT_KEY", def.TLSKey),
+		TLSCACert:                   e.String(p+"TLS_CACERT", def.TLSCACert),
+		TLSSkipHostnameVerification: e.Bool(p+"TLS_SKIP_HOSTNAME_VERIFICATION", def.TLSSkipHostnameVerification),
+		DialTimeout:                 e.Duration(p+"TIMEOUT", def.DialTimeout),
+		HealthCheckActiveConnection: e.Bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", def.HealthCheckActiveConnection),
+		HealthCheckInterval:         def.HealthCheckInterval,
+		StartupInitialInterval:      e.Duration("REDIS_STARTUP_INITIAL_INTERVAL", def.StartupInitialInterval),
+		StartupMaxInterval:          e.Duration("REDIS_STARTUP_MAX_INTERVAL", def.StartupMaxInterval),
+		StartupMaxElapsed:           e.Duration("REDIS_STARTUP_MAX_ELAPSED_TIME", def.StartupMaxElapsed),
+	}
+	rs := RedisSettings{Options: o, PipelineWindow: e.Duration(p+"PIPELINE_WINDOW", 0), PipelineLimit: e.Int(p+"PIPELINE_LIMIT", 0)}
+	rs.Options.PipelineLimit = rs.PipelineLimit
+	switch v := strings.ToUpper(e.String(p+"POOL_ON_EMPTY_BEHAVIOR", "WAIT")); v {
+	case "WAIT", "":
+	case "CREATE", "ERROR":
+		e.fail(fmt.Errorf("%sPOOL_ON_EMPTY_BEHAVIOR=%s is not supported: sluice's pool waits for a free connection (WAIT)", p, v))
+	}
+	if n := e.Int(p+"CLUSTER_PIPELINE_PARALLELISM", 1); n < 0 {
+		e.fail(fmt.Errorf("redis cluster pipeline parallelism must be >= 0"))
+	}
+	return rs
 }
 
 // Validate reports the first setting that cannot work, in the reference's words where it has them.
@@ -169,6 +232,16 @@ func (s Settings) Validate() error {
 	}
 	if s.Limiter.LocalCacheSizeBytes < 0 {
 		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))
+	}
+	if s.Backend.Type == "redis" || s.Backend.Type == "" {
+		if err := s.Backend.Redis.Options.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("REDIS_*: %w", err))
+		}
+		if s.Backend.PerSecond {
+			if err := s.Backend.RedisPerSecond.Options.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("REDIS_PERSECOND_*: %w", err))
+			}
+		}
 	}
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
