@@ -1,0 +1,435 @@
+package memcache
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// ErrClosed is returned by IncrementBatch after Close.
+var ErrClosed = errors.New("memcache backend closed")
+
+// MaxKeyLen is memcached's key length limit in bytes.
+const MaxKeyLen = 250
+
+// maxRelativeExpiration is memcached's cut-off: larger expirations are read
+// as absolute unix times.
+const maxRelativeExpiration = 30 * 24 * 60 * 60
+
+// Backend is the memcache counter backend.
+type Backend struct {
+	opts    Options
+	client  *memcache.Client
+	servers *memcache.ServerList
+	log     *slog.Logger
+	now     func() time.Time
+
+	jobs        chan job
+	abort       chan struct{} // closed when Close stops waiting for the queue
+	workersLeft atomic.Int32
+	workersDone chan struct{} // closed by the last worker to exit
+
+	mu       sync.Mutex // guards closed and the inflight registration
+	closed   bool
+	inflight sync.WaitGroup // IncrementBatch calls that may still enqueue
+
+	cancelBG  context.CancelFunc // stops SRV refresh and health loops
+	bgDone    sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	healthy atomic.Bool
+	stats   counters
+
+	// testHookBeforeAdd runs between a missed increment and the add, so a
+	// test can create the key in that window and force the add race.
+	testHookBeforeAdd func(key string)
+}
+
+type counters struct {
+	applied, failed, dropped, addRaces atomic.Uint64
+}
+
+// Stats are the backend's background increment figures.
+type Stats struct {
+	Applied  uint64 // increments applied to memcached
+	Failed   uint64 // increments that failed (logged)
+	Dropped  uint64 // increments Close gave up on after DrainTimeout
+	AddRaces uint64 // adds that lost to a concurrent add and incremented instead
+	Queued   int    // increments waiting for a worker now
+}
+
+type job struct {
+	key        string
+	hits       uint64
+	expiration int32
+}
+
+var (
+	_ engine.Backend        = (*Backend)(nil)
+	_ engine.KeyValidator   = (*Backend)(nil)
+	_ engine.HealthReporter = (*Backend)(nil)
+)
+
+// New validates o, resolves the nodes (SRV failures are errors, as in the
+// reference), and starts the worker pool, the health loop and, with
+// SRVRefresh, the SRV refresh loop. Unreachable nodes do not fail New; they
+// show in Healthy. ctx bounds the first SRV lookup.
+func New(ctx context.Context, o Options) (*Backend, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("memcache options: %w", err)
+	}
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("memcache TLS: %w", err)
+	}
+	b := &Backend{
+		opts:        o,
+		servers:     new(memcache.ServerList),
+		log:         o.Logger,
+		now:         o.Now,
+		jobs:        make(chan job, o.QueueSize),
+		abort:       make(chan struct{}),
+		workersDone: make(chan struct{}),
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	if o.SRV != "" {
+		if err := b.refreshSRV(ctx); err != nil {
+			return nil, fmt.Errorf("Unable to fetch servers from SRV %s: %w", o.SRV, err)
+		}
+	} else if err := b.servers.SetServers(o.HostPorts...); err != nil {
+		return nil, fmt.Errorf("memcache servers %v: %w", o.HostPorts, err)
+	}
+	b.client = memcache.NewFromSelector(b.servers)
+	b.client.Timeout = o.Timeout
+	b.client.MaxIdleConns = o.MaxIdleConns
+	if tlsCfg != nil {
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: o.Timeout}, Config: tlsCfg}
+		b.client.DialContext = d.DialContext
+	}
+	b.record(b.client.Ping())
+
+	bgCtx, cancel := context.WithCancel(context.Background())
+	b.cancelBG = cancel
+	b.bgDone.Add(1)
+	go b.healthLoop(bgCtx)
+	if o.SRV != "" && o.SRVRefresh > 0 {
+		b.bgDone.Add(1)
+		go b.srvLoop(bgCtx)
+	}
+	b.workersLeft.Store(int32(o.Workers))
+	for range o.Workers {
+		go b.worker()
+	}
+	return b, nil
+}
+
+// ValidateKey rejects keys memcached cannot store: empty, longer than 250
+// bytes, or holding whitespace or control characters.
+func (b *Backend) ValidateKey(key string) error { return ValidateKey(key) }
+
+// ValidateKey is the check behind Backend.ValidateKey.
+func ValidateKey(key string) error {
+	if key == "" {
+		return errors.New("memcache key is empty")
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("memcache key is %d bytes long, over the %d-byte limit: %.40q...", len(key), MaxKeyLen, key)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
+			return fmt.Errorf("memcache key %q has whitespace %q at byte %d", key, c, i)
+		case c < ' ' || c == 0x7f:
+			return fmt.Errorf("memcache key %q has control character 0x%02x at byte %d", key, c, i)
+		}
+	}
+	return nil
+}
+
+// IncrementBatch reads all counters with one GetMulti, fills After with
+// stored value + hits, and queues the increments for the workers. It waits
+// only when the queue is full.
+func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	keys := make([]string, len(batch))
+	jobs := make([]job, len(batch))
+	for i := range batch {
+		if err := ValidateKey(batch[i].Key); err != nil {
+			return fmt.Errorf("memcache: %w", err)
+		}
+		if batch[i].TTL <= 0 {
+			return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", batch[i].Key, batch[i].TTL)
+		}
+		keys[i] = batch[i].Key
+		jobs[i] = job{key: batch[i].Key, hits: batch[i].Hits, expiration: b.expiration(batch[i].TTL)}
+	}
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.inflight.Add(1)
+	b.mu.Unlock()
+	defer b.inflight.Done()
+
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memcache: %w", err)
+	}
+	items, err := b.client.GetMulti(keys)
+	b.record(err)
+	if err != nil {
+		return fmt.Errorf("memcache: GetMulti of %d keys: %w", len(keys), err)
+	}
+	for i := range batch {
+		var stored uint64
+		if it, ok := items[batch[i].Key]; ok {
+			if stored, err = parseCounter(it.Value); err != nil {
+				return fmt.Errorf("memcache: key %q: %w", batch[i].Key, err)
+			}
+		}
+		batch[i].After = satAdd(stored, batch[i].Hits)
+	}
+	for i, j := range jobs {
+		select {
+		case b.jobs <- j:
+		case <-ctx.Done():
+			return fmt.Errorf("memcache: queue increments (%d of %d queued): %w", i, len(jobs), ctx.Err())
+		}
+	}
+	return nil
+}
+
+// parseCounter reads a stored counter. memcached keeps incremented values as
+// decimal text and may pad them with spaces.
+func parseCounter(v []byte) (uint64, error) {
+	s := strings.TrimRight(string(v), " ")
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stored value %.32q is not a counter: %w", v, err)
+	}
+	return n, nil
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// expiration converts a TTL to memcached's expiration field: whole seconds,
+// rounded up; above 30 days as an absolute unix time, because memcached reads
+// larger values that way (a relative month would otherwise expire at once).
+func (b *Backend) expiration(ttl time.Duration) int32 {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	if secs > maxRelativeExpiration {
+		secs += b.now().Unix()
+	}
+	return int32(min(secs, math.MaxInt32))
+}
+
+// worker applies queued increments until the queue is closed, or skips them
+// once Close has given up waiting.
+func (b *Backend) worker() {
+	defer func() {
+		if b.workersLeft.Add(-1) == 0 {
+			close(b.workersDone)
+		}
+	}()
+	for j := range b.jobs {
+		select {
+		case <-b.abort:
+			b.stats.dropped.Add(1)
+			continue
+		default:
+		}
+		if err := b.apply(j); err != nil {
+			b.stats.failed.Add(1)
+			b.log.Warn("memcache increment failed", "key", j.key, "hits", j.hits, "err", err)
+		} else {
+			b.stats.applied.Add(1)
+		}
+	}
+}
+
+// apply is the reference's dance: increment; on a miss add; if the add
+// lost a race, increment again.
+func (b *Backend) apply(j job) error {
+	_, err := b.client.Increment(j.key, j.hits)
+	b.record(err)
+	if !errors.Is(err, memcache.ErrCacheMiss) {
+		if err != nil {
+			return fmt.Errorf("increment: %w", err)
+		}
+		return nil
+	}
+	if b.testHookBeforeAdd != nil {
+		b.testHookBeforeAdd(j.key)
+	}
+	err = b.client.Add(&memcache.Item{Key: j.key, Value: []byte(strconv.FormatUint(j.hits, 10)), Expiration: j.expiration})
+	b.record(err)
+	if !errors.Is(err, memcache.ErrNotStored) {
+		if err != nil {
+			return fmt.Errorf("add: %w", err)
+		}
+		return nil
+	}
+	b.stats.addRaces.Add(1)
+	_, err = b.client.Increment(j.key, j.hits)
+	b.record(err)
+	if err != nil {
+		return fmt.Errorf("increment after a lost add: %w", err)
+	}
+	return nil
+}
+
+// record keeps the health signal: did the last operation reach a server?
+// Protocol answers (miss, not stored, client errors) did.
+func (b *Backend) record(err error) {
+	b.healthy.Store(!unreachable(err))
+}
+
+func unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var cte *memcache.ConnectTimeoutError
+	var ne net.Error
+	return errors.Is(err, memcache.ErrNoServers) || errors.As(err, &cte) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// Healthy reports whether the last operation, a request or the periodic
+// ping, reached the memcached servers.
+func (b *Backend) Healthy() bool {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	return !closed && b.healthy.Load()
+}
+
+// Stats returns the background increment figures.
+func (b *Backend) Stats() Stats {
+	return Stats{
+		Applied:  b.stats.applied.Load(),
+		Failed:   b.stats.failed.Load(),
+		Dropped:  b.stats.dropped.Load(),
+		AddRaces: b.stats.addRaces.Load(),
+		Queued:   len(b.jobs),
+	}
+}
+
+func (b *Backend) healthLoop(ctx context.Context) {
+	defer b.bgDone.Done()
+	t := time.NewTicker(b.opts.HealthCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.record(b.client.Ping())
+		}
+	}
+}
+
+func (b *Backend) srvLoop(ctx context.Context) {
+	defer b.bgDone.Done()
+	t := time.NewTicker(b.opts.SRVRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := b.refreshSRV(ctx); err != nil && ctx.Err() == nil {
+				// Keep the previous list: a DNS hiccup must not empty it.
+				b.log.Warn("memcache SRV refresh failed", "srv", b.opts.SRV, "err", err)
+			}
+		}
+	}
+}
+
+// refreshSRV looks the record up and replaces the server list.
+func (b *Backend) refreshSRV(ctx context.Context) error {
+	if _, err := parseSRVName(b.opts.SRV); err != nil {
+		return err
+	}
+	r := b.opts.Resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, recs, err := r.LookupSRV(lctx, "", "", b.opts.SRV)
+	if err != nil {
+		return fmt.Errorf("lookup: %w", err)
+	}
+	if len(recs) == 0 {
+		return errors.New("lookup: no records")
+	}
+	servers := make([]string, len(recs))
+	for i, rec := range recs {
+		servers[i] = net.JoinHostPort(strings.TrimSuffix(rec.Target, "."), strconv.Itoa(int(rec.Port)))
+	}
+	if err := b.servers.SetServers(servers...); err != nil {
+		return fmt.Errorf("set servers %v: %w", servers, err)
+	}
+	return nil
+}
+
+// Close stops taking batches, waits (at most DrainTimeout) for the queued
+// increments, stops the background loops and closes the connections. It
+// reports increments it had to drop. Later calls return the first result.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		// Batches already past the closed check finish queueing; the workers
+		// keep draining, so they cannot block for long.
+		b.inflight.Wait()
+		close(b.jobs)
+		t := time.NewTimer(b.opts.DrainTimeout)
+		select {
+		case <-b.workersDone:
+			t.Stop()
+		case <-t.C:
+			close(b.abort)
+			<-b.workersDone
+		}
+		b.cancelBG()
+		b.bgDone.Wait()
+		if err := b.client.Close(); err != nil {
+			b.closeErr = fmt.Errorf("memcache: close connections: %w", err)
+		}
+		if n := b.stats.dropped.Load(); n > 0 {
+			b.closeErr = errors.Join(b.closeErr, fmt.Errorf("memcache: close: %d queued increments dropped after %s", n, b.opts.DrainTimeout))
+		}
+	})
+	return b.closeErr
+}

@@ -1,0 +1,187 @@
+package memcache
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Options configures the memcache backend. Field names follow the MEMCACHE_*
+// settings of the reference implementation.
+type Options struct {
+	// HostPorts are the memcached nodes (MEMCACHE_HOST_PORT).
+	HostPorts []string
+	// SRV is a record "_service._proto.name" to find the nodes (MEMCACHE_SRV);
+	// exclusive with HostPorts.
+	SRV string
+	// SRVRefresh re-reads the SRV record this often; 0 never (MEMCACHE_SRV_REFRESH).
+	SRVRefresh time.Duration
+	// MaxIdleConns is the idle connections kept per node (MEMCACHE_MAX_IDLE_CONNS).
+	MaxIdleConns int
+	// TLS to the nodes, with an optional client certificate; TLSCACert is
+	// added to the system roots (MEMCACHE_TLS*).
+	TLS                         bool
+	TLSCert, TLSKey, TLSCACert  string
+	TLSSkipHostnameVerification bool
+	// Timeout bounds every socket read and write, and dials.
+	Timeout time.Duration
+
+	// Workers apply the increments in the background.
+	Workers int
+	// QueueSize bounds the increments waiting for a worker; a full queue
+	// makes IncrementBatch wait (back-pressure) until its context ends.
+	QueueSize int
+	// DrainTimeout bounds how long Close waits for queued increments.
+	DrainTimeout time.Duration
+	// HealthCheckInterval is how often the nodes are pinged so that Healthy
+	// also follows reality without traffic.
+	HealthCheckInterval time.Duration
+
+	// Resolver looks up SRV; nil uses net.DefaultResolver.
+	Resolver *net.Resolver
+	// Now is the clock for absolute expirations; nil uses time.Now.
+	Now func() time.Time
+	// Logger receives background errors (failed increments, SRV refresh);
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns the reference's defaults plus sluice's pool sizes.
+// HostPorts or SRV must still be set.
+func DefaultOptions() Options {
+	return Options{
+		MaxIdleConns:        2,
+		Timeout:             500 * time.Millisecond,
+		Workers:             8,
+		QueueSize:           4096,
+		DrainTimeout:        5 * time.Second,
+		HealthCheckInterval: time.Second,
+	}
+}
+
+// Validate reports every problem with o, joined.
+func (o Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case len(o.HostPorts) > 0 && o.SRV != "":
+		add("Both MEMCACHE_HOST_PORT and MEMCACHE_SRV are set")
+	case len(o.HostPorts) == 0 && o.SRV == "":
+		add("neither MEMCACHE_HOST_PORT nor MEMCACHE_SRV is set")
+	}
+	for _, hp := range o.HostPorts {
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			add("memcache host %q: %w", hp, err)
+		}
+	}
+	if o.SRV != "" {
+		if _, err := parseSRVName(o.SRV); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.SRVRefresh < 0 {
+		add("memcache SRV refresh must not be negative, got %s", o.SRVRefresh)
+	}
+	if o.MaxIdleConns < 1 {
+		add("memcache max idle connections must be at least 1, got %d", o.MaxIdleConns)
+	}
+	if o.Timeout <= 0 {
+		add("memcache timeout must be positive, got %s", o.Timeout)
+	}
+	if o.Workers < 1 {
+		add("memcache workers must be at least 1, got %d", o.Workers)
+	}
+	if o.QueueSize < 1 {
+		add("memcache queue size must be at least 1, got %d", o.QueueSize)
+	}
+	if o.DrainTimeout <= 0 {
+		add("memcache drain timeout must be positive, got %s", o.DrainTimeout)
+	}
+	if o.HealthCheckInterval <= 0 {
+		add("memcache health check interval must be positive, got %s", o.HealthCheckInterval)
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		add("memcache TLS client certificate and key must be set together (cert %q, key %q)", o.TLSCert, o.TLSKey)
+	}
+	return errors.Join(errs...)
+}
+
+// srvName is a parsed "_service._proto.name".
+type srvName struct{ service, proto, name string }
+
+// parseSRVName checks the "_service._proto.name" shape the reference
+// requires.
+func parseSRVName(s string) (srvName, error) {
+	bad := fmt.Errorf("memcache SRV %q is not of the form _service._proto.name", s)
+	rest, ok := strings.CutPrefix(s, "_")
+	if !ok {
+		return srvName{}, bad
+	}
+	service, rest, ok := strings.Cut(rest, "._")
+	if !ok || service == "" {
+		return srvName{}, bad
+	}
+	proto, name, ok := strings.Cut(rest, ".")
+	if !ok || proto == "" || strings.Trim(name, ".") == "" {
+		return srvName{}, bad
+	}
+	for _, part := range []string{service, proto, name} {
+		for i := 0; i < len(part); i++ {
+			if c := part[i]; c <= ' ' || c == 0x7f {
+				return srvName{}, bad
+			}
+		}
+	}
+	return srvName{service, proto, name}, nil
+}
+
+// tlsConfig builds the client TLS configuration, or nil without TLS.
+func (o Options) tlsConfig() (*tls.Config, error) {
+	if !o.TLS {
+		return nil, nil
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if o.TLSCACert != "" {
+		pemCA, err := os.ReadFile(o.TLSCACert)
+		if err != nil {
+			return nil, fmt.Errorf("read TLS CA: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pemCA) {
+			return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", o.TLSCACert)
+		}
+	}
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if o.TLSCert != "" {
+		pair, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("load TLS client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	if o.TLSSkipHostnameVerification {
+		// InsecureSkipVerify turns off all checks; VerifyConnection puts the
+		// chain check back, without a name.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tls: server sent no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+			return err
+		}
+	}
+	return cfg, nil
+}
