@@ -250,14 +250,14 @@ func ttlSeconds(ttl time.Duration) time.Duration {
 	return (ttl + time.Second - 1) / time.Second * time.Second
 }
 
-// Healthy reports false when HealthCheckActiveConnection is on and no
-// connection to Redis is alive; otherwise it is always true, as in the
+// Healthy reports false after Close, and when HealthCheckActiveConnection is
+// on and no connection to Redis is alive; otherwise it is true, as in the
 // reference (a dead Redis then shows as request errors, not as health).
 func (b *Backend) Healthy() bool {
-	if !b.opts.HealthCheckActiveConnection {
-		return true
+	if b.closed.Load() {
+		return false
 	}
-	return !b.closed.Load() && b.conns.live.Load() > 0
+	return !b.opts.HealthCheckActiveConnection || b.conns.live.Load() > 0
 }
 
 // healthLoop pings every interval so that connections to a dead server are
