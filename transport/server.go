@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -64,6 +65,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	addrs Addrs
+
+	perMethod sync.Map // full gRPC method → *methodStats
 }
 
 // Addrs are the bound addresses, known once Run has started listening.
@@ -96,8 +99,15 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	srv.back = back
 	srv.health.Set(ComponentBackend, true)
 
+	shards := s.Limiter.Shards
+	if shards == 0 && s.Backend.Type != "memory" {
+		// With one call in flight per shard, the shard count is the backend's
+		// concurrency: fewer shards make bigger batches and fewer round trips,
+		// and a network backend's latency hides the lost parallelism.
+		shards = runtime.GOMAXPROCS(0)
+	}
 	router, err := actors.New(actors.Options{
-		Shards:      s.Limiter.Shards,
+		Shards:      shards,
 		Backend:     back.main,
 		PerSecond:   back.perSecond,
 		CallTimeout: s.Limiter.BackendTimeout,
@@ -317,14 +327,33 @@ func (s *Server) newGRPCServer() *grpc.Server {
 // .response_time, as the reference's gRPC interceptor.
 func (s *Server) statsInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	method := info.FullMethod
+	resp, err := h(ctx, req)
+	ms := s.methodStats(info.FullMethod)
+	ms.total.Inc()
+	ms.time.Record(time.Since(start))
+	return resp, err
+}
+
+type methodStats struct {
+	total *stats.Counter
+	time  *stats.Timer
+}
+
+// methodStats resolves a gRPC method's stats once (the names never change).
+func (s *Server) methodStats(full string) *methodStats {
+	if v, ok := s.perMethod.Load(full); ok {
+		return v.(*methodStats)
+	}
+	method := full
 	if i := lastSlash(method); i >= 0 {
 		method = method[i+1:]
 	}
-	resp, err := h(ctx, req)
-	s.stats.Counter("ratelimit_server." + method + ".total_requests").Inc()
-	s.stats.Timer("ratelimit_server." + method + ".response_time").Record(time.Since(start))
-	return resp, err
+	ms := &methodStats{
+		total: s.stats.Counter("ratelimit_server." + method + ".total_requests"),
+		time:  s.stats.Timer("ratelimit_server." + method + ".response_time"),
+	}
+	v, _ := s.perMethod.LoadOrStore(full, ms)
+	return v.(*methodStats)
 }
 
 func lastSlash(s string) int {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
 )
 
@@ -87,6 +88,8 @@ type BackendSettings struct {
 	// PerSecond sends rules with unit SECOND to RedisPerSecond (REDIS_PERSECOND).
 	PerSecond      bool
 	RedisPerSecond RedisSettings
+
+	Memcache memcache.Options
 }
 
 // RedisSettings are one Redis instance's client options plus the shard
@@ -148,6 +151,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
 	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
 	s.Backend.RedisPerSecond = redisFromEnv(e, "REDIS_PERSECOND_", &s.Backend.Redis.Options)
+	s.Backend.Memcache = memcacheFromEnv(e)
 	if err := e.Err(); err != nil {
 		return Settings{}, err
 	}
@@ -186,7 +190,11 @@ func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
 		StartupMaxElapsed:           e.Duration("REDIS_STARTUP_MAX_ELAPSED_TIME", def.StartupMaxElapsed),
 	}
 	rs := RedisSettings{Options: o, PipelineWindow: e.Duration(p+"PIPELINE_WINDOW", 0), PipelineLimit: e.Int(p+"PIPELINE_LIMIT", 0)}
-	rs.Options.PipelineLimit = rs.PipelineLimit
+	// The client splits pipelines too; a key's INCRBY and EXPIRE always travel
+	// together, so a limit of 1 command means one key per pipeline.
+	if rs.PipelineLimit > 0 {
+		rs.Options.PipelineLimit = max(rs.PipelineLimit, 2)
+	}
 	switch v := strings.ToUpper(e.String(p+"POOL_ON_EMPTY_BEHAVIOR", "WAIT")); v {
 	case "WAIT", "":
 	case "CREATE", "ERROR":
@@ -196,6 +204,21 @@ func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
 		e.fail(fmt.Errorf("redis cluster pipeline parallelism must be >= 0"))
 	}
 	return rs
+}
+
+// memcacheFromEnv reads the MEMCACHE_* (MCSTORE_*) variables.
+func memcacheFromEnv(e *Env) memcache.Options {
+	o := memcache.DefaultOptions()
+	o.HostPorts = e.List("MEMCACHE_HOST_PORT")
+	o.SRV = e.String("MEMCACHE_SRV", "")
+	o.SRVRefresh = e.Duration("MEMCACHE_SRV_REFRESH", 0)
+	o.MaxIdleConns = e.Int("MEMCACHE_MAX_IDLE_CONNS", o.MaxIdleConns)
+	o.TLS = e.Bool("MEMCACHE_TLS", false)
+	o.TLSCert = e.String("MEMCACHE_TLS_CLIENT_CERT", "")
+	o.TLSKey = e.String("MEMCACHE_TLS_CLIENT_KEY", "")
+	o.TLSCACert = e.String("MEMCACHE_TLS_CACERT", "")
+	o.TLSSkipHostnameVerification = e.Bool("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false)
+	return o
 }
 
 // Validate reports the first setting that cannot work, in the reference's words where it has them.
@@ -241,6 +264,11 @@ func (s Settings) Validate() error {
 			if err := s.Backend.RedisPerSecond.Options.Validate(); err != nil {
 				errs = append(errs, fmt.Errorf("REDIS_PERSECOND_*: %w", err))
 			}
+		}
+	}
+	if s.Backend.Type == "memcache" {
+		if err := s.Backend.Memcache.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("MEMCACHE_*: %w", err))
 		}
 	}
 	if s.Limiter.BackendTimeout <= 0 {

@@ -1,0 +1,11 @@
+// Command bench is sluice's side-by-side benchmark harness (make bench).
+//
+// It starts each system under test as its own process on loopback ports —
+// sluice with the memory backend, sluice with a real Redis, a no-op RLS server
+// (the floor of gRPC cost on this machine), and optionally a peer rate limit
+// service — drives the gRPC API with a closed-loop generator, and reports
+// every figure next to a baseline measured in the same run: decisions/s,
+// latency percentiles, CPU per 1,000 decisions (from /proc), server
+// allocations per decision (from the debug port's memstats) and Redis
+// commands and round trips per decision (INFO). Every run is bounded in time.
+package main

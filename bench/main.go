@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+type flags struct {
+	quick     bool
+	sluice    string
+	out       string
+	peerAddr  string
+	peerCmd   string
+	peerEnv   string
+	duration  time.Duration
+	noopServe string
+}
+
+func main() {
+	var f flags
+	flag.BoolVar(&f.quick, "quick", false, "short runs and fewer scenarios (make bench)")
+	flag.StringVar(&f.sluice, "sluice", "bin/sluice", "the sluice binary to measure")
+	flag.StringVar(&f.out, "out", "bench/results/latest.md", "where to write the markdown table")
+	flag.StringVar(&f.peerAddr, "peer-addr", "", "gRPC address of another rate limit service to compare (already running, rules for domain \"bench\" loaded)")
+	flag.StringVar(&f.peerCmd, "peer-cmd", "", "command that starts another rate limit service; it gets REDIS_URL, GRPC_PORT and the rules via RUNTIME_* in its environment")
+	flag.StringVar(&f.peerEnv, "peer-env", "", "extra environment for -peer-cmd, k=v,k2=v2")
+	flag.DurationVar(&f.duration, "duration", 0, "measured time per run (default 3s quick, 10s full)")
+	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+
+	if f.noopServe != "" {
+		if err := serveNoop(f.noopServe); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if f.duration == 0 {
+		f.duration = 10 * time.Second
+		if f.quick {
+			f.duration = 3 * time.Second
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, f); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// noopServer answers OK without work: the cost of gRPC itself.
+type noopServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+var okResponse = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+
+func (noopServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return okResponse, nil
+}
+
+func serveNoop(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, noopServer{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); g.Stop() }()
+	return g.Serve(ln)
+}
+
+// freePort asks the kernel for a loopback port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// process is one system under test.
+type process struct {
+	name  string
+	addr  string // gRPC
+	debug string // sluice's debug port, "" otherwise
+	cmd   *exec.Cmd
+	logf  *os.File
+}
+
+func (p *process) pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+func (p *process) stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	if p.logf != nil {
+		p.logf.Close()
+	}
+}
+
+// startProcess runs cmd with env, logging to dir, and waits until addr accepts.
+func startProcess(name string, argv []string, env []string, addr, dir string) (*process, error) {
+	logf, err := os.Create(filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, addr: addr, cmd: cmd, logf: logf}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			b, _ := os.ReadFile(logf.Name())
+			return nil, fmt.Errorf("%s did not listen on %s in 30s; log:\n%s", name, addr, tail(string(b), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// rules are loaded by every rate limit service measured: limits high enough
+// that every decision counts the key and none is refused.
+const rules = `domain: bench
+descriptors:
+  - {key: k0, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+  - {key: k1, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+  - {key: k2, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+`
+
+// row is one line of the result table.
+type row struct {
+	system   string
+	backend  string
+	w        workload
+	res      loadResult
+	baseline float64 // decisions/s of the no-op server at the same workload
+	cpuMs    float64 // server CPU ms per 1,000 decisions
+	redisMs  float64
+	allocs   float64 // server allocations per decision
+	cmds     float64 // Redis commands per decision
+	trips    float64 // Redis reads processed per decision ≈ round trips
+	note     string
+}
+
+func run(ctx context.Context, f flags) error {
+	if _, err := os.Stat(f.sluice); err != nil {
+		return fmt.Errorf("sluice binary %s: %w (run make build)", f.sluice, err)
+	}
+	work, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	runtimeRoot := filepath.Join(work, "runtime")
+	if err := os.MkdirAll(filepath.Join(runtimeRoot, "bench", "config"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(runtimeRoot, "bench", "config", "bench.yaml"), []byte(rules), 0o644); err != nil {
+		return err
+	}
+	tb := &programTB{dir: work}
+	defer tb.cleanup()
+
+	workloads := []workload{
+		{Callers: 50, Conns: 4, Keys: 1000, Descriptors: 1},
+		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1},
+		{Callers: 50, Conns: 4, Keys: 1, Descriptors: 1},
+		{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1},
+		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 3},
+	}
+	warmup := time.Second
+	if f.quick {
+		warmup = 500 * time.Millisecond
+	}
+	var rows []row
+	start := time.Now()
+
+	log.Printf("engine alone (memory backend, in process)")
+	eng, err := benchEngine(f.duration)
+	if err != nil {
+		return err
+	}
+
+	baseline := map[string]float64{}
+	noop, err := startNoop(work)
+	if err != nil {
+		return err
+	}
+	for _, w := range workloads {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r, err := measure(noop, nil, w, warmup, f.duration)
+		if err != nil {
+			noop.stop()
+			return err
+		}
+		r.system, r.backend = "no-op RLS (baseline)", "-"
+		baseline[w.String()] = r.res.rate()
+		rows = append(rows, r)
+	}
+	noop.stop()
+
+	redis := testenv.StartRedis(tb, testenv.RedisOptions{})
+	if tb.failed != "" {
+		return fmt.Errorf("redis: %s", tb.failed)
+	}
+	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
+	defer rc.Close()
+
+	type target struct {
+		system, backend string
+		start           func() (*process, error)
+		redis           bool
+	}
+	targets := []target{
+		{"sluice", "memory", func() (*process, error) {
+			return startSluice(f.sluice, work, runtimeRoot, "memory", "")
+		}, false},
+		{"sluice", "redis", func() (*process, error) {
+			return startSluice(f.sluice, work, runtimeRoot, "redis", redis.Addr)
+		}, true},
+	}
+	if f.peerAddr != "" {
+		targets = append(targets, target{"peer", "(as configured)", func() (*process, error) {
+			return &process{name: "peer", addr: f.peerAddr}, nil
+		}, true})
+	}
+	if f.peerCmd != "" {
+		targets = append(targets, target{"peer", "redis", func() (*process, error) {
+			return startPeer(f.peerCmd, f.peerEnv, work, runtimeRoot, redis.Addr)
+		}, true})
+	}
+	for _, tg := range targets {
+		p, err := tg.start()
+		if err != nil {
+			return err
+		}
+		for _, w := range workloads {
+			if ctx.Err() != nil {
+				p.stop()
+				return ctx.Err()
+			}
+			var r row
+			if tg.redis {
+				_ = rc.FlushAll(ctx).Err()
+				r, err = measure(p, rc, w, warmup, f.duration)
+			} else {
+				r, err = measure(p, nil, w, warmup, f.duration)
+			}
+			if err != nil {
+				p.stop()
+				return err
+			}
+			r.system, r.backend = tg.system, tg.backend
+			r.baseline = baseline[w.String()]
+			rows = append(rows, r)
+		}
+		p.stop()
+	}
+	table := render(rows, eng, time.Since(start))
+	fmt.Print(table)
+	if f.out != "" {
+		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(f.out, []byte(table), 0o644)
+	}
+	return nil
+}
+
+func startNoop(work string) (*process, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	return startProcess("noop", []string{self, "-noop-serve", addr}, nil, addr, work)
+}
+
+func startSluice(bin, work, runtimeRoot, backend, redisAddr string) (*process, error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	env := []string{
+		"BACKEND_TYPE=" + backend, "USE_STATSD=false", "DISABLE_STATS=true", "LOG_LEVEL=error",
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"GRPC_PORT=" + strconv.Itoa(ports[0]), "PORT=" + strconv.Itoa(ports[1]), "DEBUG_PORT=" + strconv.Itoa(ports[2]),
+		"RUNTIME_ROOT=" + runtimeRoot, "RUNTIME_SUBDIRECTORY=bench", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p, err := startProcess("sluice-"+backend, []string{bin, "ratelimit"}, env, addr, work)
+	if err != nil {
+		return nil, err
+	}
+	p.debug = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	return p, nil
+}
+
+// startPeer runs another rate limit service with the same rules and Redis.
+func startPeer(command, extra, work, runtimeRoot, redisAddr string) (*process, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	env := []string{
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(port), "USE_STATSD=false", "LOG_LEVEL=error",
+		"RUNTIME_ROOT=" + runtimeRoot, "RUNTIME_SUBDIRECTORY=bench", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+	}
+	for _, kv := range strings.Split(extra, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			env = append(env, kv)
+		}
+	}
+	return startProcess("peer", []string{"/bin/sh", "-c", command}, env, fmt.Sprintf("127.0.0.1:%d", port), work)
+}
+
+// measure drives one workload and reads the process and Redis counters around it.
+func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration) (row, error) {
+	log.Printf("%s: %s", p.name, w)
+	var redisPID int
+	var before redisCounters
+	if rc != nil {
+		redisPID = redisProcessID(rc)
+	}
+	// The counters are read after the warmup, inside drive's measured window
+	// as closely as a separate process allows: start them at the warmup's end.
+	type snap struct {
+		cpu, rcpu float64
+		mallocs   uint64
+	}
+	var s0 snap
+	timer := time.AfterFunc(warmup, func() {
+		s0.cpu, _ = cpuSeconds(p.pid())
+		if rc != nil {
+			before = readRedis(rc)
+			s0.rcpu, _ = cpuSeconds(redisPID)
+		}
+		if p.debug != "" {
+			s0.mallocs, _ = mallocs(p.debug)
+		}
+	})
+	res, err := drive(p.addr, w, warmup, d)
+	timer.Stop()
+	if err != nil {
+		return row{}, err
+	}
+	r := row{w: w, res: res}
+	n := float64(max(res.Decisions, 1))
+	if pid := p.pid(); pid > 0 {
+		c1, _ := cpuSeconds(pid)
+		r.cpuMs = (c1 - s0.cpu) * 1000 / n * 1000
+	}
+	if p.debug != "" {
+		if m1, err := mallocs(p.debug); err == nil {
+			r.allocs = float64(m1-s0.mallocs) / n
+		}
+	}
+	if rc != nil {
+		after := readRedis(rc)
+		rc1, _ := cpuSeconds(redisPID)
+		r.redisMs = (rc1 - s0.rcpu) * 1000 / n * 1000
+		r.cmds = float64(after.commands-before.commands) / n
+		r.trips = float64(after.reads-before.reads) / n
+	}
+	if res.Errors > 0 {
+		r.note = "first error: " + res.FirstErr
+	}
+	return r, nil
+}
+
+type redisCounters struct{ commands, reads uint64 }
+
+// readRedis sums commandstats calls (INFO itself excluded) and the reads the
+// server processed, which count round trips: one per pipeline it receives.
+func readRedis(rc *goredis.Client) redisCounters {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var c redisCounters
+	info, err := rc.Info(ctx, "commandstats", "stats").Result()
+	if err != nil {
+		return c
+	}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok && !strings.HasPrefix(rest, "info:") {
+			if i := strings.Index(rest, "calls="); i >= 0 {
+				v := rest[i+6:]
+				if j := strings.IndexByte(v, ','); j >= 0 {
+					v = v[:j]
+				}
+				n, _ := strconv.ParseUint(v, 10, 64)
+				c.commands += n
+			}
+		}
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			c.reads, _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	// This INFO call's own read is counted; it is noise at these volumes.
+	return c
+}
+
+func redisProcessID(rc *goredis.Client) int {
+	info, err := rc.Info(context.Background(), "server").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
+// programTB lets the test helpers start servers for a program.
+type programTB struct {
+	dir      string
+	mu       sync.Mutex
+	cleanups []func()
+	failed   string
+	n        int
+}
+
+func (t *programTB) Helper()                 {}
+func (t *programTB) Logf(f string, a ...any) { log.Printf(f, a...) }
+func (t *programTB) Cleanup(fn func()) {
+	t.mu.Lock()
+	t.cleanups = append(t.cleanups, fn)
+	t.mu.Unlock()
+}
+func (t *programTB) Fatalf(f string, a ...any) {
+	t.failed = fmt.Sprintf(f, a...)
+	t.cleanup()
+	log.Fatalf(f, a...)
+}
+func (t *programTB) Skipf(f string, a ...any) { t.Fatalf(f, a...) }
+func (t *programTB) TempDir() string {
+	t.mu.Lock()
+	t.n++
+	d := filepath.Join(t.dir, fmt.Sprintf("tmp%d", t.n))
+	t.mu.Unlock()
+	_ = os.MkdirAll(d, 0o755)
+	return d
+}
+
+func (t *programTB) cleanup() {
+	t.mu.Lock()
+	fns := t.cleanups
+	t.cleanups = nil
+	t.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
