@@ -200,3 +200,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func settingsFor(env map[string]string) (transport.Settings, error) {
+	vars := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
+	for k, v := range env {
+		vars[k] = v
+	}
+	return transport.SettingsFromEnv(transport.FromMap(vars))
+}
+
+func newServer(s transport.Settings) (*transport.Server, error) {
+	return transport.NewServer(context.Background(), transport.Options{Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}

@@ -1,0 +1,280 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestRedisKeysAndTTLsAreTheReferences: the keys and TTLs sluice writes for
+// the reference's documented examples (compat §2.5, §4.3), read back from
+// Redis itself rather than from sluice's key function.
+func TestRedisKeysAndTTLsAreTheReferences(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "CACHE_KEY_PREFIX": "pfx:"},
+		map[string]string{"probe.yaml": readFile(t, "probe.yaml"), "rl.yaml": readFile(t, "rl.yaml")})
+	for _, body := range []string{
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"two"}]}]}`,
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":""}]}]}`,
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"day"}]}]}`,
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"persec"}]}]}`,
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"zzz","value":"w"}],"limit":{"requestsPerUnit":7,"unit":7}}]}`,
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"wild","value":"prefix1"}]}]}`,
+		`{"domain":"rl","descriptors":[{"entries":[{"key":"source_cluster","value":"proxy"},{"key":"destination_cluster","value":"override"}]}]}`,
+		`{"domain":"probe","descriptors":[{"entries":[{"key":"free","value":"x"}]}]}`,
+	} {
+		if code, _, resp := h.post(t, "/json", body); code != 200 {
+			t.Fatalf("%s: %d %s", body, code, resp)
+		}
+	}
+	c := r.Client(t)
+	ctx := context.Background()
+	want := map[string]time.Duration{
+		"pfx:probe_k_two_1795313460":                                          60 * time.Second,
+		"pfx:probe_near__1795313460":                                          60 * time.Second,
+		"pfx:probe_k_day_1795305600":                                          86400 * time.Second,
+		"pfx:probe_k_persec_1795313464":                                       time.Second,
+		"pfx:probe_zzz_w_1795046400":                                          604800 * time.Second,
+		"pfx:probe_wild_prefix1_1795313460":                                   60 * time.Second,
+		"pfx:rl_source_cluster_proxy_destination_cluster_override_1795313460": 60 * time.Second,
+	}
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != len(want) {
+		t.Errorf("redis holds %d keys %v, want %d (the unlimited rule must not write one)", len(keys), keys, len(want))
+	}
+	for key, ttl := range want {
+		if ttl == time.Second {
+			continue // may have expired already; its presence is checked below
+		}
+		if v, err := c.Get(ctx, key).Result(); err != nil || v != "1" {
+			t.Errorf("%s = %q (%v), want 1", key, v, err)
+		}
+		if got, err := c.TTL(ctx, key).Result(); err != nil || got > ttl || got < ttl-5*time.Second {
+			t.Errorf("%s TTL %v (%v), want %v", key, got, err, ttl)
+		}
+	}
+	if n, _ := c.Exists(ctx, "pfx:probe_k_persec_1795313464").Result(); n != 1 {
+		t.Errorf("per-second key missing (TTL 1 s; the test is slower than that only on a broken machine)")
+	}
+}
+
+// TestPerSecondRedis: with REDIS_PERSECOND, SECOND rules live only on the second instance.
+func TestPerSecondRedis(t *testing.T) {
+	main := testenv.StartRedis(t, testenv.RedisOptions{})
+	sec := testenv.StartRedis(t, testenv.RedisOptions{})
+	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "KVSTORE_PERSECOND_URL": sec.Addr},
+		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+	code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"persec"}]},{"entries":[{"key":"k","value":"two"}]}]}`)
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	ctx := context.Background()
+	mk, _ := main.Client(t).Keys(ctx, "*").Result()
+	sk, _ := sec.Client(t).Keys(ctx, "*").Result()
+	if len(mk) != 1 || mk[0] != "probe_k_two_1795313460" {
+		t.Errorf("main instance keys %v", mk)
+	}
+	if len(sk) > 1 || (len(sk) == 1 && sk[0] != "probe_k_persec_1795313464") {
+		t.Errorf("per-second instance keys %v", sk)
+	}
+}
+
+// exactness runs the 20,000-on-10,000 check through a server's engine.
+func exactness(t *testing.T, h *harness, keys int) {
+	t.Helper()
+	const total, limit = 20000, 10000
+	svc := h.srv.Engine()
+	okPerKey := make([]atomic.Int64, keys)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 200)
+	var failed atomic.Int64
+	for i := 0; i < total; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			k := i % keys
+			resp, err := svc.ShouldRateLimit(context.Background(), &engine.Request{Domain: "x",
+				Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "k", Value: fmt.Sprint(k)}}}}})
+			if err != nil {
+				if failed.Add(1) == 1 {
+					t.Error(err)
+				}
+				return
+			}
+			if resp.OverallCode == engine.CodeOK {
+				okPerKey[k].Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	for k := range okPerKey {
+		if got := okPerKey[k].Load(); got != int64(limit/keys) {
+			t.Fatalf("key %d: %d OK, want exactly %d", k, got, limit/keys)
+		}
+	}
+}
+
+func exactRules(keys int) map[string]string {
+	return map[string]string{"x.yaml": fmt.Sprintf("domain: x\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: %d}}\n", 10000/keys)}
+}
+
+// TestExactnessOnRedis: the exactness promise holds on every Redis topology.
+func TestExactnessOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several Redis topologies")
+	}
+	topologies := []struct {
+		name string
+		env  func(t *testing.T) map[string]string
+	}{
+		{"single", func(t *testing.T) map[string]string {
+			r := testenv.StartRedis(t, testenv.RedisOptions{})
+			return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr}
+		}},
+		{"sentinel", func(t *testing.T) map[string]string {
+			g := testenv.StartSentinelGroup(t, testenv.RedisOptions{})
+			return map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": g.MasterName + "," + strings.Join(g.Sentinels, ",")}
+		}},
+		{"cluster", func(t *testing.T) map[string]string {
+			c := testenv.StartRedisCluster(t, 3)
+			return map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(c.Addrs, ",")}
+		}},
+	}
+	for _, tp := range topologies {
+		t.Run(tp.name, func(t *testing.T) {
+			env := tp.env(t)
+			env["BACKEND_TYPE"] = "redis"
+			for _, keys := range []int{1, 1000} {
+				env["CACHE_KEY_PREFIX"] = fmt.Sprintf("run%d:", keys) // each round its own counters
+				h := start(t, env, exactRules(keys))
+				exactness(t, h, keys)
+				h.stop(t)
+			}
+		})
+	}
+}
+
+func TestMemcacheBackend(t *testing.T) {
+	a := testenv.StartMemcached(t)
+	b := testenv.StartMemcached(t)
+	h := start(t, map[string]string{"BACKEND_TYPE": "memcache", "MCSTORE_HOST_PORT": a.Addr + "," + b.Addr},
+		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+	const two = `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"two"}]}]}`
+	// Increments are applied in the background: wait for each to land so the
+	// sequence is deterministic (simultaneous requests may briefly exceed).
+	for i, want := range []int{200, 200, 429} {
+		if code, _, body := h.post(t, "/json", two); code != want {
+			t.Fatalf("request %d: %d %s", i+1, code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _ := h.get(t, h.http+"/healthcheck"); code != 200 {
+		t.Errorf("memcache health %d: sluice's must follow reality, unlike the reference", code)
+	}
+	// A key over 250 bytes fails that request, clearly, and is counted.
+	long := strings.Repeat("v", 260)
+	code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"`+long+`"}]}]}`)
+	if code != 400 || !strings.Contains(body, "250") {
+		t.Errorf("long key: %d %q", code, body)
+	}
+	code, _, body = h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a b"}]}]}`)
+	if code != 400 || !strings.Contains(body, "whitespace") {
+		t.Errorf("key with a space: %d %q", code, body)
+	}
+	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != 2 {
+		t.Errorf("service_error = %d", got)
+	}
+	// Both nodes hold keys once enough distinct keys are written.
+	for i := 0; i < 50; i++ {
+		h.post(t, "/json", fmt.Sprintf(`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"v%d"}]}]}`, i))
+	}
+	a.Kill()
+	waitFor(t, "unhealthy with a node down", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 500 })
+	a.Restart(t)
+	waitFor(t, "healthy again", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
+}
+
+// TestBackendDownAndBack: with Redis gone every request is answered within
+// the bound, Unavailable / 503, unlimited and unmatched still OK; when Redis
+// returns, decisions resume without a restart.
+func TestBackendDownAndBack(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_BACKEND_TIMEOUT": "300ms", "REDIS_TIMEOUT": "200ms"},
+		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+	ctx := context.Background()
+	if _, err := c.ShouldRateLimit(ctx, rlsReq("probe", "near", "a")); err != nil {
+		t.Fatal(err)
+	}
+	r.Kill()
+	var wg sync.WaitGroup
+	var slow, wrong atomic.Int64
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			start := time.Now()
+			_, err := c.ShouldRateLimit(ctx, rlsReq("probe", "near", fmt.Sprint(i)))
+			if time.Since(start) > 3*time.Second {
+				slow.Add(1)
+			}
+			if s, _ := status.FromError(err); s.Code() != codes.Unavailable {
+				wrong.Add(1)
+				t.Logf("answer: %v", err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if slow.Load() > 0 || wrong.Load() > 0 {
+		t.Fatalf("%d answers took over 3s, %d were not Unavailable", slow.Load(), wrong.Load())
+	}
+	if code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a"}]}]}`); code != 503 {
+		t.Errorf("HTTP with redis down: %d %q", code, body)
+	}
+	if code, _, _ := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"free","value":"a"}]},{"entries":[{"key":"zzz","value":"a"}]}]}`); code != 200 {
+		t.Errorf("unlimited+unmatched with redis down: %d", code)
+	}
+	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.redis_error"); got == 0 {
+		t.Error("redis_error not counted")
+	}
+	r.Restart(t)
+	waitFor(t, "decisions to resume", func() bool {
+		_, err := c.ShouldRateLimit(ctx, rlsReq("probe", "near", "back"))
+		return err == nil
+	})
+}
+
+func TestRedisStartupWaitsForTheServer(t *testing.T) {
+	// No listener may open before Redis answers: with nothing on the port,
+	// NewServer keeps retrying until its context ends, and says why.
+	settings, err := settingsFor(map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:1",
+		"REDIS_STARTUP_INITIAL_INTERVAL": "10ms", "REDIS_STARTUP_MAX_INTERVAL": "20ms", "REDIS_STARTUP_MAX_ELAPSED_TIME": "200ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newServer(settings)
+	if err == nil || !strings.Contains(err.Error(), "timed out waiting for Redis connection to 127.0.0.1:1") {
+		t.Fatalf("got %v", err)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Fatal("should be the startup timeout, not a cancel")
+	}
+}
