@@ -156,12 +156,15 @@ func (s *shard) flush(ctx actor.Context, b int, batch []item) {
 	}()
 }
 
+// singleGroup is the grouping of a one-item batch; shared, never written.
+var singleGroup = [][]int{{0}}
+
 // coalesce merges the items of equal keys. groups[u] lists, in arrival
 // order, the indexes into batch of the items of uniq[u].
 func coalesce(batch []item) (uniq []engine.Increment, groups [][]int) {
 	if len(batch) == 1 {
 		op := batch[0].op
-		return []engine.Increment{{Key: op.Key, Hits: op.Hits, TTL: op.TTL}}, [][]int{{0}}
+		return []engine.Increment{{Key: op.Key, Hits: op.Hits, TTL: op.TTL}}, singleGroup
 	}
 	index := make(map[string]int, len(batch))
 	for i, it := range batch {

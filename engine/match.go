@@ -35,8 +35,9 @@ func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bo
 		level         = dom
 		found         *RateLimit
 		perLevelStats bool // some level asks for the request value in the stats key
-		metricParts   []string
+		partsBuf      [8]string // stays on the stack for descriptors up to 8 deep
 	)
+	metricParts := partsBuf[:0]
 	for i, e := range d.Entries {
 		composite := e.Key + "_" + e.Value
 		next, matchedKey := level.children[composite], composite

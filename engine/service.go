@@ -261,8 +261,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 // count runs the increments; with StopIncrementOnLimit it first reads every
 // counter (an increment of 0) and then only counts the keys that are over.
 func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment) error {
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	defer cancel()
+	// Envoy sends its own (shorter) deadline with every call; only bound the
+	// wait ourselves when the caller did not, which saves a timer per decision.
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.o.Timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
+		defer cancel()
+	}
 	if !s.o.StopIncrementOnLimit {
 		if err := s.o.Counter.Increment(ctx, ops); err != nil {
 			return err
