@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -97,15 +99,30 @@ func (s *statsdSink) write(p []byte) {
 }
 
 // alive reports whether the peer still has the connection open. A statsd
-// server never writes, so anything but a read timeout (EOF, a reset) means it
-// went away; checking first keeps a restarted server from silently swallowing
-// a whole flush into a dead socket.
+// server never writes, so a readable end of stream or a reset means it went
+// away; checking first keeps a restarted server from silently swallowing a
+// whole flush into a dead socket. The peek neither blocks nor consumes.
 func alive(c net.Conn) bool {
-	c.SetReadDeadline(time.Now())
-	var one [1]byte
-	_, err := c.Read(one[:])
-	c.SetReadDeadline(time.Time{})
-	return errors.Is(err, os.ErrDeadlineExceeded) || err == nil
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := true
+	err = raw.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, rerr := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case rerr == unix.EAGAIN || rerr == unix.EINTR:
+		case rerr != nil || n == 0:
+			open = false
+		}
+		return true // never wait for readiness
+	})
+	return err == nil && open
 }
 
 func (s *statsdSink) close() error {
