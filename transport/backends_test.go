@@ -278,3 +278,28 @@ func TestRedisStartupWaitsForTheServer(t *testing.T) {
 		t.Fatal("should be the startup timeout, not a cancel")
 	}
 }
+
+// TestLocalCacheSparesRedis: once a key is over its limit, further requests
+// in the window are refused from the local cache and Redis is not touched
+// (observed on the reference: Redis stayed at 3 while 3 more got 429).
+func TestLocalCacheSparesRedis(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
+		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+	const two = `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"two"}]}]}`
+	for i, want := range []int{200, 200, 429, 429, 429, 429} {
+		if code, _, _ := h.post(t, "/json", two); code != want {
+			t.Fatalf("request %d: %d, want %d", i+1, code, want)
+		}
+	}
+	if v, err := r.Client(t).Get(context.Background(), "probe_k_two_1795313460").Result(); err != nil || v != "3" {
+		t.Fatalf("redis count %q (%v), want 3", v, err)
+	}
+	p := "ratelimit.service.rate_limit.probe.k_two."
+	if got := h.stats.CounterValue(p + "over_limit_with_local_cache"); got != 3 {
+		t.Errorf("over_limit_with_local_cache = %d", got)
+	}
+	if got := h.stats.CounterValue(p + "over_limit"); got != 4 {
+		t.Errorf("over_limit = %d", got)
+	}
+}

@@ -1,0 +1,70 @@
+package actors_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestOverLimitCacheExpiry(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	st := stats.NewStore()
+	c := actors.NewOverLimitCache(0, clk.Now, st)
+	if c.Contains("k") {
+		t.Fatal("empty cache contains k")
+	}
+	c.Add("k", time.Minute)
+	c.Add("k", time.Minute) // an overwrite
+	if !c.Contains("k") {
+		t.Fatal("k not cached")
+	}
+	clk.Add(time.Minute)
+	if c.Contains("k") {
+		t.Fatal("k still cached when its window ended")
+	}
+	c.PublishEntries()
+	gauge := func(n string) int64 { return st.Gauge("ratelimit.localcache." + n).Value() }
+	for name, want := range map[string]int64{"lookupCount": 3, "hitCount": 1, "missCount": 2, "overwriteCount": 1, "expiredCount": 1, "entryCount": 0} {
+		if got := gauge(name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+}
+
+func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	st := stats.NewStore()
+	c := actors.NewOverLimitCache(512*1024, clk.Now, st)
+	for i := 0; i < 100000; i++ {
+		c.Add(fmt.Sprintf("domain_key_value_%08d_1795313460", i), time.Hour)
+	}
+	// About 100 bytes an entry: 512 KiB holds ~5,000, never the 100,000 added.
+	if n := c.Len(); n > 6000 || n < 1000 {
+		t.Fatalf("%d entries in a 512 KiB cache", n)
+	}
+	if st.Gauge("ratelimit.localcache.evacuateCount").Value() == 0 {
+		t.Fatal("no evictions counted")
+	}
+	// Expired entries make room before live ones are evicted.
+	clk.Add(2 * time.Hour)
+	c.Add("fresh", time.Hour)
+	if !c.Contains("fresh") {
+		t.Fatal("fresh entry missing")
+	}
+}
