@@ -1,0 +1,166 @@
+package gen
+
+import (
+	"context"
+	"math"
+
+	"github.com/sluicehq/sluice/odata/sqlstore"
+)
+
+// NumberLocations gives the locations the ids a loader would give them in
+// an empty store (first, first+1, ...), for callers that generate rows
+// without loading them.
+func (g *Generator) NumberLocations(first int64) {
+	for i, loc := range g.locations {
+		loc.ID = first + int64(i)
+	}
+}
+
+// Next fills o with the next observation; it returns false after Rows
+// observations. Rows come dataset by dataset, as uploads do.
+func (g *Generator) Next(o *sqlstore.Observation) bool {
+	for g.left == 0 {
+		if g.planIdx >= len(g.plans) {
+			return false
+		}
+		g.left = g.plans[g.planIdx].rows
+		g.planIdx++
+	}
+	g.left--
+	g.emitted++
+	g.fill(g.plans[g.planIdx-1], o)
+	return true
+}
+
+var (
+	fieldActivities = []string{"Field Msr/Obs", "Field Msr/Obs", "Field Msr/Obs", "Field Msr/Obs", "Field Msr/Obs",
+		"Field Msr/Obs", "Field Msr/Obs-Portable Data Logger", "Quality Control Field Replicate Msr/Obs"}
+	labActivities = []string{"Sample-Routine", "Sample-Routine", "Sample-Routine", "Sample-Routine", "Sample-Routine",
+		"Sample-Routine", "Sample-Routine", "Sample-Routine", "Sample-Routine", "Sample-Routine", "Sample-Routine",
+		"Quality Control Sample-Field Replicate", "Quality Control Sample-Field Blank", "Sample-Integrated Vertical Profile"}
+)
+
+func (g *Generator) fill(plan *datasetPlan, o *sqlstore.Observation) {
+	r, voc := g.rng, g.voc
+	loc := plan.locs[r.IntN(len(plan.locs))]
+	p := plan.chars[pickCum(r, plan.charCum)]
+	*o = sqlstore.Observation{DOI: loc.DOI, LocationID: loc.ID}
+	t := &o.Tail
+	text := sqlstore.Text
+
+	switch {
+	case plan.kind == kindContinuous:
+		t[sqlstore.ActivityType] = text("Field Msr/Obs-Continuous Time Series")
+	case p.lab:
+		t[sqlstore.ActivityType] = text(labActivities[r.IntN(len(labActivities))])
+	default:
+		t[sqlstore.ActivityType] = text(fieldActivities[r.IntN(len(fieldActivities))])
+	}
+	media := "Surface Water"
+	switch loc.Type {
+	case "Well", "Spring":
+		media = "Groundwater"
+	case "Ocean":
+		media = "Ocean Water"
+	}
+	if p.lab && r.IntN(50) == 0 {
+		media = "Surface Water Sediment"
+	}
+	t[sqlstore.ActivityMediaName] = text(media)
+	day := plan.firstDay + r.IntN(plan.spanDays)
+	t[sqlstore.ActivityStartDate] = text(voc.days[day])
+	if r.IntN(100) < 92 {
+		t[sqlstore.ActivityStartTime] = text(voc.times[r.IntN(len(voc.times))])
+	}
+	if t[sqlstore.ActivityType].S == "Sample-Integrated Vertical Profile" {
+		t[sqlstore.ActivityEndDate] = t[sqlstore.ActivityStartDate]
+	}
+	if r.IntN(10) < 7 {
+		t[sqlstore.ActivityDepthHeightMeasure] = sqlstore.Num(round(0.1+r.Float64()*2, 1))
+		t[sqlstore.ActivityDepthHeightUnit] = text("m")
+	}
+	if r.IntN(10) < 6 {
+		t[sqlstore.SampleCollectionEquipmentName] = text(plan.equipment)
+	}
+	t[sqlstore.CharacteristicName] = text(p.name)
+	if p.speciation != "" {
+		t[sqlstore.MethodSpeciation] = text(p.speciation)
+	}
+	if len(p.fractions) > 0 {
+		t[sqlstore.ResultSampleFraction] = text(p.fractions[r.IntN(len(p.fractions))])
+	}
+	if p.lab && r.IntN(100) < 8 {
+		// Not quantified: a detection condition and its limit, no value.
+		t[sqlstore.ResultDetectionCondition] = text(detections[r.IntN(len(detections))])
+		t[sqlstore.ResultDetectionQuantitationLimitMeasure] = sqlstore.Num(round(p.median/10, p.decimals+1))
+		t[sqlstore.ResultDetectionQuantitationLimitUnit] = text(p.unit)
+		t[sqlstore.ResultDetectionQuantitationLimitType] = text([]string{"Method Detection Level", "Reporting Limit"}[r.IntN(2)])
+	} else {
+		v := round(p.median*math.Exp(p.sigma*r.NormFloat64()), p.decimals)
+		t[sqlstore.ResultValue] = sqlstore.Num(v)
+		t[sqlstore.ResultUnit] = text(p.unit)
+	}
+	switch x := r.IntN(100); {
+	case x < 75:
+		t[sqlstore.ResultValueType] = text("Actual")
+	case x < 80:
+		t[sqlstore.ResultValueType] = text("Calculated")
+	}
+	switch x := r.IntN(100); {
+	case x < 70:
+		t[sqlstore.ResultStatusID] = text("Accepted")
+	case x < 80:
+		t[sqlstore.ResultStatusID] = text("Final")
+	}
+	if r.IntN(50) == 0 {
+		t[sqlstore.ResultComment] = text(comments[r.IntN(len(comments))])
+	}
+	if p.lab {
+		if p.method[0] != "" {
+			t[sqlstore.ResultAnalyticalMethodID] = text(p.method[0])
+		}
+		t[sqlstore.ResultAnalyticalMethodContext] = text(p.method[1])
+		t[sqlstore.ResultAnalyticalMethodName] = text(p.method[2])
+		t[sqlstore.AnalysisStartDate] = text(voc.days[min(day+1+r.IntN(14), len(voc.days)-1)])
+		t[sqlstore.LaboratoryName] = text(plan.lab)
+		t[sqlstore.LaboratorySampleID] = text(g.labIDs[r.IntN(len(g.labIDs))])
+	} else {
+		t[sqlstore.ResultAnalyticalMethodContext] = text(plan.method[1])
+		t[sqlstore.ResultAnalyticalMethodName] = text(plan.method[2])
+	}
+}
+
+// Load generates the data set of g into db in one transaction, reporting
+// the number of observations written so far to progress (may be nil).
+func Load(ctx context.Context, db *sqlstore.DB, g *Generator, progress func(done int64)) (sqlstore.LoadResult, error) {
+	return db.Load(ctx, func(l *sqlstore.Loader) error {
+		for _, d := range g.Datasets() {
+			if err := l.AddDataset(d); err != nil {
+				return err
+			}
+		}
+		for _, loc := range g.Locations() {
+			if err := l.AddLocation(loc); err != nil {
+				return err
+			}
+		}
+		_, err := l.AddObservations(func(o *sqlstore.Observation) (bool, error) {
+			if g.emitted%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return false, err
+				}
+				if progress != nil {
+					progress(g.emitted)
+				}
+			}
+			if !g.Next(o) {
+				if progress != nil {
+					progress(g.emitted)
+				}
+				return false, nil
+			}
+			return true, nil
+		})
+		return err
+	})
+}

@@ -1,0 +1,610 @@
+package odata
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	brotli "github.com/molecule-man/go-brrr"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/odata/query"
+)
+
+// Server serves the API. Create it with NewServer, run it with Serve, stop
+// it with Shutdown.
+type Server struct {
+	opts    Options
+	store   Store
+	keys    KeyStore
+	limiter RateLimiter
+	log     *slog.Logger
+	origins map[string]bool
+	leases  *leases
+	http    *fasthttp.Server
+
+	// base is canceled by a forced shutdown: it ends database work still
+	// running for responses that did not finish in time.
+	base   context.Context
+	cancel context.CancelFunc
+
+	streams sync.WaitGroup // response bodies being written
+	connsMu sync.Mutex
+	conns   map[*stallConn]struct{}
+	closed  bool
+}
+
+// NewServer checks opts and builds a server over store. keys checks API
+// keys; limiter applies the per-second rule (nil: none, only the
+// sequential rule of Options applies).
+func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || keys == nil {
+		return nil, errors.New("odata: a store and a key store are required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, store: store, keys: keys, limiter: limiter, log: log,
+		origins: map[string]bool{}, leases: newLeases(), conns: map[*stallConn]struct{}{}}
+	for _, o := range opts.CORSOrigins {
+		s.origins[strings.ToLower(o)] = true
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.http = &fasthttp.Server{
+		Handler:                      s.handle,
+		Name:                         "sluice",
+		ReadTimeout:                  30 * time.Second,
+		IdleTimeout:                  90 * time.Second,
+		ReadBufferSize:               64 << 10, // long $filter values arrive in the request line
+		MaxRequestBodySize:           4 << 10,  // only GET/HEAD/OPTIONS are served
+		NoDefaultContentType:         true,
+		NoDefaultDate:                false,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(&stallListener{Listener: ln, s: s})
+	if err != nil && s.isClosed() {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits for responses in progress
+// to finish. When ctx ends first, their database work is canceled and their
+// connections are closed; Shutdown returns once every response has ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.connsMu.Lock()
+	s.closed = true
+	s.connsMu.Unlock()
+	err := s.http.ShutdownWithContext(ctx)
+	if err != nil {
+		s.cancel()
+		s.connsMu.Lock()
+		for c := range s.conns {
+			c.Conn.Close()
+		}
+		s.connsMu.Unlock()
+	}
+	s.streams.Wait()
+	s.cancel()
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("odata: shutdown cut responses short: %w", err)
+	}
+	return err
+}
+
+func (s *Server) isClosed() bool {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	return s.closed
+}
+
+// stallListener wraps accepted connections so that a write that makes no
+// progress for StallTimeout fails, and so Shutdown can close them.
+type stallListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *stallListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	sc := &stallConn{Conn: c, s: l.s}
+	l.s.connsMu.Lock()
+	l.s.conns[sc] = struct{}{}
+	l.s.connsMu.Unlock()
+	return sc, nil
+}
+
+type stallConn struct {
+	net.Conn
+	s    *Server
+	once sync.Once
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	// fasthttp sets no write deadline of its own (WriteTimeout is 0): the
+	// deadline here restarts with every write, so it bounds a stall, not
+	// the length of a response.
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.s.opts.StallTimeout))
+	return c.Conn.Write(p)
+}
+
+func (c *stallConn) Close() error {
+	c.once.Do(func() {
+		c.s.connsMu.Lock()
+		delete(c.s.conns, c)
+		c.s.connsMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// --- request handling ----------------------------------------------------------
+
+var (
+	jsonType      = "application/json; charset=utf-8"
+	bodyNullMsg   = []byte(`{"message":null}`)
+	bodyUnauth    = []byte(`{"message":"Unauthorized"}`)
+	bodyForbidden = []byte(`{"message":"Forbidden"}`)
+	bodyTooMany   = []byte(`{"message":"Too Many Requests"}`)
+)
+
+func (s *Server) route(path []byte) (coll *query.Collection, isRoot, ok bool) {
+	rest, found := bytes.CutPrefix(path, []byte(s.opts.Root))
+	if !found {
+		return nil, false, false
+	}
+	if len(rest) == 0 || string(rest) == "/" {
+		return nil, true, true
+	}
+	if rest[0] != '/' {
+		return nil, false, false
+	}
+	c, ok := query.Collections[string(rest[1:])]
+	return c, false, ok
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	coll, isRoot, ok := s.route(ctx.Path())
+	origin := string(ctx.Request.Header.Peek("Origin"))
+	browser := origin != "" && s.origins[strings.ToLower(origin)]
+	if browser {
+		h := &ctx.Response.Header
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Expose-Headers", "Link, Retry-After")
+		h.Add("Vary", "Origin")
+	}
+	if !ok {
+		s.fail(ctx, fasthttp.StatusNotFound, "no such resource; collections are "+s.opts.Root+"/Metadata, /Locations, /Observations and /Records")
+		return
+	}
+	switch {
+	case ctx.IsGet() || ctx.IsHead():
+	case ctx.IsOptions():
+		s.options(ctx, origin, browser)
+		return
+	default:
+		ctx.Response.Header.Set("Allow", "GET, HEAD, OPTIONS")
+		s.fail(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" is not allowed; the API is read-only (GET)")
+		return
+	}
+
+	params, err := query.Decode(ctx.URI().QueryString())
+	if err != nil {
+		s.write(ctx, fasthttp.StatusBadRequest, bodyNullMsg)
+		return
+	}
+
+	caller, ok := s.authenticate(ctx, origin, browser)
+	if !ok {
+		return
+	}
+	if s.opts.Sequential {
+		if !s.leases.acquire(caller) {
+			s.tooMany(ctx, time.Second)
+			return
+		}
+	}
+	streaming := false
+	defer func() {
+		if !streaming && s.opts.Sequential {
+			s.leases.release(caller)
+		}
+	}()
+	if !s.allow(ctx, caller) {
+		return
+	}
+
+	if isRoot {
+		s.serviceDocument(ctx)
+		return
+	}
+	q, err := query.Parse(coll, params)
+	if err != nil {
+		var qe *query.Error
+		if errors.As(err, &qe) {
+			s.fail(ctx, fasthttp.StatusBadRequest, qe.Detail)
+			return
+		}
+		s.internal(ctx, err)
+		return
+	}
+	streaming = s.serve(ctx, q, caller)
+}
+
+// authenticate identifies the caller by API key, or by an allowed browser
+// origin when no key is sent. It answers 401/403 itself.
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool) (string, bool) {
+	key := ctx.Request.Header.Peek("X-Api-Key")
+	if len(key) == 0 {
+		if browser {
+			return "origin:" + strings.ToLower(origin), true
+		}
+		s.write(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		return "", false
+	}
+	reqCtx, cancel := context.WithTimeout(s.base, s.opts.QueryTimeout)
+	defer cancel()
+	id, ok, err := s.keys.CheckKey(reqCtx, string(key))
+	if err != nil {
+		s.internal(ctx, fmt.Errorf("check key: %w", err))
+		return "", false
+	}
+	if !ok {
+		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
+		return "", false
+	}
+	return "key:" + id, true
+}
+
+// allow applies the rate limiter; it answers 429 or 503 itself.
+func (s *Server) allow(ctx *fasthttp.RequestCtx, caller string) bool {
+	if s.limiter == nil {
+		return true
+	}
+	reqCtx, cancel := context.WithTimeout(s.base, s.opts.QueryTimeout)
+	defer cancel()
+	ok, retry, err := s.limiter.Allow(reqCtx, caller)
+	if err != nil {
+		s.log.Warn("odata: rate limiter failed", "err", err, "fail_open", s.opts.FailOpen)
+		if s.opts.FailOpen {
+			return true
+		}
+		s.fail(ctx, fasthttp.StatusServiceUnavailable, "rate limiting is unavailable; retry later")
+		return false
+	}
+	if !ok {
+		s.tooMany(ctx, retry)
+		return false
+	}
+	return true
+}
+
+func (s *Server) tooMany(ctx *fasthttp.RequestCtx, retry time.Duration) {
+	secs := int64(math.Ceil(retry.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
+	s.write(ctx, fasthttp.StatusTooManyRequests, bodyTooMany)
+}
+
+func (s *Server) options(ctx *fasthttp.RequestCtx, origin string, browser bool) {
+	ctx.Response.Header.Set("Allow", "GET, HEAD, OPTIONS")
+	if origin == "" {
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
+	}
+	if !browser {
+		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
+		return
+	}
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
+	if req := ctx.Request.Header.Peek("Access-Control-Request-Headers"); len(req) > 0 {
+		h.SetBytesV("Access-Control-Allow-Headers", req)
+		h.Add("Vary", "Access-Control-Request-Headers")
+	}
+	h.Set("Access-Control-Max-Age", "600")
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}
+
+func (s *Server) serviceDocument(ctx *fasthttp.RequestCtx) {
+	b := []byte(`{"value":[`)
+	for i, name := range []string{"Metadata", "Locations", "Observations", "Records"} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":"`+name+`","kind":"EntitySet","url":"`+name+`"}`...)
+	}
+	s.write(ctx, fasthttp.StatusOK, append(b, "]}"...))
+}
+
+func (s *Server) write(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType(jsonType)
+	ctx.SetBody(body)
+}
+
+var statusTitles = map[int]string{
+	400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
+	500: "Internal Server Error", 503: "Service Unavailable", 504: "Gateway Timeout",
+}
+
+// fail answers with the errors member the official shell client checks.
+func (s *Server) fail(ctx *fasthttp.RequestCtx, status int, detail string) {
+	b := []byte(`{"errors":[{"status":`)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"title":`...)
+	b = strconv.AppendQuote(b, statusTitles[status])
+	b = append(b, `,"detail":`...)
+	b = appendJSONString(b, detail)
+	b = append(b, "}]}"...)
+	s.write(ctx, status, b)
+}
+
+func (s *Server) internal(ctx *fasthttp.RequestCtx, err error) {
+	s.log.Error("odata: request failed", "uri", string(ctx.RequestURI()), "err", err)
+	s.fail(ctx, fasthttp.StatusInternalServerError, "internal error")
+}
+
+// dbFailed answers a failed database call: 504 when the budget ran out.
+func (s *Server) dbFailed(ctx *fasthttp.RequestCtx, budget context.Context, err error) {
+	if errors.Is(budget.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		s.fail(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf("the query did not finish within %s; retry once, then lower $top or narrow $filter", s.opts.QueryTimeout))
+		return
+	}
+	s.internal(ctx, err)
+}
+
+// serve answers a valid query. It returns true when a body stream was
+// started, which then owns the caller's lease.
+func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) bool {
+	budget, cancelBudget := context.WithTimeout(s.base, s.opts.QueryTimeout)
+	defer cancelBudget()
+	if q.Count {
+		n, err := s.store.Count(budget, q)
+		if err != nil {
+			s.dbFailed(ctx, budget, err)
+			return false
+		}
+		b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
+		s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
+		return false
+	}
+	page, err := s.store.Probe(budget, q)
+	if err != nil {
+		s.dbFailed(ctx, budget, err)
+		return false
+	}
+	var link []byte
+	if page.More {
+		link = s.nextLink(ctx, q, page.Last)
+	}
+	if tooBig, err := s.overCap(budget, q, page, len(link)); err != nil {
+		s.dbFailed(ctx, budget, err)
+		return false
+	} else if tooBig {
+		s.fail(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the page of %d rows would exceed %d bytes; lower $top or $select fewer fields", page.Rows, s.opts.MaxPageBytes))
+		return false
+	}
+
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType(jsonType)
+	if link != nil {
+		ctx.Response.Header.Set("Link", "<"+string(link)+`>; rel="next"`)
+	}
+	if ctx.IsHead() {
+		return false
+	}
+
+	// The cursor lives as long as the body; the budget only bounds getting
+	// its first row.
+	streamCtx, cancelStream := context.WithCancel(s.base)
+	deadline, _ := budget.Deadline()
+	timer := time.AfterFunc(time.Until(deadline), cancelStream)
+	cur, err := s.store.Rows(streamCtx, q, page)
+	inTime := timer.Stop()
+	if err != nil || !inTime {
+		cancelStream()
+		if cur != nil {
+			cur.Close()
+		}
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		ctx.Response.Header.Del("Link")
+		s.dbFailed(ctx, budget, err)
+		return false
+	}
+
+	enc := s.encoding(ctx)
+	if enc != "" {
+		ctx.Response.Header.Set("Content-Encoding", enc)
+	}
+	ctx.Response.Header.Add("Vary", "Accept-Encoding")
+	s.streams.Add(1)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer s.streams.Done()
+		defer cancelStream()
+		defer cur.Close()
+		if s.opts.Sequential {
+			defer s.leases.release(caller)
+		}
+		if err := s.stream(w, enc, q, cur, link); err != nil {
+			s.log.Info("odata: response cut short", "collection", q.Collection.Name, "err", err)
+		}
+	})
+	return true
+}
+
+// overCap decides 413: first from the stored size bounds, and only when
+// those exceed the cap, from the page's actual rows.
+func (s *Server) overCap(ctx context.Context, q *query.Query, p query.Page, linkLen int) (bool, error) {
+	fixed := int64(len(`{"value":[],"@odata.nextLink":""}`)+linkLen) + int64(p.Rows)*rowOverhead(q)
+	bound, err := s.store.ValueBytesBound(ctx, q, p.Rows)
+	if err != nil {
+		return false, err
+	}
+	if fixed+bound <= s.opts.MaxPageBytes {
+		return false, nil
+	}
+	exact, err := s.store.ExactValueBytes(ctx, q, p)
+	if err != nil {
+		return false, err
+	}
+	return fixed+exact > s.opts.MaxPageBytes, nil
+}
+
+// rowOverhead is the bytes of one row besides its values: braces, commas,
+// quoted field names and colons.
+func rowOverhead(q *query.Query) int64 {
+	n := int64(2 + 1) // {} and the comma between rows
+	for _, fi := range q.Fields {
+		n += int64(len(q.Collection.Fields[fi].Name)) + 4 // "name": and ,
+	}
+	return n
+}
+
+func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.Key) []byte {
+	var b []byte
+	if s.opts.PublicURL != "" {
+		b = append(b, strings.TrimSuffix(s.opts.PublicURL, "/")...)
+	} else {
+		scheme := "http://"
+		if ctx.IsTLS() || strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https") {
+			scheme = "https://"
+		}
+		b = append(b, scheme...)
+		b = append(b, ctx.Host()...)
+	}
+	b = append(b, s.opts.Root...)
+	b = append(b, '/')
+	b = append(b, q.Collection.Name...)
+	b = append(b, '?')
+	return q.AppendNextQuery(b, last)
+}
+
+// encoding picks the response coding from Accept-Encoding: br when enabled,
+// else gzip, else identity ("").
+func (s *Server) encoding(ctx *fasthttp.RequestCtx) string {
+	accept := string(ctx.Request.Header.Peek("Accept-Encoding"))
+	if accept == "" {
+		return ""
+	}
+	var br, gz bool
+	for _, part := range strings.Split(accept, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q="); ok {
+			if v, err := strconv.ParseFloat(q, 64); err == nil && v == 0 {
+				continue
+			}
+		}
+		switch name {
+		case "br":
+			br = true
+		case "gzip", "x-gzip":
+			gz = true
+		case "*":
+			gz = true
+		}
+	}
+	switch {
+	case br && s.opts.Brotli:
+		return "br"
+	case gz && s.opts.Gzip:
+		return "gzip"
+	}
+	return ""
+}
+
+// flushEvery is how much encoded JSON is collected before it is written:
+// large enough for few writes, small enough to keep memory flat.
+const flushEvery = 32 << 10
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, flushEvery+4096); return &b }}
+
+// stream writes the body: rows as the cursor yields them, then the link.
+func (s *Server) stream(w *bufio.Writer, enc string, q *query.Query, cur query.Cursor, link []byte) error {
+	var out io.Writer = w
+	var closer interface {
+		io.Writer
+		Close() error
+	}
+	switch enc {
+	case "gzip":
+		zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed) // the level is valid
+		out, closer = zw, zw
+	case "br":
+		bw, err := brotli.NewWriter(w, 4)
+		if err != nil {
+			return err
+		}
+		out, closer = bw, bw
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := append((*bp)[:0], `{"value":[`...)
+	names := fieldKeys(q)
+	first := true
+	for cur.Next() {
+		if !first {
+			buf = append(buf, ',')
+		}
+		first = false
+		buf = appendRow(buf, q, names, cur.Values())
+		if len(buf) >= flushEvery {
+			if _, err := out.Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	if err := cur.Err(); err != nil {
+		// Headers are gone: end without the closing bracket, so every
+		// client sees invalid JSON rather than a short page.
+		_, _ = out.Write(buf)
+		return fmt.Errorf("rows: %w", err)
+	}
+	buf = append(buf, ']')
+	if link != nil {
+		buf = append(buf, `,"@odata.nextLink":`...)
+		buf = appendJSONString(buf, string(link))
+	}
+	buf = append(buf, '}')
+	*bp = buf[:0]
+	if _, err := out.Write(buf); err != nil {
+		return err
+	}
+	if closer != nil {
+		if err := closer.Close(); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}

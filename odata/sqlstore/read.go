@@ -1,0 +1,286 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/sluicehq/sluice/odata/internal/jsonenc"
+	"github.com/sluicehq/sluice/odata/query"
+)
+
+func (v *view) keyTypes() []colType {
+	if v.coll.UUIDKey {
+		return []colType{tText}
+	}
+	return []colType{tInt}
+}
+
+// Probe reads the ids of the page after q.After, plus one, to decide the
+// page before any row is sent: its first and last id and whether a next page
+// exists. It reads indexes only.
+func (db *DB) Probe(ctx context.Context, q *query.Query) (query.Page, error) {
+	v := views[q.Collection]
+	sqlText, args, err := probeSQL(db.d, v, q)
+	if err != nil {
+		return query.Page{}, err
+	}
+	rs, err := db.be.query(ctx, v.keyTypes(), sqlText, args)
+	if err != nil {
+		return query.Page{}, fmt.Errorf("sqlstore: probe %s: %w", q.Collection.Name, err)
+	}
+	defer rs.close()
+	var p query.Page
+	vals := make([]query.Value, 1)
+	for rs.next() {
+		if err := rs.values(vals); err != nil {
+			return query.Page{}, err
+		}
+		if p.Rows == q.Top {
+			p.More = true
+			break
+		}
+		k := query.Key{Int: vals[0].Int}
+		if v.coll.UUIDKey {
+			k = query.Key{UUID: string(vals[0].Bytes)}
+		}
+		if p.Rows == 0 {
+			p.First = k
+		}
+		p.Last = k
+		p.Rows++
+	}
+	if err := rs.err(); err != nil {
+		return query.Page{}, fmt.Errorf("sqlstore: probe %s: %w", q.Collection.Name, err)
+	}
+	return p, nil
+}
+
+// Rows opens a cursor over the page p decided by Probe. The first row is
+// fetched before Rows returns, so a failing statement is reported before the
+// caller commits to a response.
+func (db *DB) Rows(ctx context.Context, q *query.Query, p query.Page) (query.Cursor, error) {
+	c := &cursor{vals: make([]query.Value, len(q.Fields))}
+	if p.Rows == 0 {
+		return c, nil
+	}
+	v := views[q.Collection]
+	sqlText, args, err := rowsSQL(db.d, v, q, p, false)
+	if err != nil {
+		return nil, err
+	}
+	types := make([]colType, len(q.Fields))
+	for i, fi := range q.Fields {
+		types[i] = v.types[fi]
+	}
+	rs, err := db.be.query(ctx, types, sqlText, args)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: rows of %s: %w", q.Collection.Name, err)
+	}
+	c.rs = rs
+	c.pending = rs.next()
+	if !c.pending {
+		err := rs.err()
+		rs.close()
+		c.rs = nil
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: rows of %s: %w", q.Collection.Name, err)
+		}
+	}
+	return c, nil
+}
+
+type cursor struct {
+	rs      rowSource
+	vals    []query.Value
+	pending bool // the first row was fetched by Rows and not yet returned
+	started bool
+	err     error
+}
+
+func (c *cursor) Next() bool {
+	if c.rs == nil || c.err != nil {
+		return false
+	}
+	ok := c.pending
+	if c.started || !c.pending {
+		ok = c.rs.next()
+	}
+	c.started = true
+	c.pending = false
+	if !ok {
+		c.err = c.rs.err()
+		return false
+	}
+	if err := c.rs.values(c.vals); err != nil {
+		c.err = err
+		return false
+	}
+	return true
+}
+
+func (c *cursor) Values() []query.Value { return c.vals }
+func (c *cursor) Err() error            { return c.err }
+
+func (c *cursor) Close() error {
+	if c.rs == nil {
+		return nil
+	}
+	err := c.rs.close()
+	c.rs = nil
+	return err
+}
+
+// Count returns the number of rows matching the filter of q.
+func (db *DB) Count(ctx context.Context, q *query.Query) (int64, error) {
+	sqlText, args, err := countSQL(db.d, views[q.Collection], q)
+	if err != nil {
+		return 0, err
+	}
+	rs, err := db.be.query(ctx, []colType{tInt}, sqlText, args)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: count %s: %w", q.Collection.Name, err)
+	}
+	defer rs.close()
+	vals := make([]query.Value, 1)
+	if !rs.next() {
+		return 0, fmt.Errorf("sqlstore: count %s: no result: %w", q.Collection.Name, rs.err())
+	}
+	if err := rs.values(vals); err != nil {
+		return 0, err
+	}
+	return vals[0].Int, rs.err()
+}
+
+// width bounds the JSON encoding of a column's stored values: the longest
+// encoded value, and the most bytes escapes add to one value.
+type width struct {
+	JSON, Escape int64
+}
+
+// columnStats returns the size bounds of every column, read from the store
+// at most every statsTTL.
+func (db *DB) columnStats(ctx context.Context) (map[string]width, error) {
+	db.statsMu.Lock()
+	defer db.statsMu.Unlock()
+	if db.stats != nil && db.now().Sub(db.statsRead) < statsTTL {
+		return db.stats, nil
+	}
+	rs, err := db.be.query(ctx, []colType{tText, tText, tInt, tInt}, "SELECT tbl, col, max_json, max_escape FROM column_stats", nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: column stats: %w", err)
+	}
+	defer rs.close()
+	out := map[string]width{}
+	vals := make([]query.Value, 4)
+	for rs.next() {
+		if err := rs.values(vals); err != nil {
+			return nil, err
+		}
+		out[string(vals[0].Bytes)+"."+string(vals[1].Bytes)] = width{JSON: vals[2].Int, Escape: vals[3].Int}
+	}
+	if err := rs.err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: column stats: %w", err)
+	}
+	db.stats, db.statsRead = out, db.now()
+	return out, nil
+}
+
+// statsKey names the stored column behind a view expression ("o.doi" →
+// "observations.doi").
+func statsKey(expr string) string {
+	if expr == "o.doi" {
+		return "datasets.doi" // copied from the dataset
+	}
+	switch expr[0] {
+	case 'o':
+		return "observations" + expr[1:]
+	case 'l':
+		return "locations" + expr[1:]
+	}
+	return "datasets" + expr[1:]
+}
+
+// ValueBytesBound is an upper bound of the JSON size of the selected values
+// of rows rows of q (values only, without field names), from the longest
+// value ever stored in each column. It costs no database work beyond
+// reading the bounds every few seconds.
+func (db *DB) ValueBytesBound(ctx context.Context, q *query.Query, rows int) (int64, error) {
+	stats, err := db.columnStats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v := views[q.Collection]
+	var per int64
+	for _, fi := range q.Fields {
+		w := int64(4) // null
+		switch v.types[fi] {
+		case tInt, tFloat:
+			w = jsonenc.MaxNumberLen
+		default:
+			w = max(w, stats[statsKey(v.exprs[fi])].JSON)
+		}
+		per += w
+	}
+	return per * int64(rows), nil
+}
+
+// ExactValueBytes bounds the JSON size of the selected values of page p
+// from the actual rows: text by its length plus the column's worst escape
+// overhead, integers by their digits, floats by the longest number. It
+// reads the page's rows, so it is meant for pages whose cheap bound is
+// over a limit.
+func (db *DB) ExactValueBytes(ctx context.Context, q *query.Query, p query.Page) (int64, error) {
+	if p.Rows == 0 {
+		return 0, nil
+	}
+	stats, err := db.columnStats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v := views[q.Collection]
+	inner, args, err := rowsSQL(db.d, v, q, p, true)
+	if err != nil {
+		return 0, err
+	}
+	b := &builder{d: db.d}
+	b.s("SELECT CAST(COALESCE(SUM(0")
+	for i, fi := range q.Fields {
+		c := "r.c" + strconv.Itoa(i)
+		b.s(" + CASE WHEN ", c, " IS NULL THEN 4 ELSE ")
+		switch v.types[fi] {
+		case tInt:
+			b.s("length(CAST(", c, " AS TEXT))")
+		case tFloat:
+			b.s(strconv.Itoa(jsonenc.MaxNumberLen))
+		default:
+			b.s(db.d.octetLength(c), " + ", strconv.FormatInt(2+stats[statsKey(v.exprs[fi])].Escape, 10))
+		}
+		b.s(" END")
+	}
+	b.s("), 0) AS BIGINT) FROM (", inner, ") r")
+	rs, err := db.be.query(ctx, []colType{tInt}, b.String(), args)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: page size of %s: %w", q.Collection.Name, err)
+	}
+	defer rs.close()
+	vals := make([]query.Value, 1)
+	if !rs.next() {
+		return 0, fmt.Errorf("sqlstore: page size of %s: no result: %w", q.Collection.Name, rs.err())
+	}
+	if err := rs.values(vals); err != nil {
+		return 0, err
+	}
+	return vals[0].Int, rs.err()
+}
+
+// Empty reports whether the store holds no observation.
+func (db *DB) Empty(ctx context.Context) (bool, error) {
+	rs, err := db.be.query(ctx, []colType{tInt}, "SELECT id FROM observations LIMIT 1", nil)
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: %w", err)
+	}
+	defer rs.close()
+	has := rs.next()
+	return !has, rs.err()
+}
