@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/transport/metrics"
 )
 
 // ConfigSource produces configuration events until its context ends, then
@@ -43,6 +45,8 @@ type Options struct {
 	GRPCServerOptions []grpc.ServerOption
 	// DebugEndpoints are extra debug paths.
 	DebugEndpoints map[string]DebugEndpoint
+	// StatsOutput receives the standard-output statistics sink (USE_STATSD=false); os.Stdout when nil.
+	StatsOutput io.Writer
 }
 
 // Server is the rate limit service: engine, shards, backends and listeners.
@@ -67,6 +71,8 @@ type Server struct {
 	addrs Addrs
 
 	perMethod sync.Map // full gRPC method → *methodStats
+
+	ops ops // statistics sink, TLS, xDS and tracing
 }
 
 // Addrs are the bound addresses, known once Run has started listening.
@@ -91,6 +97,9 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	}
 	srv.ghs = health.NewServer()
 	srv.health = NewHealth(srv.ghs, s.Config.HealthyWithConfig)
+	if err := srv.buildOps(); err != nil {
+		return nil, err
+	}
 
 	back, err := newBackends(ctx, s, o.Clock, o.Logger)
 	if err != nil {
@@ -232,7 +241,11 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		bg.Wait()
 		s.router.Close()
 		s.back.Close()
+		s.closeOps() // last, so the final statistics flush sees everything
 	}()
+	if err := s.startOps(cfgCtx, &bg); err != nil {
+		return err
+	}
 
 	if !s.s.Config.ForceStart {
 		select {
@@ -411,3 +424,34 @@ func listenReusePort(addr string) (net.Listener, error) {
 	}}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
+
+// ops are the operations features around the decision path. They are built
+// by NewServer without starting anything, started by Run, and closed when Run
+// returns.
+type ops struct {
+	metrics *metrics.Reporter
+}
+
+func (s *Server) buildOps() error {
+	var err error
+	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput})
+	if err != nil {
+		return fmt.Errorf("statistics: %w", err)
+	}
+	return nil
+}
+
+// startOps starts what runs beside the listeners; goroutines that need to
+// stop before the shards do join bg and end with ctx.
+func (s *Server) startOps(ctx context.Context, bg *sync.WaitGroup) error {
+	return s.ops.metrics.Start()
+}
+
+func (s *Server) closeOps() {
+	if err := s.ops.metrics.Close(); err != nil {
+		s.log.Warn("closing the statistics sink", "error", err)
+	}
+}
+
+// MetricsAddr is the pull metrics listener's address (USE_PROMETHEUS), or nil.
+func (s *Server) MetricsAddr() net.Addr { return s.ops.metrics.Addr() }

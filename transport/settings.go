@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
+	"github.com/sluicehq/sluice/transport/metrics"
 )
 
 // Settings is everything the rate limit service reads from the environment,
@@ -19,6 +20,9 @@ type Settings struct {
 	Config  ConfigSettings
 	Limiter LimiterSettings
 	Backend BackendSettings
+
+	// Stats chooses the statistics sink (USE_STATSD, USE_PROMETHEUS, ...).
+	Stats metrics.Settings
 }
 
 // ListenSettings are the service's addresses and gRPC connection limits.
@@ -152,6 +156,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
 	s.Backend.RedisPerSecond = redisFromEnv(e, "REDIS_PERSECOND_", &s.Backend.Redis.Options)
 	s.Backend.Memcache = memcacheFromEnv(e)
+	readOpsSettings(e, &s)
 	if err := e.Err(); err != nil {
 		return Settings{}, err
 	}
@@ -274,5 +279,50 @@ func (s Settings) Validate() error {
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
 	}
+	errs = append(errs, s.validateOps()...)
 	return errors.Join(errs...)
+}
+
+// Operations settings: statistics sinks, xDS, tracing and gRPC TLS, each a
+// group owned by its own package.
+
+func readOpsSettings(e *Env, s *Settings) {
+	s.Stats = statsFromEnv(e)
+}
+
+func (s Settings) validateOps() []error {
+	var errs []error
+	if err := s.Stats.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// statsFromEnv reads the reference's stats variables (gostats, statsd_exporter, godogstats).
+func statsFromEnv(e *Env) metrics.Settings {
+	d := metrics.DefaultSettings()
+	st := metrics.Settings{
+		Disabled:               e.Bool("DISABLE_STATS", false),
+		UseStatsd:              e.Bool("USE_STATSD", d.UseStatsd),
+		StatsdHost:             e.String("STATSD_HOST", d.StatsdHost),
+		StatsdPort:             e.Int("STATSD_PORT", d.StatsdPort),
+		UseTagged:              e.Bool("USE_DOG_STATSD", false),
+		UsePull:                e.Bool("USE_PROMETHEUS", false),
+		PullAddr:               e.String("PROMETHEUS_ADDR", d.PullAddr),
+		PullPath:               e.String("PROMETHEUS_PATH", d.PullPath),
+		PullMapperFile:         e.String("PROMETHEUS_MAPPER_YAML", ""),
+		PullResponseTimeMillis: e.Bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false),
+		ExtraTags:              e.Map("EXTRA_TAGS"),
+		FlushInterval:          e.Duration("STATS_FLUSH_INTERVAL", d.FlushInterval),
+	}
+	for _, name := range e.List("USE_DOG_STATSD_MOGRIFIERS") {
+		p := "DOG_STATSD_MOGRIFIER_" + name + "_"
+		st.Mogrifiers = append(st.Mogrifiers, metrics.Mogrifier{
+			Label:   name,
+			Pattern: e.String(p+"PATTERN", ""),
+			NewName: e.String(p+"NAME", ""),
+			Tags:    e.Map(p + "TAGS"),
+		})
+	}
+	return st
 }

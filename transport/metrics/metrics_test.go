@@ -24,7 +24,13 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's log throttle (the service's shards) outlives a test by design.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
+	)
+}
 
 func TestSettingsValidate(t *testing.T) {
 	base := DefaultSettings()
