@@ -164,6 +164,10 @@ func (c *stallConn) Close() error {
 
 // --- request handling ----------------------------------------------------------
 
+// controlTimeout bounds the key check and the rate limit decision, which
+// are not part of the query's budget.
+const controlTimeout = 10 * time.Second
+
 var (
 	jsonType      = "application/json; charset=utf-8"
 	bodyNullMsg   = []byte(`{"message":null}`)
@@ -266,7 +270,7 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 		s.write(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
 		return "", false
 	}
-	reqCtx, cancel := context.WithTimeout(s.base, s.opts.QueryTimeout)
+	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
 	defer cancel()
 	id, ok, err := s.keys.CheckKey(reqCtx, string(key))
 	if err != nil {
@@ -285,7 +289,7 @@ func (s *Server) allow(ctx *fasthttp.RequestCtx, caller string) bool {
 	if s.limiter == nil {
 		return true
 	}
-	reqCtx, cancel := context.WithTimeout(s.base, s.opts.QueryTimeout)
+	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
 	defer cancel()
 	ok, retry, err := s.limiter.Allow(reqCtx, caller)
 	if err != nil {
