@@ -17,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -25,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/transport/metrics"
+	"github.com/sluicehq/sluice/transport/tlsreload"
 )
 
 // ConfigSource produces configuration events until its context ends, then
@@ -430,6 +432,7 @@ func listenReusePort(addr string) (net.Listener, error) {
 // returns.
 type ops struct {
 	metrics *metrics.Reporter
+	tls     *tlsreload.Reloader // nil without GRPC_SERVER_USE_TLS
 }
 
 func (s *Server) buildOps() error {
@@ -438,12 +441,28 @@ func (s *Server) buildOps() error {
 	if err != nil {
 		return fmt.Errorf("statistics: %w", err)
 	}
+	if s.s.TLS.Enabled {
+		if s.ops.tls, err = tlsreload.New(s.s.TLS, tlsreload.Options{Logger: s.log}); err != nil {
+			return fmt.Errorf("gRPC server TLS: %w", err)
+		}
+		opts := append([]grpc.ServerOption{}, s.o.GRPCServerOptions...)
+		s.o.GRPCServerOptions = append(opts, grpc.Creds(credentials.NewTLS(s.ops.tls.TLSConfig())))
+	}
 	return nil
 }
 
 // startOps starts what runs beside the listeners; goroutines that need to
 // stop before the shards do join bg and end with ctx.
 func (s *Server) startOps(ctx context.Context, bg *sync.WaitGroup) error {
+	if s.ops.tls != nil {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			if err := s.ops.tls.Watch(ctx); err != nil {
+				s.log.Error("gRPC server TLS files are not watched; certificates will not reload", "error", err)
+			}
+		}()
+	}
 	return s.ops.metrics.Start()
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/transport/metrics"
+	"github.com/sluicehq/sluice/transport/tlsreload"
 )
 
 // Settings is everything the rate limit service reads from the environment,
@@ -23,6 +24,8 @@ type Settings struct {
 
 	// Stats chooses the statistics sink (USE_STATSD, USE_PROMETHEUS, ...).
 	Stats metrics.Settings
+	// TLS is the gRPC server's TLS and mutual TLS (GRPC_SERVER_USE_TLS, ...).
+	TLS tlsreload.Settings
 }
 
 // ListenSettings are the service's addresses and gRPC connection limits.
@@ -288,11 +291,21 @@ func (s Settings) Validate() error {
 
 func readOpsSettings(e *Env, s *Settings) {
 	s.Stats = statsFromEnv(e)
+	s.TLS = tlsreload.Settings{
+		Enabled:      e.Bool("GRPC_SERVER_USE_TLS", false),
+		CertFile:     e.String("GRPC_SERVER_TLS_CERT", ""),
+		KeyFile:      e.String("GRPC_SERVER_TLS_KEY", ""),
+		ClientCAFile: e.String("GRPC_CLIENT_TLS_CACERT", ""),
+		ClientSAN:    e.String("GRPC_CLIENT_TLS_SAN", ""),
+	}
 }
 
 func (s Settings) validateOps() []error {
 	var errs []error
 	if err := s.Stats.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
