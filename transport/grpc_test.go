@@ -307,3 +307,17 @@ func TestExactness(t *testing.T) {
 		})
 	}
 }
+
+func TestGRPCOnUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "rls.sock")
+	h := start(t, map[string]string{"GRPC_UDS": sock}, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+	if h.srv.Addrs().GRPC.Network() != "unix" {
+		t.Fatalf("gRPC listens on %v", h.srv.Addrs().GRPC)
+	}
+	h.grpc = "unix://" + sock
+	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+	resp, err := c.ShouldRateLimit(context.Background(), rlsReq("probe", "k", "two"))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("%v %v", resp, err)
+	}
+}
