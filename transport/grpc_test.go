@@ -17,7 +17,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/engine"
 )
 
 func rlsReq(domain string, pairs ...string) *rlsv3.RateLimitRequest {
@@ -269,41 +268,12 @@ func TestGracefulStopAnswersInFlight(t *testing.T) {
 
 // TestExactness: 20,000 concurrent decisions on one key with a limit of
 // 10,000 give exactly 10,000 OK; with 1,000 keys the same holds per key.
-// Through the engine and the shard actors of a real server.
+// Through the engine and the shard actors of a real server (memory backend;
+// TestExactnessOnRedis runs the same on Redis).
 func TestExactness(t *testing.T) {
-	const total, limit = 20000, 10000
 	for _, keys := range []int{1, 1000} {
 		t.Run(fmt.Sprint(keys, " keys"), func(t *testing.T) {
-			rules := fmt.Sprintf("domain: x\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: %d}}\n", limit/keys)
-			h := start(t, nil, map[string]string{"x.yaml": rules})
-			svc := h.srv.Engine()
-			okPerKey := make([]atomic.Int64, keys)
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 256)
-			for i := 0; i < total; i++ {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func(i int) {
-					defer wg.Done()
-					defer func() { <-sem }()
-					k := i % keys
-					resp, err := svc.ShouldRateLimit(context.Background(), &engine.Request{Domain: "x",
-						Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "k", Value: fmt.Sprint(k)}}}}})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if resp.OverallCode == engine.CodeOK {
-						okPerKey[k].Add(1)
-					}
-				}(i)
-			}
-			wg.Wait()
-			for k := range okPerKey {
-				if got := okPerKey[k].Load(); got != int64(limit/keys) {
-					t.Fatalf("key %d: %d OK, want exactly %d", k, got, limit/keys)
-				}
-			}
+			exactness(t, start(t, nil, exactRules(keys)), keys)
 		})
 	}
 }
