@@ -2,12 +2,11 @@ package memcache
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 )
@@ -146,42 +145,5 @@ func (o Options) tlsConfig() (*tls.Config, error) {
 	if !o.TLS {
 		return nil, nil
 	}
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if o.TLSCACert != "" {
-		pemCA, err := os.ReadFile(o.TLSCACert)
-		if err != nil {
-			return nil, fmt.Errorf("read TLS CA: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pemCA) {
-			return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", o.TLSCACert)
-		}
-	}
-	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if o.TLSCert != "" {
-		pair, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("load TLS client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	if o.TLSSkipHostnameVerification {
-		// InsecureSkipVerify turns off all checks; VerifyConnection puts the
-		// chain check back, without a name.
-		cfg.InsecureSkipVerify = true
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("tls: server sent no certificate")
-			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
-			return err
-		}
-	}
-	return cfg, nil
+	return tlsclient.Config(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 }

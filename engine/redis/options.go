@@ -2,12 +2,11 @@ package redis
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -249,49 +248,5 @@ func (o Options) tlsConfig() (*tls.Config, error) {
 	if !o.TLS {
 		return nil, nil
 	}
-	return buildTLS(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
-}
-
-// buildTLS adds caFile to the system roots (as the reference does), loads an
-// optional client certificate, and with skipHostname verifies the chain
-// without the name check.
-func buildTLS(caFile, certFile, keyFile string, skipHostname bool) (*tls.Config, error) {
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if caFile != "" {
-		pemCA, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("read TLS CA: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pemCA) {
-			return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", caFile)
-		}
-	}
-	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if certFile != "" {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load TLS client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	if skipHostname {
-		// InsecureSkipVerify turns off all checks; VerifyConnection puts
-		// the chain check back, without a DNS name.
-		cfg.InsecureSkipVerify = true
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("tls: server sent no certificate")
-			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
-			return err
-		}
-	}
-	return cfg, nil
+	return tlsclient.Config(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"crypto/tls"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 	"net"
 	"path/filepath"
 	"strings"
@@ -173,7 +174,7 @@ func TestBuildTLS(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := buildTLS(tc.ca, "", "", tc.skip)
+			cfg, err := tlsclient.Config(tc.ca, "", "", tc.skip)
 			if err != nil {
 				t.Fatal(err)
 			}
