@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
+	"github.com/sluicehq/sluice/transport/xds"
 )
 
 // ConfigSource produces configuration events until its context ends, then
@@ -159,6 +160,9 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	srv.svc = svc
 	if o.ConfigSource == nil && s.Config.Type == "FILE" {
 		srv.o.ConfigSource = NewFileSource(s.Config, o.Logger)
+	}
+	if srv.o.ConfigSource == nil && srv.ops.xds != nil {
+		srv.o.ConfigSource = xdsConfigSource{srv.ops.xds}
 	}
 	if srv.o.ConfigSource == nil {
 		router.Close()
@@ -433,6 +437,7 @@ func listenReusePort(addr string) (net.Listener, error) {
 type ops struct {
 	metrics *metrics.Reporter
 	tls     *tlsreload.Reloader // nil without GRPC_SERVER_USE_TLS
+	xds     *xds.Source         // nil unless CONFIG_TYPE=GRPC_XDS_SOTW
 }
 
 func (s *Server) buildOps() error {
@@ -447,6 +452,17 @@ func (s *Server) buildOps() error {
 		}
 		opts := append([]grpc.ServerOption{}, s.o.GRPCServerOptions...)
 		s.o.GRPCServerOptions = append(opts, grpc.Creds(credentials.NewTLS(s.ops.tls.TLSConfig())))
+	}
+	if s.o.ConfigSource == nil && s.s.Config.Type == "GRPC_XDS_SOTW" {
+		// Validated before the ACK with the loader apply uses, on a private
+		// stats store so a rejected rule set leaves no counters behind.
+		validate := func(files []engine.ConfigFile) error {
+			_, err := engine.LoadConfig(files, engine.ConfigOptions{MergeDomains: s.s.Config.MergeDomains})
+			return err
+		}
+		if s.ops.xds, err = xds.New(s.s.XDS, xds.Options{Logger: s.log, Validate: validate}); err != nil {
+			return fmt.Errorf("xDS configuration client: %w", err)
+		}
 	}
 	return nil
 }
@@ -474,3 +490,18 @@ func (s *Server) closeOps() {
 
 // MetricsAddr is the pull metrics listener's address (USE_PROMETHEUS), or nil.
 func (s *Server) MetricsAddr() net.Addr { return s.ops.metrics.Addr() }
+
+// xdsConfigSource turns the xDS client's deliveries into configuration events.
+type xdsConfigSource struct{ src *xds.Source }
+
+func (x xdsConfigSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
+	defer close(out)
+	return x.src.Run(ctx, func(files []engine.ConfigFile, err error) bool {
+		select {
+		case out <- ConfigEvent{Files: files, Err: err}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
+	"github.com/sluicehq/sluice/transport/xds"
 )
 
 // Settings is everything the rate limit service reads from the environment,
@@ -26,6 +27,8 @@ type Settings struct {
 	Stats metrics.Settings
 	// TLS is the gRPC server's TLS and mutual TLS (GRPC_SERVER_USE_TLS, ...).
 	TLS tlsreload.Settings
+	// XDS is the management server client of CONFIG_TYPE=GRPC_XDS_SOTW.
+	XDS xds.Settings
 }
 
 // ListenSettings are the service's addresses and gRPC connection limits.
@@ -298,6 +301,7 @@ func readOpsSettings(e *Env, s *Settings) {
 		ClientCAFile: e.String("GRPC_CLIENT_TLS_CACERT", ""),
 		ClientSAN:    e.String("GRPC_CLIENT_TLS_SAN", ""),
 	}
+	s.XDS = xdsFromEnv(e)
 }
 
 func (s Settings) validateOps() []error {
@@ -307,6 +311,11 @@ func (s Settings) validateOps() []error {
 	}
 	if err := s.TLS.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.Config.Type == "GRPC_XDS_SOTW" {
+		if err := s.XDS.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }
@@ -338,4 +347,30 @@ func statsFromEnv(e *Env) metrics.Settings {
 		})
 	}
 	return st
+}
+
+// xdsFromEnv reads the CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables.
+func xdsFromEnv(e *Env) xds.Settings {
+	d := xds.DefaultSettings()
+	md, err := xds.ParseNodeMetadata(e.String("CONFIG_GRPC_XDS_NODE_METADATA", ""))
+	if err != nil {
+		e.fail(err)
+	}
+	return xds.Settings{
+		NodeID:               e.String("CONFIG_GRPC_XDS_NODE_ID", d.NodeID),
+		NodeMetadata:         md,
+		ServerURL:            e.String("CONFIG_GRPC_XDS_SERVER_URL", d.ServerURL),
+		ConnectRetryInterval: e.Duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", d.ConnectRetryInterval),
+		Headers:              e.Map("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
+		UseTLS:               e.Bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false),
+		ClientCertFile:       e.String("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
+		ClientKeyFile:        e.String("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
+		ServerCAFile:         e.String("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
+		ServerSAN:            e.String("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
+		BackoffInitial:       e.Duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", d.BackoffInitial),
+		BackoffMax:           e.Duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", d.BackoffMax),
+		BackoffRandomFactor:  float64(e.Float32("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", float32(d.BackoffRandomFactor))),
+		BackoffJitter:        e.Bool("XDS_CLIENT_BACKOFF_JITTER", d.BackoffJitter),
+		MaxRecvMsgSize:       e.Int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
+	}
 }
