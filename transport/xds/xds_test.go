@@ -2,6 +2,8 @@ package xds_test
 
 import (
 	"context"
+	"crypto/tls"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -16,10 +18,12 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/transport/xds"
 )
 
@@ -43,7 +47,7 @@ type mgmt struct {
 	once   sync.Once
 }
 
-func startMgmt(t *testing.T, addr string, cache cachev3.SnapshotCache) *mgmt {
+func startMgmt(t *testing.T, addr string, cache cachev3.SnapshotCache, opts ...grpc.ServerOption) *mgmt {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -69,7 +73,7 @@ func startMgmt(t *testing.T, addr string, cache cachev3.SnapshotCache) *mgmt {
 			return nil
 		},
 	}
-	m.g = grpc.NewServer()
+	m.g = grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(m.g, serverv3.NewServer(ctx, cache, cb))
 	m.wg.Add(1)
 	go func() { defer m.wg.Done(); m.g.Serve(ln) }()
@@ -404,3 +408,86 @@ func FuzzParseNodeMetadata(f *testing.F) {
 		}
 	})
 }
+
+// CONFIG_GRPC_XDS_SERVER_USE_TLS with a private CA, a client certificate the
+// server requires, and the SAN to verify.
+func TestSourceTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := testenv.GenerateTLS(t, dir, "xds.internal")
+	serverTLS, err := testenv.ClientTLSConfig(ca, cert, key) // the same pair serves both ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS.ClientCAs, serverTLS.RootCAs = serverTLS.RootCAs, nil
+	serverTLS.ClientAuth = tls.RequireAndVerifyClientCert
+	cache := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
+	setSnapshot(t, cache, "node-1", "v1", rule("a", "d1", 2))
+	srv := startMgmt(t, "127.0.0.1:0", cache, grpc.Creds(credentials.NewTLS(serverTLS)))
+
+	for _, tc := range []struct {
+		name string
+		mod  func(*xds.Settings)
+		ok   bool
+	}{
+		{"CA, SAN and client certificate", func(s *xds.Settings) {}, true},
+		{"no client certificate", func(s *xds.Settings) { s.ClientCertFile, s.ClientKeyFile = "", "" }, false},
+		{"wrong SAN", func(s *xds.Settings) { s.ServerSAN = "other.internal" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fastSettings(srv.addr)
+			s.UseTLS, s.ServerCAFile, s.ServerSAN, s.ClientCertFile, s.ClientKeyFile = true, ca, "xds.internal", cert, key
+			tc.mod(&s)
+			logs := &syncLog{}
+			src, err := xds.New(s, xds.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan []engine.ConfigFile, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- src.Run(ctx, func(files []engine.ConfigFile, _ error) bool {
+					select {
+					case got <- files:
+					default:
+					}
+					return true
+				})
+			}()
+			defer func() { cancel(); <-done }()
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case files := <-got:
+					if !tc.ok {
+						t.Fatalf("delivered %+v over a connection that should fail", files)
+					}
+					return
+				case <-deadline:
+					t.Fatalf("neither a configuration nor a refused stream; log:\n%s", logs.String())
+				case <-time.After(10 * time.Millisecond):
+					// A refused connection is retried, and each retry is logged
+					// with its TLS error; two of them mean it keeps failing.
+					if !tc.ok && strings.Count(logs.String(), "no stream to the management server") >= 2 && strings.Contains(logs.String(), "tls:") {
+						return
+					}
+				}
+			}
+		})
+	}
+	if _, err := xds.New(func() xds.Settings {
+		s := fastSettings(srv.addr)
+		s.UseTLS, s.ServerCAFile = true, ca+".missing"
+		return s
+	}(), xds.Options{}); err == nil {
+		t.Error("a missing CA file must fail at startup")
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
