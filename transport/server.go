@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
+	"github.com/sluicehq/sluice/transport/tracing"
 	"github.com/sluicehq/sluice/transport/xds"
 )
 
@@ -109,6 +110,7 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	srv.back = back
+	srv.traceBackends()
 	srv.health.Set(ComponentBackend, true)
 
 	shards := s.Limiter.Shards
@@ -135,7 +137,7 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	srv.router = router
 
 	eo := engine.DefaultOptions()
-	eo.Counter = router
+	eo.Counter = srv.traceCounter(router)
 	eo.Stats = o.Stats
 	eo.Clock = o.Clock
 	eo.NearLimitRatio = s.Limiter.NearLimitRatio
@@ -266,7 +268,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	s.grpc = s.newGRPCServer()
-	s.http = &http.Server{Handler: newHTTPHandler(s.svc, s.health, s.log), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log)), ReadHeaderTimeout: 10 * time.Second}
 	s.debug = &http.Server{Handler: newDebugHandler(s, s.o.DebugEndpoints), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 3)
@@ -337,7 +339,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	}
 	opts = append(opts, s.o.GRPCServerOptions...)
 	g := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.svc, log: s.log})
+	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.decider(), log: s.log})
 	healthpb.RegisterHealthServer(g, s.ghs)
 	return g
 }
@@ -438,6 +440,7 @@ type ops struct {
 	metrics *metrics.Reporter
 	tls     *tlsreload.Reloader // nil without GRPC_SERVER_USE_TLS
 	xds     *xds.Source         // nil unless CONFIG_TYPE=GRPC_XDS_SOTW
+	tracing *tracing.Tracing    // nil without TRACING_ENABLED
 }
 
 func (s *Server) buildOps() error {
@@ -452,6 +455,13 @@ func (s *Server) buildOps() error {
 		}
 		opts := append([]grpc.ServerOption{}, s.o.GRPCServerOptions...)
 		s.o.GRPCServerOptions = append(opts, grpc.Creds(credentials.NewTLS(s.ops.tls.TLSConfig())))
+	}
+	if s.s.Tracing.Enabled {
+		if s.ops.tracing, err = tracing.New(s.s.Tracing, tracing.Options{Logger: s.log}); err != nil {
+			return err
+		}
+		opts := append([]grpc.ServerOption{}, s.o.GRPCServerOptions...)
+		s.o.GRPCServerOptions = append(opts, s.ops.tracing.GRPCServerOption())
 	}
 	if s.o.ConfigSource == nil && s.s.Config.Type == "GRPC_XDS_SOTW" {
 		// Validated before the ACK with the loader apply uses, on a private
@@ -470,6 +480,11 @@ func (s *Server) buildOps() error {
 // startOps starts what runs beside the listeners; goroutines that need to
 // stop before the shards do join bg and end with ctx.
 func (s *Server) startOps(ctx context.Context, bg *sync.WaitGroup) error {
+	if s.ops.tracing != nil {
+		if err := s.ops.tracing.Start(ctx); err != nil {
+			return err
+		}
+	}
 	if s.ops.tls != nil {
 		bg.Add(1)
 		go func() {
@@ -483,6 +498,13 @@ func (s *Server) startOps(ctx context.Context, bg *sync.WaitGroup) error {
 }
 
 func (s *Server) closeOps() {
+	if s.ops.tracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.ops.tracing.Shutdown(ctx); err != nil {
+			s.log.Warn("flushing traces", "error", err)
+		}
+		cancel()
+	}
 	if err := s.ops.metrics.Close(); err != nil {
 		s.log.Warn("closing the statistics sink", "error", err)
 	}
@@ -504,4 +526,42 @@ func (x xdsConfigSource) Run(ctx context.Context, out chan<- ConfigEvent) error 
 			return false
 		}
 	})
+}
+
+// decider is the decision call of the gRPC and HTTP servers, traced when
+// tracing is on.
+func (s *Server) decider() Decider {
+	if s.ops.tracing == nil {
+		return s.svc
+	}
+	return s.ops.tracing.Decider(s.svc)
+}
+
+func (s *Server) traceHTTP(h http.Handler) http.Handler {
+	if s.ops.tracing == nil {
+		return h
+	}
+	return s.ops.tracing.HTTPHandler(h)
+}
+
+func (s *Server) traceCounter(c engine.Counter) engine.Counter {
+	if s.ops.tracing == nil {
+		return c
+	}
+	return s.ops.tracing.Counter(c, s.s.Backend.Type)
+}
+
+// traceBackends spans every backend call the shards make.
+func (s *Server) traceBackends() {
+	t := s.ops.tracing
+	if t == nil {
+		return
+	}
+	kind := s.s.Backend.Type
+	if main := s.back.main; main != nil {
+		s.back.main = func(i int) engine.Backend { return t.Backend(main(i), kind) }
+	}
+	if sec := s.back.perSecond; sec != nil {
+		s.back.perSecond = func(i int) engine.Backend { return t.Backend(sec(i), kind) }
+	}
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
+	"github.com/sluicehq/sluice/transport/tracing"
 	"github.com/sluicehq/sluice/transport/xds"
 )
 
@@ -29,6 +31,8 @@ type Settings struct {
 	TLS tlsreload.Settings
 	// XDS is the management server client of CONFIG_TYPE=GRPC_XDS_SOTW.
 	XDS xds.Settings
+	// Tracing is OTLP trace export (TRACING_*, OTEL_EXPORTER_OTLP_*).
+	Tracing tracing.Settings
 }
 
 // ListenSettings are the service's addresses and gRPC connection limits.
@@ -302,6 +306,7 @@ func readOpsSettings(e *Env, s *Settings) {
 		ClientSAN:    e.String("GRPC_CLIENT_TLS_SAN", ""),
 	}
 	s.XDS = xdsFromEnv(e)
+	s.Tracing = tracingFromEnv(e)
 }
 
 func (s Settings) validateOps() []error {
@@ -316,6 +321,9 @@ func (s Settings) validateOps() []error {
 		if err := s.XDS.Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
@@ -373,4 +381,48 @@ func xdsFromEnv(e *Env) xds.Settings {
 		BackoffJitter:        e.Bool("XDS_CLIENT_BACKOFF_JITTER", d.BackoffJitter),
 		MaxRecvMsgSize:       e.Int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
 	}
+}
+
+// tracingFromEnv reads TRACING_* and the standard OTLP exporter variables;
+// the traces-specific OTEL_EXPORTER_OTLP_TRACES_* win over the general ones.
+func tracingFromEnv(e *Env) tracing.Settings {
+	d := tracing.DefaultSettings()
+	otlp := func(name string) string {
+		if v := e.String("OTEL_EXPORTER_OTLP_TRACES_"+name, ""); v != "" {
+			return v
+		}
+		return e.String("OTEL_EXPORTER_OTLP_"+name, "")
+	}
+	t := tracing.Settings{
+		Enabled:           e.Bool("TRACING_ENABLED", false),
+		Protocol:          strings.ToLower(e.String("TRACING_EXPORTER_PROTOCOL", d.Protocol)),
+		ServiceName:       e.String("TRACING_SERVICE_NAME", d.ServiceName),
+		ServiceNamespace:  e.String("TRACING_SERVICE_NAMESPACE", ""),
+		ServiceInstanceID: e.String("TRACING_SERVICE_INSTANCE_ID", ""),
+		SamplingRate:      float64(e.Float32("TRACING_SAMPLING_RATE", float32(d.SamplingRate))),
+		Endpoint:          e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		TracesEndpoint:    e.String("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
+		Timeout:           d.Timeout,
+		Compression:       strings.ToLower(otlp("COMPRESSION")),
+	}
+	if v := otlp("INSECURE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.fail(fmt.Errorf("environment: OTEL_EXPORTER_OTLP_INSECURE=%q is not a boolean", v))
+		}
+		t.Insecure = b
+	}
+	if v := otlp("TIMEOUT"); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil {
+			e.fail(fmt.Errorf("environment: OTEL_EXPORTER_OTLP_TIMEOUT=%q is not a number of milliseconds", v))
+		}
+		t.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	h, err := tracing.ParseHeaders(otlp("HEADERS"))
+	if err != nil {
+		e.fail(err)
+	}
+	t.Headers = h
+	return t
 }

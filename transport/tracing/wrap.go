@@ -1,0 +1,153 @@
+package tracing
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Span names, as the reference service's where it has one.
+const (
+	SpanDecision = "ShouldRateLimit Execution"
+	SpanBatch    = "Backend Batch Execution"
+)
+
+// CounterSpanName is the reference's name for a request's counter round trip
+// on a backend kind: "Redis Pipeline Execution", "Memcached Fetch Execution".
+func CounterSpanName(backend string) string {
+	switch backend {
+	case "redis", "":
+		return "Redis Pipeline Execution"
+	case "memcache":
+		return "Memcached Fetch Execution"
+	}
+	return "Counter Increment Execution"
+}
+
+// Decider is the decision call the gRPC and HTTP servers make.
+type Decider interface {
+	ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error)
+}
+
+// Decider wraps d with a span per decision.
+func (t *Tracing) Decider(d Decider) Decider { return &decider{t: t, d: d} }
+
+type decider struct {
+	t *Tracing
+	d Decider
+}
+
+func (d *decider) ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	ctx, span := d.t.tracer.Start(ctx, SpanDecision, trace.WithAttributes(
+		attribute.String("domain", req.Domain),
+		attribute.String("request string", requestString(req)),
+	))
+	defer span.End()
+	resp, err := d.d.ShouldRateLimit(ctx, req)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return resp, err
+	}
+	span.SetAttributes(attribute.String("overall code", resp.OverallCode.String()))
+	return resp, nil
+}
+
+// requestString is a compact text form of the request for the span.
+func requestString(req *engine.Request) string {
+	var b strings.Builder
+	b.WriteString("domain:")
+	b.WriteString(strconv.Quote(req.Domain))
+	for _, d := range req.Descriptors {
+		b.WriteString(" descriptors:{")
+		for i, e := range d.Entries {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(e.Key)
+			b.WriteByte('=')
+			b.WriteString(e.Value)
+		}
+		b.WriteByte('}')
+	}
+	if req.HitsAddend > 0 {
+		b.WriteString(" hits_addend:")
+		b.WriteString(strconv.FormatUint(uint64(req.HitsAddend), 10))
+	}
+	return b.String()
+}
+
+// Counter wraps c with a span per request's counter round trip, named for
+// the backend kind, child of the decision span.
+func (t *Tracing) Counter(c engine.Counter, backend string) engine.Counter {
+	return &counter{t: t, c: c, name: CounterSpanName(backend)}
+}
+
+type counter struct {
+	t    *Tracing
+	c    engine.Counter
+	name string
+}
+
+func (c *counter) Increment(ctx context.Context, ops []engine.Increment) error {
+	perSecond := 0
+	for i := range ops {
+		if ops[i].PerSecond {
+			perSecond++
+		}
+	}
+	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithAttributes(
+		attribute.Int("batch size", len(ops)),
+		attribute.Int("pipeline length", len(ops)-perSecond),
+		attribute.Int("perSecondPipeline length", perSecond),
+	))
+	defer span.End()
+	err := c.c.Increment(ctx, ops)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// Backend wraps b with a span per backend call. A shard's call serves the
+// coalesced increments of many requests, so the span starts its own trace
+// (subject to the sampling rate) and carries the batch size.
+func (t *Tracing) Backend(b engine.Backend, backend string) engine.Backend {
+	return &tracedBackend{t: t, b: b, kind: backend}
+}
+
+type tracedBackend struct {
+	t    *Tracing
+	b    engine.Backend
+	kind string
+}
+
+func (b *tracedBackend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+	ctx, span := b.t.tracer.Start(ctx, SpanBatch, trace.WithNewRoot(), trace.WithAttributes(
+		attribute.String("backend", b.kind),
+		attribute.Int("batch size", len(batch)),
+	))
+	defer span.End()
+	err := b.b.IncrementBatch(ctx, batch)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+func (b *tracedBackend) Close() error { return b.b.Close() }
+
+// Inline keeps the wrapped backend's answer: the shards run inline backends
+// (memory) on their own goroutine.
+func (b *tracedBackend) Inline() bool {
+	ib, ok := b.b.(interface{ Inline() bool })
+	return ok && ib.Inline()
+}
