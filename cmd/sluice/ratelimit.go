@@ -37,6 +37,8 @@ func runRateLimit(args []string) error {
 type rateLimit struct {
 	srv *transport.Server
 	log *slog.Logger
+	// metricsPath is where pull metrics are served (PROMETHEUS_PATH), when on.
+	metricsPath string
 }
 
 func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*rateLimit, error) {
@@ -52,11 +54,26 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*r
 	if err != nil {
 		return nil, err
 	}
-	return &rateLimit{srv: srv, log: log}, nil
+	return &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath}, nil
 }
 
 func (r *rateLimit) run(ctx context.Context, ready chan<- struct{}) error {
-	return r.srv.Run(ctx, ready)
+	listening := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-listening:
+			if a := r.srv.MetricsAddr(); a != nil {
+				fmt.Printf("pull metrics: http://%s%s\n", localAddr(a.String()), r.metricsPath)
+			}
+			if ready != nil {
+				close(ready)
+			}
+		case <-done:
+		}
+	}()
+	return r.srv.Run(ctx, listening)
 }
 
 // signalContext ends on SIGINT, SIGTERM or SIGHUP, as the reference's runner.
