@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -15,7 +16,9 @@ import (
 //
 // To stay readable in a terminal it prints only at a flush and only what
 // changed: counters that moved, gauges whose value differs, timers that
-// recorded something.
+// recorded something. A timer is one line per flush, its mean, with the
+// number of samples in "samples" when there was more than one (the
+// reference prints a line per sample, which floods a terminal under load).
 type logSink struct {
 	w     *bufio.Writer
 	tags  string
@@ -38,28 +41,34 @@ func (s *logSink) send(batch []sample) {
 	for _, m := range batch {
 		switch m.kind {
 		case kindCounter:
-			s.line(m.name, "counter", float64(m.delta))
+			s.line(m.name, "counter", float64(m.delta), 1)
 		case kindGauge:
 			if m.changed {
-				s.line(m.name, "gauge", float64(m.gauge))
+				s.line(m.name, "gauge", float64(m.gauge), 1)
 			}
 		case kindTimer:
+			var sum float64
 			for _, ms := range m.timings {
-				s.line(m.name, "timer", ms)
+				sum += ms
 			}
+			s.line(m.name, "timer", sum/float64(len(m.timings)), len(m.timings))
 		}
 	}
 	s.w.Flush() // a failed write to standard output has nowhere better to go
 }
 
-func (s *logSink) line(name, typ string, v float64) {
+func (s *logSink) line(name, typ string, v float64, samples int) {
 	now := s.clock()
+	fields := map[string]string{"name": name + s.tags, "type": typ, "value": fmt.Sprintf("%f", v)}
+	if samples > 1 {
+		fields["samples"] = strconv.Itoa(samples)
+	}
 	b, err := json.Marshal(logLine{
 		Level:  "debug",
 		TS:     json.Number(fmt.Sprintf("%d.%06d", now.Unix(), now.Nanosecond()/1000)),
 		Logger: "gostats.loggingsink",
 		Msg:    "flushing " + typ,
-		JSON:   map[string]string{"name": name + s.tags, "type": typ, "value": fmt.Sprintf("%f", v)},
+		JSON:   fields,
 	})
 	if err != nil {
 		return

@@ -389,8 +389,18 @@ func TestStdoutSinkFormatAndQuiet(t *testing.T) {
 	st.Timer("ratelimit_server.ShouldRateLimit.response_time").Record(3 * time.Millisecond)
 	r.Flush()
 	var line logLine
-	if err := json.Unmarshal(out.Bytes(), &line); err != nil || line.Msg != "flushing timer" || line.JSON["value"] != "3.000000" {
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil || line.Msg != "flushing timer" || line.JSON["value"] != "3.000000" || line.JSON["samples"] != "" {
 		t.Fatalf("timer line %q (%v)", out.String(), err)
+	}
+	// Many samples are one line: their mean and how many there were.
+	out.Reset()
+	for _, ms := range []time.Duration{1, 2, 6} {
+		st.Timer("ratelimit_server.ShouldRateLimit.response_time").Record(ms * time.Millisecond)
+	}
+	r.Flush()
+	line = logLine{}
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil || line.JSON["value"] != "3.000000" || line.JSON["samples"] != "3" {
+		t.Fatalf("timer summary %q (%v)", out.String(), err)
 	}
 }
 
