@@ -60,6 +60,7 @@ type Reporter struct {
 	started bool
 	closed  bool
 	httpSrv *http.Server
+	served  chan struct{} // closed when the pull metrics server's goroutine returns
 	ln      net.Listener
 }
 
@@ -123,7 +124,9 @@ func (r *Reporter) Start() error {
 		mux.Handle(r.s.PullPath, r.pull.handler(r.Flush))
 		r.ln = ln
 		r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		r.served = make(chan struct{})
 		go func() {
+			defer close(r.served)
 			if err := r.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				r.log.Error("pull metrics server stopped", "error", err)
 			}
@@ -223,6 +226,7 @@ func (r *Reporter) Close() error {
 		if err := r.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("pull metrics server: %w", err))
 		}
+		<-r.served
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
