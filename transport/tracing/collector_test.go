@@ -91,7 +91,7 @@ func (c *collector) lastHeaders() map[string]string {
 	return c.headers[len(c.headers)-1]
 }
 
-func startHTTPCollector(t *testing.T) *collector {
+func startHTTPCollector(t testing.TB) *collector {
 	t.Helper()
 	c := &collector{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
