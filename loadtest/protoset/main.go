@@ -182,15 +182,18 @@ type request struct {
 
 // ghzConfig is the part of ghz's config file these scenarios set.
 type ghzConfig struct {
-	Protoset    string    `json:"protoset"`
-	Call        string    `json:"call"`
-	Host        string    `json:"host"`
-	Insecure    bool      `json:"insecure"`
-	Concurrency int       `json:"concurrency"`
-	Connections int       `json:"connections"`
-	Duration    string    `json:"duration"`
-	Timeout     string    `json:"timeout"`
-	Data        []request `json:"data,omitempty"`
+	Protoset    string `json:"protoset"`
+	Call        string `json:"call"`
+	Host        string `json:"host"`
+	Insecure    bool   `json:"insecure"`
+	Concurrency int    `json:"concurrency"`
+	Connections int    `json:"connections"`
+	Duration    string `json:"duration"`
+	// DurationStop "wait" lets calls in flight at the end finish; ghz's
+	// default closes their connections and counts them as Unavailable.
+	DurationStop string    `json:"duration-stop"`
+	Timeout      string    `json:"timeout"`
+	Data         []request `json:"data,omitempty"`
 }
 
 type namedConfig struct {
@@ -206,7 +209,7 @@ func configs(host string) []namedConfig {
 		// repository root.
 		Protoset: "loadtest/ghz/rls.protoset",
 		Call:     Method, Host: host, Insecure: true,
-		Concurrency: 200, Connections: 4, Duration: "20s", Timeout: "5s",
+		Concurrency: 200, Connections: 4, Duration: "20s", DurationStop: "wait", Timeout: "5s",
 	}
 	keys := base
 	for i := range 1000 {
