@@ -1,0 +1,413 @@
+// Command slow-odata-reader checks that the OData server streams a page
+// instead of building it in memory: several clients ask for 10,000-row
+// pages of /Records and read them very slowly, and the server's resident
+// memory must stay flat.
+//
+// Each reader has its own API key (the API refuses parallel requests of one
+// key), a small socket receive buffer and a 4 KiB read buffer, so the
+// kernel cannot soak up the page and back-pressure reaches the server. The
+// program:
+//
+//  1. reads one page at full speed to learn its size B, then records the
+//     server's idle RSS (median of 5 samples) as the baseline;
+//  2. starts -readers readers that read at -rate bytes/s each for -slow,
+//     sampling the server's RSS (VmRSS of /proc/<pid>/status) twice a
+//     second;
+//  3. lets them finish at full speed and checks every page arrived whole
+//     (status 200, valid JSON, the expected row count).
+//
+// Promises (exit 1 when one breaks):
+//
+//   - bounded: the highest RSS while the readers crawl exceeds the idle
+//     baseline by less than -allow-share (half) of readers × B, what holding
+//     the unread pages would cost. A streaming server still spends some
+//     memory per request (buffers, its database connection's page cache),
+//     so this does not ask for zero; a server that buffers whole pages
+//     cannot pass;
+//   - flat: over the slow phase RSS does not grow (harness.GrowthRule,
+//     last-third median ≤ first-third median × 1.05 + 8 MiB);
+//   - whole: every page is complete once read.
+//
+// The server: `-server self` (the default) runs the OData API in a child
+// process of this program, built from the odata package over an embedded
+// SQLite filled with generated data. It stands in for `sluice serve`, which
+// does not start the OData API yet: WAITING FOR cmd/sluice to serve OData;
+// once it does, run the scenario against it with -server external -url
+// <root> -keys k1,k2,... -pid <pid of sluice>.
+//
+//	go run ./loadtest/slow-odata-reader [-readers 8] [-slow 30s] [-rate 32768]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/loadtest/internal/harness"
+)
+
+type options struct {
+	server  string
+	url     string
+	keys    string
+	pid     int
+	rows    int
+	top     int
+	readers int
+	slow    time.Duration
+	rate    int
+	share   float64
+	serve   serveOptions
+}
+
+func main() {
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	log.SetPrefix("slow-odata-reader: ")
+	var o options
+	flag.StringVar(&o.server, "server", "self", "self (an OData server in a child process) or external (-url, -keys, -pid)")
+	flag.StringVar(&o.url, "url", "", "external: OData service root, e.g. http://127.0.0.1:8000/v1/odata/v4")
+	flag.StringVar(&o.keys, "keys", "", "external: comma-separated API keys, at least -readers of them")
+	flag.IntVar(&o.pid, "pid", 0, "external: the server's process id, for its RSS")
+	flag.IntVar(&o.rows, "rows", 12000, "self: rows of generated data (at least -top)")
+	flag.IntVar(&o.top, "top", 10000, "rows per page ($top)")
+	flag.IntVar(&o.readers, "readers", 8, "concurrent slow readers")
+	flag.DurationVar(&o.slow, "slow", 30*time.Second, "how long the readers crawl")
+	flag.IntVar(&o.rate, "rate", 32<<10, "bytes per second each reader takes while crawling")
+	flag.Float64Var(&o.share, "allow-share", 0.5, "RSS growth allowed while readers crawl, as a share of readers × page size")
+	o.serve.register()
+	flag.Parse()
+	if o.serve.enabled {
+		if err := o.serve.run(); err != nil {
+			log.Fatalf("server: %v", err)
+		}
+		return
+	}
+	switch {
+	case o.server != "self" && o.server != "external":
+		log.Fatal("-server must be self or external")
+	case o.server == "external" && (o.url == "" || o.keys == "" || o.pid <= 0):
+		log.Fatal("-server external needs -url, -keys and -pid")
+	case o.readers < 1 || o.top < 1 || o.top > 10000 || o.rate < 1024 || o.slow <= 0 || o.share <= 0 || o.share >= 1:
+		log.Fatal("-readers >= 1, 1 <= -top <= 10000, -rate >= 1024, -slow positive, 0 < -allow-share < 1")
+	case o.server == "self" && o.rows < o.top:
+		log.Fatal("-rows must be at least -top")
+	}
+	broken, err := run(o)
+	if err != nil {
+		log.Fatalf("FAIL: %v", err)
+	}
+	if len(broken) > 0 {
+		for _, b := range broken {
+			log.Printf("BROKEN: %s", b)
+		}
+		log.Fatalf("FAIL: %d promise(s) broken", len(broken))
+	}
+	log.Print("PASS")
+}
+
+func run(o options) ([]string, error) {
+	var root string
+	var keys []string
+	var pid int
+	if o.server == "self" {
+		log.Printf("server: the OData API in a child process (stand-in until sluice serve runs it); generating %d rows", o.rows)
+		srv, err := startSelf(o.rows, o.readers+1)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		root, keys, pid = srv.root, srv.keys, srv.pid
+	} else {
+		root, pid = strings.TrimRight(o.url, "/"), o.pid
+		for _, k := range strings.Split(o.keys, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) < o.readers {
+		return nil, fmt.Errorf("%d keys for %d readers: each reader needs its own key", len(keys), o.readers)
+	}
+	u, err := url.Parse(root + "/Records")
+	if err != nil {
+		return nil, err
+	}
+	u.RawQuery = fmt.Sprintf("%%24top=%d", o.top)
+	page := u.String()
+
+	// 1. Size and baseline.
+	sizing := read(page, keys[0], nil)
+	if sizing.err != nil {
+		return nil, fmt.Errorf("sizing read: %w", sizing.err)
+	}
+	log.Printf("one page: %d rows, %.1f MiB, read at full speed in %s", sizing.rows, float64(sizing.bytes)/(1<<20), sizing.took.Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	var idle []float64
+	for range 5 {
+		rss, err := harness.RSS(pid)
+		if err != nil {
+			return nil, err
+		}
+		idle = append(idle, float64(rss))
+		time.Sleep(200 * time.Millisecond)
+	}
+	baseline := harness.Median(idle)
+	log.Printf("idle server RSS %.1f MiB", baseline/(1<<20))
+
+	// 2. Crawl.
+	fast := make(chan struct{})
+	results := make([]result, o.readers)
+	var wg sync.WaitGroup
+	for i := range o.readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = read(page, keys[i+1], &throttle{rate: o.rate, fast: fast})
+		}()
+	}
+	var samples []float64
+	var peak float64
+	start := time.Now()
+	tick := time.NewTicker(500 * time.Millisecond)
+	for time.Since(start) < o.slow {
+		<-tick.C
+		rss, err := harness.RSS(pid)
+		if err != nil {
+			tick.Stop()
+			close(fast)
+			wg.Wait()
+			return nil, fmt.Errorf("server RSS: %w (did it die?)", err)
+		}
+		samples = append(samples, float64(rss))
+		peak = max(peak, float64(rss))
+		if len(samples)%10 == 0 {
+			log.Printf("+%2.0fs server RSS %.1f MiB", time.Since(start).Seconds(), float64(rss)/(1<<20))
+		}
+	}
+	tick.Stop()
+	close(fast)
+	wg.Wait()
+
+	// 3. Verdicts.
+	var broken []string
+	growth := peak - baseline
+	held := float64(o.readers) * float64(sizing.bytes)
+	allowed := o.share * held
+	log.Printf("crawl: %d readers × %.1f MiB pages for %s; peak RSS %.1f MiB, %+.1f MiB over idle = %.1f MiB a reader, %.0f%% of a page (allowed %.1f MiB = %.0f%% of the %.0f MiB buffering the pages would cost)",
+		o.readers, float64(sizing.bytes)/(1<<20), o.slow, peak/(1<<20), growth/(1<<20), growth/float64(o.readers)/(1<<20),
+		100*growth/held, allowed/(1<<20), 100*o.share, held/(1<<20))
+	if growth > allowed {
+		broken = append(broken, fmt.Sprintf("server RSS rose %.1f MiB over idle while readers crawled (allowed %.1f MiB)", growth/(1<<20), allowed/(1<<20)))
+	}
+	rule := harness.GrowthRule{Relative: 0.05, Absolute: 8 << 20, MinSamples: 6}
+	if g := rule.Check(samples); !g.Judged {
+		broken = append(broken, fmt.Sprintf("only %d RSS samples in the slow phase; raise -slow", len(samples)))
+	} else if g.Grew {
+		broken = append(broken, fmt.Sprintf("server RSS kept growing while readers crawled: last-third median %.1f MiB > %.1f MiB (first-third median %.1f MiB)",
+			g.LastMedian/(1<<20), g.Limit/(1<<20), g.FirstMedian/(1<<20)))
+	}
+	for i, r := range results {
+		switch {
+		case r.err != nil:
+			broken = append(broken, fmt.Sprintf("reader %d: %v", i, r.err))
+		case r.rows != sizing.rows || r.bytes != sizing.bytes:
+			broken = append(broken, fmt.Sprintf("reader %d: %d rows, %d bytes; the full-speed read had %d rows, %d bytes", i, r.rows, r.bytes, sizing.rows, sizing.bytes))
+		}
+	}
+	if len(broken) == 0 {
+		log.Printf("all %d pages arrived whole (%d rows each)", o.readers, sizing.rows)
+	}
+	return broken, nil
+}
+
+// throttle paces a reader's body reads at rate bytes/s until fast closes.
+type throttle struct {
+	rate int
+	fast <-chan struct{}
+}
+
+type result struct {
+	rows  int
+	bytes int64
+	took  time.Duration
+	err   error
+}
+
+// read fetches one page over a connection with a small receive buffer and
+// decodes it as a stream, so nothing but the decoder's window is held.
+func read(page, key string, th *throttle) result {
+	start := time.Now()
+	u, err := url.Parse(page)
+	if err != nil {
+		return result{err: err}
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	conn, err := d.Dial("tcp", u.Host)
+	if err != nil {
+		return result{err: err}
+	}
+	defer conn.Close()
+	// A generous bound on the whole exchange: the crawl plus a full read.
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Minute))
+	req, err := http.NewRequest(http.MethodGet, page, nil)
+	if err != nil {
+		return result{err: err}
+	}
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return result{err: err}
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4<<10), req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return result{err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)}
+	}
+	counted := &countingReader{r: resp.Body}
+	var body io.Reader = counted
+	if th != nil {
+		body = &pacedReader{r: counted, th: th, start: time.Now()}
+	}
+	rows, err := decodePage(body)
+	if err == nil {
+		// The decoder stops at the closing brace; anything after it is junk.
+		var rest [1]byte
+		if n, _ := io.ReadFull(body, rest[:]); n > 0 {
+			err = errors.New("bytes after the end of the JSON page")
+		}
+	}
+	return result{rows: rows, bytes: counted.n, took: time.Since(start), err: err}
+}
+
+// decodePage walks {"value":[...], ...} and counts the rows of value.
+func decodePage(r io.Reader) (int, error) {
+	dec := json.NewDecoder(r)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, fmt.Errorf("page does not start with an object: %v %v", t, err)
+	}
+	rows := -1
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return 0, err
+		}
+		name, _ := t.(string)
+		if name != "value" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return 0, fmt.Errorf("member %q: %w", name, err)
+			}
+			continue
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+			return 0, fmt.Errorf("value is not an array: %v %v", t, err)
+		}
+		rows = 0
+		for dec.More() {
+			var row map[string]json.RawMessage
+			if err := dec.Decode(&row); err != nil {
+				return rows, fmt.Errorf("row %d: %w", rows, err)
+			}
+			if _, ok := row["Id"]; !ok {
+				return rows, fmt.Errorf("row %d has no Id", rows)
+			}
+			rows++
+		}
+		if _, err := dec.Token(); err != nil {
+			return rows, err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return rows, fmt.Errorf("page does not end: %w", err)
+	}
+	if rows < 0 {
+		return 0, errors.New("page has no value member")
+	}
+	return rows, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// pacedReader hands out at most 1 KiB a read and sleeps to stay at the
+// throttle's rate, until the throttle turns fast.
+type pacedReader struct {
+	r     io.Reader
+	th    *throttle
+	start time.Time
+	n     int64
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	select {
+	case <-p.th.fast:
+		return p.r.Read(b)
+	default:
+	}
+	if len(b) > 1024 {
+		b = b[:1024]
+	}
+	due := p.start.Add(time.Duration(float64(p.n) / float64(p.th.rate) * float64(time.Second)))
+	if wait := time.Until(due); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-p.th.fast:
+			t.Stop()
+		}
+	}
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	return n, err
+}
+
+// waitHTTP polls url until it answers with any status, or the timeout passes.
+func waitHTTP(ctx context.Context, u string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c := http.Client{Timeout: time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not answering after %s: %w", u, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/loadtest/internal/harness"
+	"github.com/sluicehq/sluice/odata"
+)
+
+// This file is the stand-in OData server: the odata package served from a
+// child process, so its memory is measured apart from the readers'. It goes
+// once cmd/sluice serves the OData API (then use -server external).
+
+// serveOptions are the child's flags (internal: set by startSelf).
+type serveOptions struct {
+	enabled bool
+	db      string
+	addr    string
+	keysOut string
+	rows    int
+	keys    int
+}
+
+func (s *serveOptions) register() {
+	flag.BoolVar(&s.enabled, "internal-serve", false, "internal: run as the stand-in OData server")
+	flag.StringVar(&s.db, "internal-db", "", "internal: SQLite file")
+	flag.StringVar(&s.addr, "internal-addr", "", "internal: listen address")
+	flag.StringVar(&s.keysOut, "internal-keys-out", "", "internal: file to write the API keys to, one a line")
+	flag.IntVar(&s.rows, "internal-rows", 0, "internal: rows to generate")
+	flag.IntVar(&s.keys, "internal-keys", 0, "internal: API keys to create")
+}
+
+// run serves until SIGTERM or SIGINT, then shuts down (bounded).
+func (s *serveOptions) run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	db, err := odata.OpenStore(ctx, "sqlite:"+s.db)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := odata.EnsureDemo(ctx, db, s.rows, nil); err != nil {
+		return err
+	}
+	var keys []string
+	for i := range s.keys {
+		k, _, err := db.AddKey(ctx, fmt.Sprintf("slow-reader-%d", i))
+		if err != nil {
+			return err
+		}
+		keys = append(keys, k)
+	}
+	opts := odata.DefaultOptions()
+	srv, err := odata.NewServer(opts, db, db, nil)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	// The keys file appears only once the listener is open: it is the
+	// parent's readiness signal.
+	tmp := s.keysOut + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := os.Rename(tmp, s.keysOut); err != nil {
+		ln.Close()
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	return errors.Join(err, <-errc)
+}
+
+// selfServer is the running child.
+type selfServer struct {
+	root string
+	keys []string
+	pid  int
+	cmd  *exec.Cmd
+	work string
+	done chan struct{}
+}
+
+// startSelf starts the child and waits for its keys and listener.
+func startSelf(rows, nkeys int) (*selfServer, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "sluice-slow-reader-")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := harness.FreePorts(1)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	keysOut := filepath.Join(work, "keys")
+	logf, err := os.Create(filepath.Join(work, "server.log"))
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	cmd := exec.Command(self, "-internal-serve", "-internal-db", filepath.Join(work, "odata.sqlite"),
+		"-internal-addr", addr, "-internal-keys-out", keysOut,
+		"-internal-rows", strconv.Itoa(rows), "-internal-keys", strconv.Itoa(nkeys))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(work)
+		return nil, err
+	}
+	s := &selfServer{root: "http://" + addr + "/v1/odata/v4", pid: cmd.Process.Pid, cmd: cmd, work: work, done: make(chan struct{})}
+	// Owned by s: reaps the child; stop waits for it.
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(s.done)
+	}()
+	deadline := time.Now().Add(3 * time.Minute) // data generation included
+	for {
+		select {
+		case <-s.done:
+			b, _ := os.ReadFile(filepath.Join(work, "server.log"))
+			os.RemoveAll(work)
+			return nil, fmt.Errorf("stand-in OData server exited during startup:\n%s", b)
+		default:
+		}
+		if f, err := os.Open(keysOut); err == nil {
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if k := strings.TrimSpace(sc.Text()); k != "" {
+					s.keys = append(s.keys, k)
+				}
+			}
+			f.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, errors.New("stand-in OData server not ready after 3 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := waitHTTP(context.Background(), s.root, 10*time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// stop sends SIGTERM, waits (bounded), kills if needed, and removes files.
+func (s *selfServer) stop() {
+	_ = syscall.Kill(s.pid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+		<-s.done
+	}
+	os.RemoveAll(s.work)
+}
