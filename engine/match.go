@@ -34,7 +34,7 @@ func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bo
 	var (
 		level         = dom
 		found         *RateLimit
-		perLevelStats bool // some level asks for the request value in the stats key
+		perLevelStats bool      // some level asks for the request value in the stats key
 		partsBuf      [8]string // stays on the stack for descriptors up to 8 deep
 	)
 	metricParts := partsBuf[:0]

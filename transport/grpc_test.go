@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-
 )
 
 func rlsReq(domain string, pairs ...string) *rlsv3.RateLimitRequest {
