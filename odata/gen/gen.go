@@ -508,7 +508,7 @@ func (g *Generator) chooseCharacteristics(voc *vocab, plan *datasetPlan) {
 		}
 		// Titanium: rare, but present in every lab dataset, so a filter on
 		// it is sparse over the whole id range.
-		add(voc.titanium, 0.004)
+		add(voc.titanium, 0.03)
 	}
 }
 

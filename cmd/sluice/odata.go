@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/odata/csvimport"
+	"github.com/sluicehq/sluice/odata/gen"
+	"github.com/sluicehq/sluice/odata/sqlstore"
+)
+
+func init() {
+	registerCommand("odata", "run the OData API alone (embedded SQLite demo unless -db is given)", runOData)
+	registerCommand("import", "load DataStream CSV files (+ a metadata JSON per dataset) into an OData store", runImport)
+	registerCommand("generate", "fill an OData store with realistic generated data: sluice generate -rows N", runGenerate)
+	registerCommand("keys", "manage OData API keys: sluice keys add NAME | list | revoke ID|NAME", runKeys)
+}
+
+// defaultODataDB is the embedded store used when no -db is given; var/ is
+// ignored by git.
+const defaultODataDB = "sqlite:var/odata.sqlite"
+
+func dbFlag(fs *flag.FlagSet) *string {
+	return fs.String("db", defaultODataDB, `store: "postgres://user@host/db" or "sqlite:/path/file.sqlite"`)
+}
+
+// openODataStore opens a store, creating the directory of an SQLite file.
+func openODataStore(ctx context.Context, dsn string) (*sqlstore.DB, error) {
+	if !sqlstore.IsPostgres(dsn) {
+		if dir := filepath.Dir(strings.TrimPrefix(dsn, "sqlite:")); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return odata.OpenStore(ctx, dsn)
+}
+
+// odataConfig is the command-line configuration of the OData API, shared by
+// `sluice odata` and `sluice serve` (see odataFlags).
+type odataConfig struct {
+	db          string
+	opts        odata.Options
+	cors        string
+	rps         uint
+	rateService string
+	demoRows    int
+}
+
+// odataFlags registers the OData API's flags on fs, with the documented
+// defaults.
+func odataFlags(fs *flag.FlagSet) *odataConfig {
+	c := &odataConfig{opts: odata.DefaultOptions()}
+	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://..." or "sqlite:/path" (an empty SQLite store gets demo data)`)
+	fs.StringVar(&c.opts.Addr, "odata-addr", c.opts.Addr, "OData API listen address")
+	fs.StringVar(&c.opts.Root, "odata-root", c.opts.Root, "path root of the collections")
+	fs.StringVar(&c.opts.PublicURL, "public-url", "", "scheme://host[:port] for next links (default: the request's Host)")
+	fs.Int64Var(&c.opts.MaxPageBytes, "max-page-bytes", c.opts.MaxPageBytes, "413 for a page larger than this")
+	fs.DurationVar(&c.opts.QueryTimeout, "query-timeout", c.opts.QueryTimeout, "504 for a query slower than this")
+	fs.BoolVar(&c.opts.Gzip, "gzip", c.opts.Gzip, "answer gzip to clients that accept it")
+	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that accept it")
+	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "429 for a request while another of the same key is in flight")
+	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
+	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key (in-process rate limit engine)")
+	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
+	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
+	return c
+}
+
+// odataService is a running OData API.
+type odataService struct {
+	db      *sqlstore.DB
+	srv     *odata.Server
+	ln      net.Listener
+	limiter interface{ Close() error }
+	demoKey string // set when demo data and key were prepared
+}
+
+// startOData opens the store (generating demo data into an empty one), builds
+// the limiter and the server, and listens. It prints progress to stderr.
+func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odataService, err error) {
+	if c.cors != "" {
+		for _, o := range strings.Split(c.cors, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				c.opts.CORSOrigins = append(c.opts.CORSOrigins, o)
+			}
+		}
+	}
+	c.opts.Logger = log
+	if err := c.opts.Validate(); err != nil {
+		return nil, err
+	}
+	db, err := openODataStore(ctx, c.db)
+	if err != nil {
+		return nil, err
+	}
+	s := &odataService{db: db}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	empty, err := db.Empty(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if empty {
+		fmt.Fprintf(os.Stderr, "The OData store %s is empty: generating %d demo observations.\n", c.db, c.demoRows)
+		bar := newProgressBar(os.Stderr, "generate", "rows")
+		s.demoKey, err = odata.EnsureDemo(ctx, db, c.demoRows, bar.update)
+		bar.finish()
+		if err != nil {
+			return nil, err
+		}
+	} else if c.db == defaultODataDB {
+		// The embedded demo store: a fresh key each start, so the printed
+		// curl lines work (keys are stored hashed and cannot be shown again).
+		if s.demoKey, err = odata.EnsureDemo(ctx, db, 0, nil); err != nil {
+			return nil, err
+		}
+	}
+	var lim odata.RateLimiter
+	switch {
+	case c.rateService != "":
+		r, err := odata.NewRemoteLimiter(odata.RemoteLimiterOptions{Target: c.rateService, Timeout: time.Second})
+		if err != nil {
+			return nil, err
+		}
+		s.limiter, lim = r, r
+	case c.rps > 0:
+		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps)})
+		if err != nil {
+			return nil, err
+		}
+		s.limiter, lim = l, l
+	}
+	if s.srv, err = odata.NewServer(c.opts, db, db, lim); err != nil {
+		return nil, err
+	}
+	if s.ln, err = net.Listen("tcp", c.opts.Addr); err != nil {
+		return nil, fmt.Errorf("odata: listen on %s: %w", c.opts.Addr, err)
+	}
+	return s, nil
+}
+
+// run serves until ctx ends, then shuts down (giving responses in progress
+// ten seconds) and closes the store.
+func (s *odataService) run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = s.srv.Shutdown(sctx)
+		cancel()
+		if serr := <-errc; err == nil {
+			err = serr
+		}
+	}
+	s.close()
+	return err
+}
+
+func (s *odataService) close() {
+	if s.limiter != nil {
+		s.limiter.Close()
+	}
+	if s.db != nil {
+		s.db.Close()
+	}
+}
+
+// printTryLines shows how to call the API.
+func (s *odataService) printTryLines(w io.Writer, root string) {
+	addr := localAddr(s.ln.Addr().String())
+	base := "http://" + addr + root
+	key := s.demoKey
+	if key == "" {
+		key = "<API_KEY>   (create one: sluice keys add -db <store> NAME)"
+	}
+	fmt.Fprintf(w, `
+OData API   %s   (/Metadata, /Locations, /Observations, /Records)
+Demo API key: %s
+
+Try:
+  curl -s -H 'x-api-key: %s' '%s/Metadata?$top=1'
+  curl -s -H 'x-api-key: %[3]s' '%[4]s/Observations?$top=3&$filter=CharacteristicName%%20eq%%20%%27pH%%27'
+  curl -s -H 'x-api-key: %[3]s' '%[4]s/Records?$count=true&$filter=CharacteristicName%%20eq%%20%%27Titanium%%27'
+  curl -s -i -H 'x-api-key: %[3]s' '%[4]s/Locations?$select=Id,Name&$top=2'    (see the Link header)
+`, base, key, s.demoKey, base)
+}
+
+func runOData(args []string) error {
+	fs := flag.NewFlagSet("odata", flag.ContinueOnError)
+	c := odataFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	s, err := startOData(ctx, c, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		return err
+	}
+	s.printTryLines(os.Stdout, c.opts.Root)
+	return s.run(ctx)
+}
+
+func runImport(args []string) error {
+	fs := flag.NewFlagSet("import", flag.ContinueOnError)
+	db := dbFlag(fs)
+	meta := fs.String("metadata", "", "metadata JSON of the dataset the CSV files belong to (default: each CSV's <name>.json)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: sluice import [-db DSN] [-metadata FILE.json] FILE.csv...")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("no CSV file given")
+	}
+	// Group the files by dataset, in the order given.
+	var sets []csvimport.Dataset
+	index := map[string]int{}
+	for _, f := range fs.Args() {
+		m := *meta
+		if m == "" {
+			m = strings.TrimSuffix(f, filepath.Ext(f)) + ".json"
+		}
+		i, ok := index[m]
+		if !ok {
+			i = len(sets)
+			index[m] = i
+			sets = append(sets, csvimport.Dataset{Metadata: m})
+		}
+		sets[i].CSV = append(sets[i].CSV, f)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	store, err := openODataStore(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	bar := newProgressBar(os.Stderr, "import", "bytes")
+	res, err := csvimport.Import(ctx, store, sets, bar.update)
+	bar.finish()
+	if err != nil {
+		return fmt.Errorf("nothing was imported: %w", err)
+	}
+	fmt.Printf("imported %d datasets, %d locations, %d observations into %s\n", res.Datasets, res.Locations, res.Observations, *db)
+	return nil
+}
+
+func runGenerate(args []string) error {
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	db := dbFlag(fs)
+	rows := fs.Int64("rows", odata.DemoRows, "observations to generate")
+	seed := fs.Uint64("seed", 1, "random seed (the same seed gives the same data; use another to add more)")
+	datasets := fs.Int("datasets", 0, "datasets (default: grows with -rows, dozens)")
+	locations := fs.Int("locations", 0, "locations (default: grows with -rows, up to thousands)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := gen.Config{Rows: *rows, Datasets: *datasets, Locations: *locations, Seed: *seed}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	g, err := gen.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	store, err := openODataStore(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	start := time.Now()
+	bar := newProgressBar(os.Stderr, "generate", "rows")
+	res, err := gen.Load(ctx, store, g, func(done int64) { bar.update(done, *rows) })
+	bar.finish()
+	if err != nil {
+		return fmt.Errorf("nothing was added: %w", err)
+	}
+	fmt.Printf("generated %d datasets, %d locations, %d observations into %s in %s (indexes and statistics included)\n",
+		res.Datasets, res.Locations, res.Observations, *db, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func runKeys(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: sluice keys add NAME | list | revoke ID|NAME  [-db DSN]")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	db := dbFlag(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	open := func() (*sqlstore.DB, error) { return openODataStore(ctx, *db) }
+	switch sub {
+	case "add":
+		if fs.NArg() != 1 {
+			return errors.New("usage: sluice keys add [-db DSN] NAME")
+		}
+		store, err := open()
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		secret, k, err := store.AddKey(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("key %s (%s) created. Its secret is shown only now:\n%s\n", k.ID, k.Name, secret)
+		return nil
+	case "list":
+		store, err := open()
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		keys, err := store.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		sort.SliceStable(keys, func(i, j int) bool { return keys[i].CreatedAt < keys[j].CreatedAt })
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tREVOKED")
+		for _, k := range keys {
+			revoked := k.RevokedAt
+			if revoked == "" {
+				revoked = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt, revoked)
+		}
+		return tw.Flush()
+	case "revoke":
+		if fs.NArg() != 1 {
+			return errors.New("usage: sluice keys revoke [-db DSN] ID|NAME")
+		}
+		store, err := open()
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		n, err := store.RevokeKey(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("no active key has the id or name %q", fs.Arg(0))
+		}
+		fmt.Printf("revoked %d key(s)\n", n)
+		return nil
+	}
+	return fmt.Errorf("unknown keys command %q (add, list, revoke)", sub)
+}
+
+// progressBar draws `label [=====>    ]  45%  4.5M/10.0M rows  210k rows/s  ETA 25s`
+// on a terminal, redrawn at most five times a second; elsewhere it prints a
+// line every ten seconds.
+type progressBar struct {
+	w           io.Writer
+	label       string
+	unit        string
+	tty         bool
+	start       time.Time
+	last        time.Time
+	done, total int64
+	drawn       bool
+}
+
+func newProgressBar(w *os.File, label, unit string) *progressBar {
+	fi, err := w.Stat()
+	tty := err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return &progressBar{w: w, label: label, unit: unit, tty: tty, start: time.Now()}
+}
+
+func (p *progressBar) update(done, total int64) {
+	p.done, p.total = done, total
+	every := 200 * time.Millisecond
+	if !p.tty {
+		every = 10 * time.Second
+	}
+	if now := time.Now(); now.Sub(p.last) >= every {
+		p.last = now
+		p.draw()
+	}
+}
+
+func (p *progressBar) draw() {
+	if p.total <= 0 {
+		return
+	}
+	frac := float64(p.done) / float64(p.total)
+	frac = min(max(frac, 0), 1)
+	const width = 30
+	filled := int(frac * width)
+	bar := strings.Repeat("=", filled)
+	if filled < width {
+		bar += ">" + strings.Repeat(" ", width-filled-1)
+	}
+	elapsed := time.Since(p.start).Seconds()
+	rate := float64(p.done) / max(elapsed, 1e-9)
+	eta := "-"
+	if rate > 0 && p.done < p.total {
+		eta = (time.Duration(float64(p.total-p.done)/rate) * time.Second).Round(time.Second).String()
+	}
+	line := fmt.Sprintf("%s [%s] %3.0f%%  %s/%s %s  %s %s/s  ETA %s", p.label, bar, frac*100,
+		human(float64(p.done)), human(float64(p.total)), p.unit, human(rate), p.unit, eta)
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%-100s", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+	p.drawn = true
+}
+
+// finish draws the final state and ends the line.
+func (p *progressBar) finish() {
+	if p.total > 0 {
+		p.draw()
+	}
+	if p.drawn && p.tty {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func human(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.1fG", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
