@@ -38,3 +38,73 @@ lint:
 
 clean:
 	rm -rf bin var
+
+# ---- load, fault and soak scenarios (loadtest/README.md) -------------------
+# Not part of `make test`: they take minutes. Each builds bin/sluice first and
+# starts its own servers on loopback ports.
+LOADTEST_BIN     := bin/loadtest
+GOPATH_BIN       := $(shell $(GO) env GOPATH)/bin
+GHZ_VERSION      ?= v0.120.0
+K6_VERSION       ?= v1.8.1
+GHZ              ?= $(shell command -v ghz 2>/dev/null || echo $(GOPATH_BIN)/ghz)
+K6               ?= $(shell command -v k6 2>/dev/null || echo $(GOPATH_BIN)/k6)
+LOADTEST_BACKEND ?= memory
+GHZ_DURATION     ?= 20s
+K6_DURATION      ?= 30s
+SOAK_DURATION    ?= 10m
+FAULTS           ?= redis-kill reload-storm sigterm slow-odata-reader
+
+.PHONY: loadtest-bin ghz k6 faults soak loadtest
+
+loadtest-bin: build
+	@mkdir -p $(LOADTEST_BIN)
+	$(GO) build -o $(LOADTEST_BIN)/ ./loadtest/...
+
+$(GOPATH_BIN)/ghz:
+	GOFLAGS= $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
+
+# k6 is a large build (minutes on two cores); it happens once.
+$(GOPATH_BIN)/k6:
+	GOFLAGS= $(GO) install go.k6.io/k6@$(K6_VERSION)
+
+# ghz with each config (1,000 keys, hot key, 3 descriptors) against a fresh
+# sluice; LOADTEST_BACKEND=redis puts a Redis under it.
+ghz: loadtest-bin $(GHZ)
+	$(LOADTEST_BIN)/protoset -out loadtest/ghz
+	@for c in keys-1000 hot-key descriptors-3; do \
+	  echo "== ghz $$c ($(LOADTEST_BACKEND), $(GHZ_DURATION))"; \
+	  $(LOADTEST_BIN)/with-sluice -backend $(LOADTEST_BACKEND) -- \
+	    $(GHZ) --config loadtest/ghz/$$c.json -z $(GHZ_DURATION) {grpc} || exit 1; \
+	done
+
+# k6: /json and gRPC against a fresh sluice; the OData script against a
+# fresh OData server (the stand-in until sluice serve runs it), or against
+# ODATA_URL with ODATA_KEYS when both are given.
+k6: loadtest-bin $(K6)
+	$(LOADTEST_BIN)/with-sluice -backend $(LOADTEST_BACKEND) -- \
+	  $(K6) run -q -e DURATION=$(K6_DURATION) loadtest/k6/json.js
+	$(LOADTEST_BIN)/with-sluice -backend $(LOADTEST_BACKEND) -- \
+	  $(K6) run -q -e DURATION=$(K6_DURATION) loadtest/k6/grpc.js
+	@if [ -n "$(ODATA_URL)" ] && [ -n "$(ODATA_KEYS)" ]; then \
+	  $(K6) run -q -e DURATION=$(K6_DURATION) -e ODATA_URL=$(ODATA_URL) -e ODATA_KEYS=$(ODATA_KEYS) loadtest/k6/odata.js; \
+	else \
+	  $(LOADTEST_BIN)/with-odata -- $(K6) run -q -e DURATION=$(K6_DURATION) loadtest/k6/odata.js; \
+	fi
+
+# Every fault scenario, each a pass/fail program; all run, then the make
+# fails if any failed.
+faults: loadtest-bin
+	@failed=""; for f in $(FAULTS); do \
+	  echo "== $$f"; $(LOADTEST_BIN)/$$f || failed="$$failed $$f"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "faults FAILED:$$failed"; exit 1; fi; echo "faults: all passed"
+
+soak: loadtest-bin
+	$(LOADTEST_BIN)/soak -duration $(SOAK_DURATION)
+
+# Every scenario once, bounded: short ghz and k6 runs, all faults, a 2-minute soak.
+loadtest:
+	$(MAKE) ghz GHZ_DURATION=10s
+	$(MAKE) k6 K6_DURATION=15s
+	$(MAKE) faults
+	$(MAKE) soak SOAK_DURATION=2m

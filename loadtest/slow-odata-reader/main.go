@@ -40,7 +40,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -56,6 +55,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
+	"github.com/sluicehq/sluice/loadtest/internal/standin"
 )
 
 type options struct {
@@ -69,7 +69,6 @@ type options struct {
 	slow    time.Duration
 	rate    int
 	share   float64
-	serve   serveOptions
 }
 
 func main() {
@@ -86,10 +85,10 @@ func main() {
 	flag.DurationVar(&o.slow, "slow", 30*time.Second, "how long the readers crawl")
 	flag.IntVar(&o.rate, "rate", 32<<10, "bytes per second each reader takes while crawling")
 	flag.Float64Var(&o.share, "allow-share", 0.5, "RSS growth allowed while readers crawl, as a share of readers × page size")
-	o.serve.register()
+	serve := standin.RegisterFlags()
 	flag.Parse()
-	if o.serve.enabled {
-		if err := o.serve.run(); err != nil {
+	if serve.Enabled() {
+		if err := serve.Serve(); err != nil {
 			log.Fatalf("server: %v", err)
 		}
 		return
@@ -123,12 +122,12 @@ func run(o options) ([]string, error) {
 	var pid int
 	if o.server == "self" {
 		log.Printf("server: the OData API in a child process (stand-in until sluice serve runs it); generating %d rows", o.rows)
-		srv, err := startSelf(o.rows, o.readers+1)
+		srv, err := standin.Start(o.rows, o.readers+1)
 		if err != nil {
 			return nil, err
 		}
-		defer srv.stop()
-		root, keys, pid = srv.root, srv.keys, srv.pid
+		defer srv.Stop()
+		root, keys, pid = srv.Root, srv.Keys, srv.PID
 	} else {
 		root, pid = strings.TrimRight(o.url, "/"), o.pid
 		for _, k := range strings.Split(o.keys, ",") {
@@ -392,22 +391,4 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.n += int64(n)
 	return n, err
-}
-
-// waitHTTP polls url until it answers with any status, or the timeout passes.
-func waitHTTP(ctx context.Context, u string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	c := http.Client{Timeout: time.Second}
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not answering after %s: %w", u, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -1,4 +1,10 @@
-package main
+// Package standin runs the OData API for the load scenarios until
+// `sluice serve` does: the odata package over an embedded SQLite filled with
+// generated data, in a child process (the calling program started again
+// with -internal-serve), so the server's memory is measured apart from the
+// clients'. WAITING FOR cmd/sluice to serve OData; then the scenarios point
+// at bin/sluice instead and this package goes.
+package standin
 
 import (
 	"bufio"
@@ -7,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,12 +27,10 @@ import (
 	"github.com/sluicehq/sluice/odata"
 )
 
-// This file is the stand-in OData server: the odata package served from a
-// child process, so its memory is measured apart from the readers'. It goes
-// once cmd/sluice serves the OData API (then use -server external).
-
-// serveOptions are the child's flags (internal: set by startSelf).
-type serveOptions struct {
+// ServeFlags are the child's flags, set by Start. A program that uses Start
+// calls RegisterFlags before flag.Parse and, when Enabled, runs Serve
+// instead of its own work.
+type ServeFlags struct {
 	enabled bool
 	db      string
 	addr    string
@@ -34,17 +39,23 @@ type serveOptions struct {
 	keys    int
 }
 
-func (s *serveOptions) register() {
+// RegisterFlags adds the child's flags to the program's command line.
+func RegisterFlags() *ServeFlags {
+	s := &ServeFlags{}
 	flag.BoolVar(&s.enabled, "internal-serve", false, "internal: run as the stand-in OData server")
 	flag.StringVar(&s.db, "internal-db", "", "internal: SQLite file")
 	flag.StringVar(&s.addr, "internal-addr", "", "internal: listen address")
 	flag.StringVar(&s.keysOut, "internal-keys-out", "", "internal: file to write the API keys to, one a line")
 	flag.IntVar(&s.rows, "internal-rows", 0, "internal: rows to generate")
 	flag.IntVar(&s.keys, "internal-keys", 0, "internal: API keys to create")
+	return s
 }
 
-// run serves until SIGTERM or SIGINT, then shuts down (bounded).
-func (s *serveOptions) run() error {
+// Enabled reports that this process is the child.
+func (s *ServeFlags) Enabled() bool { return s.enabled }
+
+// Serve serves until SIGTERM or SIGINT, then shuts down (bounded).
+func (s *ServeFlags) Serve() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	db, err := odata.OpenStore(ctx, "sqlite:"+s.db)
@@ -96,18 +107,20 @@ func (s *serveOptions) run() error {
 	return errors.Join(err, <-errc)
 }
 
-// selfServer is the running child.
-type selfServer struct {
-	root string
-	keys []string
-	pid  int
+// Server is the running child.
+type Server struct {
+	Root string   // service root, http://127.0.0.1:<port>/v1/odata/v4
+	Keys []string // API keys, one per client that must not share
+	PID  int
+
 	cmd  *exec.Cmd
 	work string
 	done chan struct{}
 }
 
-// startSelf starts the child and waits for its keys and listener.
-func startSelf(rows, nkeys int) (*selfServer, error) {
+// Start starts the child with rows of generated data and nkeys API keys,
+// and waits (bounded) for its keys and listener.
+func Start(rows, nkeys int) (*Server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -138,7 +151,7 @@ func startSelf(rows, nkeys int) (*selfServer, error) {
 		os.RemoveAll(work)
 		return nil, err
 	}
-	s := &selfServer{root: "http://" + addr + "/v1/odata/v4", pid: cmd.Process.Pid, cmd: cmd, work: work, done: make(chan struct{})}
+	s := &Server{Root: "http://" + addr + "/v1/odata/v4", PID: cmd.Process.Pid, cmd: cmd, work: work, done: make(chan struct{})}
 	// Owned by s: reaps the child; stop waits for it.
 	go func() {
 		_ = cmd.Wait()
@@ -158,33 +171,50 @@ func startSelf(rows, nkeys int) (*selfServer, error) {
 			sc := bufio.NewScanner(f)
 			for sc.Scan() {
 				if k := strings.TrimSpace(sc.Text()); k != "" {
-					s.keys = append(s.keys, k)
+					s.Keys = append(s.Keys, k)
 				}
 			}
 			f.Close()
 			break
 		}
 		if time.Now().After(deadline) {
-			s.stop()
+			s.Stop()
 			return nil, errors.New("stand-in OData server not ready after 3 minutes")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := waitHTTP(context.Background(), s.root, 10*time.Second); err != nil {
-		s.stop()
+	if err := waitHTTP(s.Root, 10*time.Second); err != nil {
+		s.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// stop sends SIGTERM, waits (bounded), kills if needed, and removes files.
-func (s *selfServer) stop() {
-	_ = syscall.Kill(s.pid, syscall.SIGTERM)
+// Stop sends SIGTERM, waits (bounded), kills if needed, and removes files.
+func (s *Server) Stop() {
+	_ = syscall.Kill(s.PID, syscall.SIGTERM)
 	select {
 	case <-s.done:
 	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+		_ = syscall.Kill(-s.PID, syscall.SIGKILL)
 		<-s.done
 	}
 	os.RemoveAll(s.work)
+}
+
+// waitHTTP polls u until it answers with any status, or timeout passes.
+func waitHTTP(u string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c := http.Client{Timeout: time.Second}
+	for {
+		resp, err := c.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("standin: %s not answering after %s: %w", u, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -1,0 +1,91 @@
+// Command with-odata starts an OData server with generated data and API
+// keys, runs one command against it, stops the server and exits with the
+// command's status. `make k6` runs the OData k6 script through it.
+//
+//	go run ./loadtest/with-odata [-keys 4] -- k6 run loadtest/k6/odata.js
+//
+// The command's environment carries ODATA_URL (the service root) and
+// ODATA_KEYS (comma-separated keys); {url} and {keys} in its arguments are
+// replaced by the same.
+//
+// The server is the stand-in of loadtest/internal/standin (the odata
+// package in a child process) until `sluice serve` runs the OData API:
+// WAITING FOR cmd/sluice to serve OData.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/loadtest/internal/standin"
+)
+
+func main() {
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	log.SetPrefix("with-odata: ")
+	rows := flag.Int("rows", 20000, "rows of generated data")
+	nkeys := flag.Int("keys", 4, "API keys to create")
+	timeout := flag.Duration("timeout", 10*time.Minute, "longest the command may run")
+	serve := standin.RegisterFlags()
+	flag.Parse()
+	if serve.Enabled() {
+		if err := serve.Serve(); err != nil {
+			log.Fatalf("server: %v", err)
+		}
+		return
+	}
+	if flag.NArg() == 0 || *rows < 1 || *nkeys < 1 {
+		log.Fatal("usage: with-odata [-rows n] [-keys n] -- command [args...]")
+	}
+	code, err := run(*rows, *nkeys, *timeout, flag.Args())
+	if err != nil {
+		log.Print(err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func run(rows, nkeys int, timeout time.Duration, argv []string) (int, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := standin.Start(rows, nkeys)
+	if err != nil {
+		return 1, err
+	}
+	defer srv.Stop()
+	keys := strings.Join(srv.Keys, ",")
+	log.Printf("OData (stand-in) at %s with %d rows and %d keys", srv.Root, rows, len(srv.Keys))
+	repl := strings.NewReplacer("{url}", srv.Root, "{keys}", keys)
+	args := make([]string, len(argv))
+	for i, a := range argv {
+		args[i] = repl.Replace(a)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "ODATA_URL="+srv.Root, "ODATA_KEYS="+keys)
+	cmd.WaitDelay = 5 * time.Second
+	runErr := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case cctx.Err() != nil && ctx.Err() == nil:
+		return 1, fmt.Errorf("%s ran past -timeout %s and was killed", args[0], timeout)
+	case errors.As(runErr, &exit):
+		return exit.ExitCode(), fmt.Errorf("%s: %w", args[0], runErr)
+	case runErr != nil:
+		return 1, runErr
+	}
+	return 0, nil
+}
