@@ -451,19 +451,84 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) 
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
 	ctx.Response.Header.Add("Vary", "Accept-Encoding")
+	body := &pageBody{s: s, q: q, cur: cur, link: link, enc: enc, cancel: cancelStream}
+	if s.opts.Sequential {
+		body.caller = caller
+	}
 	s.streams.Add(1)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer s.streams.Done()
-		defer cancelStream()
-		defer cur.Close()
-		if s.opts.Sequential {
-			defer s.leases.release(caller)
-		}
-		if err := s.stream(w, enc, q, cur, link); err != nil {
-			s.log.Info("odata: response cut short", "collection", q.Collection.Name, "err", err)
-		}
-	})
+	ctx.Response.SetBodyStream(body, -1)
 	return true
+}
+
+// pageBody is a page's response body. fasthttp calls WriteTo on the
+// connection's goroutine, after the headers, and Close once the response is
+// written or abandoned (also for HEAD, and when the client went away before
+// any byte). Writes go straight to the connection as 32 KiB chunks, so a
+// client that reads slowly blocks WriteTo, which stops reading the cursor.
+type pageBody struct {
+	s      *Server
+	q      *query.Query
+	cur    query.Cursor
+	link   []byte
+	enc    string
+	caller string // the lease to release, when Sequential
+	cancel context.CancelFunc
+
+	once sync.Once
+	pr   *io.PipeReader // only when fasthttp reads instead of WriteTo
+}
+
+// SupportsBodyWriteTo tells fasthttp that WriteTo may replace Read.
+func (b *pageBody) SupportsBodyWriteTo() bool { return true }
+
+func (b *pageBody) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	err := b.s.stream(cw, b.enc, b.q, b.cur, b.link)
+	if err != nil {
+		b.s.log.Info("odata: response cut short", "collection", b.q.Collection.Name, "err", err)
+	}
+	return cw.n, err
+}
+
+// Read serves a caller that reads the body instead of using WriteTo; the
+// body is then written into a pipe by a goroutine that Close ends.
+func (b *pageBody) Read(p []byte) (int, error) {
+	if b.pr == nil {
+		pr, pw := io.Pipe()
+		b.pr = pr
+		go func() {
+			_, err := b.WriteTo(pw)
+			pw.CloseWithError(err)
+		}()
+	}
+	return b.pr.Read(p)
+}
+
+// Close releases the cursor, the stream's context and the caller's lease.
+func (b *pageBody) Close() error {
+	b.once.Do(func() {
+		if b.pr != nil {
+			b.pr.Close()
+		}
+		b.cur.Close()
+		b.cancel()
+		if b.caller != "" {
+			b.s.leases.release(b.caller)
+		}
+		b.s.streams.Done()
+	})
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // overCap decides 413: first from the stored size bounds, and only when
@@ -554,34 +619,40 @@ const flushEvery = 32 << 10
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, flushEvery+4096); return &b }}
 
 // stream writes the body: rows as the cursor yields them, then the link.
-func (s *Server) stream(w *bufio.Writer, enc string, q *query.Query, cur query.Cursor, link []byte) error {
-	var out io.Writer = w
+// Uncompressed JSON goes out in writes of about flushEvery bytes (one chunk
+// each); compressed output is gathered to the same size first.
+func (s *Server) stream(w io.Writer, enc string, q *query.Query, cur query.Cursor, link []byte) error {
+	out := w
+	var zbuf *bufio.Writer
 	var closer interface {
 		io.Writer
 		Close() error
 	}
-	switch enc {
-	case "gzip":
-		zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed) // the level is valid
-		out, closer = zw, zw
-	case "br":
-		bw, err := brotli.NewWriter(w, 4)
-		if err != nil {
-			return err
+	if enc != "" {
+		zbuf = bufio.NewWriterSize(w, flushEvery)
+		switch enc {
+		case "gzip":
+			zw, _ := gzip.NewWriterLevel(zbuf, gzip.BestSpeed) // the level is valid
+			out, closer = zw, zw
+		case "br":
+			bw, err := brotli.NewWriter(zbuf, 4)
+			if err != nil {
+				return err
+			}
+			out, closer = bw, bw
 		}
-		out, closer = bw, bw
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := append((*bp)[:0], `{"value":[`...)
-	names := fieldKeys(q)
+	keys := fieldKeys(q)
 	first := true
 	for cur.Next() {
 		if !first {
 			buf = append(buf, ',')
 		}
 		first = false
-		buf = appendRow(buf, q, names, cur.Values())
+		buf = appendRow(buf, q, keys, cur.Values())
 		if len(buf) >= flushEvery {
 			if _, err := out.Write(buf); err != nil {
 				return err
@@ -609,6 +680,7 @@ func (s *Server) stream(w *bufio.Writer, enc string, q *query.Query, cur query.C
 		if err := closer.Close(); err != nil {
 			return err
 		}
+		return zbuf.Flush()
 	}
-	return w.Flush()
+	return nil
 }

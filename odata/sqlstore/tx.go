@@ -59,7 +59,7 @@ func (t *pgTx) queryInt(ctx context.Context, sql string, args ...any) (int64, er
 func (t *pgTx) prepareLoad(ctx context.Context) error {
 	for _, s := range []string{
 		"SET LOCAL synchronous_commit = off",
-		"SET LOCAL maintenance_work_mem = '256MB'",
+		"SET LOCAL maintenance_work_mem = '1GB'", // in-memory sorts for the index builds
 		// Readers go on; a second load waits, so ids stay increasing.
 		"LOCK TABLE datasets, locations, location_regions, observations IN SHARE ROW EXCLUSIVE MODE",
 	} {

@@ -1,0 +1,239 @@
+// Command odatabench measures the OData API on a loaded PostgreSQL store:
+// rows/s and page times of 10,000-row pages of /Observations and /Records
+// next to `COPY (the same query) TO STDOUT` in the same run, and the page
+// times of a sparse filter paged to the end. Fill the store first with
+// `sluice generate -db <dsn> -rows N`.
+//
+//	go run ./odata/cmd/odatabench -db postgres://... -pages 200 -sparse "CharacteristicName eq 'Titanium'"
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/odata/query"
+	"github.com/sluicehq/sluice/odata/sqlstore"
+)
+
+func main() {
+	dsn := flag.String("db", "", "loaded PostgreSQL store (postgres://...)")
+	pages := flag.Int("pages", 200, "10,000-row pages per collection for the throughput run (0 skips it)")
+	sparse := flag.String("sparse", "CharacteristicName eq 'Titanium'", "filter paged to the end for the sparse run (empty skips it)")
+	sparseTop := flag.Int("sparse-top", 1000, "$top of the sparse run")
+	passes := flag.Int("passes", 10, "times the sparse filter is paged to the end")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "odatabench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*dsn, *pages, *sparse, *sparseTop, *passes); err != nil {
+		fmt.Fprintln(os.Stderr, "odatabench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
+	if !sqlstore.IsPostgres(dsn) {
+		return errors.New("-db must be a PostgreSQL DSN")
+	}
+	ctx := context.Background()
+	db, err := sqlstore.Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	key, _, err := db.AddKey(ctx, "odatabench")
+	if err != nil {
+		return err
+	}
+	defer db.RevokeKey(ctx, "odatabench")
+	opts := odata.DefaultOptions()
+	opts.Sequential = false
+	srv, err := odata.NewServer(opts, db, db, nil)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(ctx)
+	base := "http://" + ln.Addr().String() + opts.Root
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+
+	total, err := countAll(ctx, db)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("store: %d observations\n\n", total)
+	if pages > 0 {
+		fmt.Println("| collection | path | pages | rows | rows/s | median page | p99 page |")
+		fmt.Println("|---|---|---:|---:|---:|---:|---:|")
+		for _, coll := range []*query.Collection{query.Observations, query.Records} {
+			if err := throughput(ctx, db, client, base, key, coll, pages); err != nil {
+				return err
+			}
+		}
+		fmt.Println()
+	}
+	if sparse != "" {
+		if err := sparseRun(ctx, db, client, base, key, sparse, sparseTop, passes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func countAll(ctx context.Context, db *sqlstore.DB) (int64, error) {
+	q, err := query.Parse(query.Observations, []query.Param{{Name: "$count", Value: "true"}})
+	if err != nil {
+		return 0, err
+	}
+	return db.Count(ctx, q)
+}
+
+// fetch GETs a page, reads the whole body and returns its next link.
+func fetch(client *http.Client, u, key string) (next string, bytes int64, err error) {
+	req, _ := http.NewRequest("GET", u, nil)
+	req.Header.Set("x-api-key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return "", n, err
+	}
+	if resp.StatusCode != 200 {
+		return "", n, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	link := resp.Header.Get("Link")
+	if link == "" {
+		return "", n, nil
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`), n, nil
+}
+
+// throughput pages a collection through the API and, for each page, runs
+// COPY of the same statement over the same id range right after it.
+func throughput(ctx context.Context, db *sqlstore.DB, client *http.Client, base, key string, coll *query.Collection, pages int) error {
+	const top = 10000
+	var api, cp []time.Duration
+	var apiRows, cpRows, apiBytes int64
+	u := fmt.Sprintf("%s/%s?$top=%d", base, coll.Name, top)
+	q, err := query.Parse(coll, []query.Param{{Name: "$top", Value: fmt.Sprint(top)}})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < pages && u != ""; i++ {
+		// The same page as the store decides it, for COPY.
+		p, err := db.Probe(ctx, q)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		next, n, err := fetch(client, u, key)
+		if err != nil {
+			return err
+		}
+		api = append(api, time.Since(start))
+		apiRows += int64(p.Rows)
+		apiBytes += n
+
+		start = time.Now()
+		rows, err := db.CopyRows(ctx, q, p, io.Discard)
+		if err != nil {
+			return err
+		}
+		cp = append(cp, time.Since(start))
+		cpRows += rows
+		u = next
+		q.After = p.Last
+	}
+	row := func(path string, d []time.Duration, rows int64) {
+		var sum time.Duration
+		for _, x := range d {
+			sum += x
+		}
+		fmt.Printf("| %s | %s | %d | %d | %.0f | %s | %s |\n", coll.Name, path, len(d), rows,
+			float64(rows)/sum.Seconds(), pct(d, 50), pct(d, 99))
+	}
+	row("API (HTTP, JSON, identity)", api, apiRows)
+	row("COPY (same query) TO STDOUT", cp, cpRows)
+	fmt.Fprintf(os.Stderr, "%s: %.0f bytes of JSON per row\n", coll.Name, float64(apiBytes)/float64(apiRows))
+	return nil
+}
+
+func sparseRun(ctx context.Context, db *sqlstore.DB, client *http.Client, base, key, filter string, top, passes int) error {
+	f, err := query.ParseFilter(query.Observations, filter)
+	if err != nil {
+		return err
+	}
+	q, err := query.Parse(query.Observations, []query.Param{{Name: "$count", Value: "true"}, {Name: "$filter", Value: filter}})
+	if err != nil {
+		return err
+	}
+	n, err := db.Count(ctx, q)
+	if err != nil {
+		return err
+	}
+	var times []time.Duration
+	var pages int
+	for pass := 0; pass < passes; pass++ {
+		u := fmt.Sprintf("%s/Observations?$top=%d&$filter=%s", base, top, url.QueryEscape(query.String(f)))
+		for u != "" {
+			start := time.Now()
+			next, _, err := fetch(client, u, key)
+			if err != nil {
+				return err
+			}
+			times = append(times, time.Since(start))
+			pages++
+			u = next
+		}
+	}
+	fmt.Printf("sparse filter `%s`: %d matching rows, $top=%d, paged to the end %d times (%d pages)\n\n", filter, n, top, passes, pages)
+	fmt.Println("| pages | median page | p99 page | max page |")
+	fmt.Println("|---:|---:|---:|---:|")
+	fmt.Printf("| %d | %s | %s | %s |\n", len(times), pct(times, 50), pct(times, 99), pct(times, 100))
+	return nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	if i > len(s) {
+		i = len(s)
+	}
+	return s[i-1].Round(10 * time.Microsecond)
+}
