@@ -138,6 +138,9 @@ func (db *DB) Load(ctx context.Context, fn func(*Loader) error) (LoadResult, err
 	}
 	if l.nextObs == 1 {
 		l.bulk = true
+		if err := tx.startBulk(ctx); err != nil {
+			return LoadResult{}, fmt.Errorf("sqlstore: load: %w", err)
+		}
 		for _, ix := range observationsTable.indexes {
 			if err := tx.exec(ctx, "DROP INDEX IF EXISTS "+ix.name); err != nil {
 				return LoadResult{}, fmt.Errorf("sqlstore: load: %w", err)

@@ -391,16 +391,29 @@ func probeSQL(d dialect, v *view, q *query.Query) (string, []any, error) {
 	limit := int64(q.Top) + 1
 	if v.table == "observations" && q.Filter != nil {
 		if bs := branches(q.Filter); bs != nil {
+			// One arm per branch, merged in id order, so that each arm reads
+			// only the rows the page takes from it, plus one. The databases
+			// need different shapes to merge lazily: PostgreSQL plans a
+			// Merge Append over arms that are ordered, limited subqueries
+			// (flat arms get an Append and a Sort of every match); SQLite's
+			// compound merge wants flat arms (a limited subquery is
+			// materialised and sorted).
 			sc := scope{coll: v.coll, depth: levelObservation}
 			for i := range bs {
 				if i > 0 {
 					b.s(" UNION ALL ")
 				}
-				b.s("SELECT id FROM (SELECT o.id AS id FROM observations o WHERE ")
+				if d.pg {
+					b.s("SELECT id FROM (")
+				}
+				b.s("SELECT o.id AS id FROM observations o WHERE ")
 				if err := b.branchWhere(sc, bs, i); err != nil {
 					return "", nil, err
 				}
-				b.s(" AND o.id > ").arg(v.keyArg(q.After)).s(" ORDER BY o.id LIMIT ").arg(limit).s(fmt.Sprintf(") b%d", i))
+				b.s(" AND o.id > ").arg(v.keyArg(q.After))
+				if d.pg {
+					b.s(" ORDER BY o.id LIMIT ").arg(limit).s(fmt.Sprintf(") b%d", i))
+				}
 			}
 			b.s(" ORDER BY id LIMIT ").arg(limit)
 			return b.String(), b.args, nil

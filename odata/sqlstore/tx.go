@@ -16,8 +16,10 @@ import (
 type loadTx interface {
 	exec(ctx context.Context, sql string, args ...any) error
 	queryInt(ctx context.Context, sql string, args ...any) (int64, error)
-	// prepareLoad takes the locks and settings a bulk load needs.
+	// prepareLoad takes the locks and settings a load needs.
 	prepareLoad(ctx context.Context) error
+	// startBulk prepares loading into the empty observations table.
+	startBulk(ctx context.Context) error
 	copyObservations(ctx context.Context, src *obsSource) (int64, error)
 	commit(ctx context.Context) error
 	// rollback ends the transaction unless it was committed; it is
@@ -35,7 +37,10 @@ var obsColumnList = func() string {
 
 // --- PostgreSQL --------------------------------------------------------------
 
-type pgTx struct{ tx pgx.Tx }
+type pgTx struct {
+	tx     pgx.Tx
+	freeze bool // COPY ... WITH (FREEZE): the table was truncated in this transaction
+}
 
 func (b *pgBackend) begin(ctx context.Context) (loadTx, error) {
 	tx, err := b.pool.Begin(ctx)
@@ -58,7 +63,12 @@ func (t *pgTx) queryInt(ctx context.Context, sql string, args ...any) (int64, er
 
 func (t *pgTx) prepareLoad(ctx context.Context) error {
 	for _, s := range []string{
-		"SET LOCAL synchronous_commit = off",
+		// The commit must be on disk before the VACUUM that follows:
+		// VACUUM cannot set hint bits for an unflushed commit, and without
+		// them no page becomes all-visible, so the probes' index-only
+		// scans would fetch heap pages. (Servers may run with
+		// synchronous_commit off.)
+		"SET LOCAL synchronous_commit = on",
 		"SET LOCAL maintenance_work_mem = '1GB'", // in-memory sorts for the index builds
 		// Readers go on; a second load waits, so ids stay increasing.
 		"LOCK TABLE datasets, locations, location_regions, observations IN SHARE ROW EXCLUSIVE MODE",
@@ -67,6 +77,20 @@ func (t *pgTx) prepareLoad(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// startBulk truncates the (empty) table so that COPY may FREEZE: rows are
+// written frozen and their pages marked all-visible, so the probes'
+// index-only scans need no heap page from the first query on, whatever a
+// later VACUUM manages (it cannot mark pages whose commit it cannot yet
+// hint). TRUNCATE makes readers of observations wait for this load's
+// commit; the table is empty, so they would have found nothing anyway.
+func (t *pgTx) startBulk(ctx context.Context) error {
+	if err := t.exec(ctx, "TRUNCATE observations"); err != nil {
+		return err
+	}
+	t.freeze = true
 	return nil
 }
 
@@ -83,7 +107,11 @@ func (t *pgTx) rollback() {
 // so nothing per row is allocated and the source runs at COPY's pace.
 func (t *pgTx) copyObservations(ctx context.Context, src *obsSource) (int64, error) {
 	r := &copyReader{src: src, buf: make([]byte, 0, 128<<10)}
-	tag, err := t.tx.Conn().PgConn().CopyFrom(ctx, r, "COPY observations ("+obsColumnList+") FROM STDIN")
+	stmt := "COPY observations (" + obsColumnList + ") FROM STDIN"
+	if t.freeze {
+		stmt += " WITH (FREEZE)"
+	}
+	tag, err := t.tx.Conn().PgConn().CopyFrom(ctx, r, stmt)
 	if err != nil {
 		return 0, err
 	}
@@ -202,6 +230,7 @@ func (t *sqliteTx) queryInt(ctx context.Context, sql string, args ...any) (int64
 }
 
 func (t *sqliteTx) prepareLoad(context.Context) error { return nil }
+func (t *sqliteTx) startBulk(context.Context) error   { return nil }
 func (t *sqliteTx) commit(context.Context) error      { return t.tx.Commit() }
 func (t *sqliteTx) rollback()                         { _ = t.tx.Rollback() }
 
