@@ -110,7 +110,12 @@ func TestErrorTable(t *testing.T) {
 // the page's own rows, so a page that fits is served even when the bound
 // alone would not.
 func TestPageSizeCap(t *testing.T) {
-	b := backends()[0]
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) { pageSizeCap(t, b) })
+	}
+}
+
+func pageSizeCap(t *testing.T, b backend) {
 	db, _ := openLoaded(t, b, smallData)
 	key, _, _ := db.AddKey(context.Background(), "k")
 	c := newClient(t)

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata/csvimport"
 	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/internal/jsonenc"
@@ -20,14 +23,33 @@ import (
 	"github.com/sluicehq/sluice/odata/sqlstore"
 )
 
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(testenv.WithSharedStop(m))
+}
+
 func open(t *testing.T) *sqlstore.DB {
 	t.Helper()
-	db, err := sqlstore.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "s.sqlite"))
+	return openDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "s.sqlite"))
+}
+
+func openDSN(t *testing.T, dsn string) *sqlstore.DB {
+	t.Helper()
+	db, err := sqlstore.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// stores are the import targets: SQLite, and PostgreSQL (rows go in with COPY).
+func stores(t *testing.T) map[string]func(t *testing.T) *sqlstore.DB {
+	return map[string]func(t *testing.T) *sqlstore.DB{
+		"sqlite": open,
+		"postgres": func(t *testing.T) *sqlstore.DB {
+			return openDSN(t, testenv.SharedPostgres(t).CreateDatabase(t, t.Name()))
+		},
+	}
 }
 
 // readAll reads every row of a collection through the store's page API.
@@ -143,7 +165,12 @@ func generated(t *testing.T) (*sqlstore.DB, *gen.Generator, []csvimport.Dataset)
 // identical, Ids included (rows are numbered in file order).
 func TestRoundTrip(t *testing.T) {
 	src, _, sets := generated(t)
-	dst := open(t)
+	for name, openStore := range stores(t) {
+		t.Run(name, func(t *testing.T) { roundTrip(t, src, sets, openStore(t)) })
+	}
+}
+
+func roundTrip(t *testing.T, src *sqlstore.DB, sets []csvimport.Dataset, dst *sqlstore.DB) {
 	var calls int
 	res, err := csvimport.Import(context.Background(), dst, sets, func(done, total int64) {
 		calls++
@@ -295,7 +322,12 @@ func copyLocation(t *testing.T, path string, from, to int) {
 // store exactly as it was.
 func TestFailedImportLeavesStore(t *testing.T) {
 	_, _, sets := generated(t)
-	dst := open(t)
+	for name, openStore := range stores(t) {
+		t.Run(name, func(t *testing.T) { failedImport(t, sets, openStore(t)) })
+	}
+}
+
+func failedImport(t *testing.T, sets []csvimport.Dataset, dst *sqlstore.DB) {
 	if _, err := csvimport.Import(context.Background(), dst, sets[:1], nil); err != nil {
 		t.Fatal(err)
 	}

@@ -216,6 +216,12 @@ func newVocab(v *values.Schema) (*vocab, error) {
 	for _, p := range append(append([]*profile(nil), voc.core...), voc.lab...) {
 		taken[p.name] = true
 	}
+	units := v.List(values.ResultUnit)
+	for _, p := range append(append([]*profile(nil), voc.core...), voc.lab...) {
+		if !units.Contains(p.unit) {
+			return nil, fmt.Errorf("gen: unit %q of %s is not a ResultUnit", p.unit, p.name)
+		}
+	}
 	tailNames := v.UnitCharacteristics()
 	// A fixed order that does not follow the alphabet, so that rarity is
 	// spread over the names.
@@ -225,11 +231,21 @@ func newVocab(v *values.Schema) (*vocab, error) {
 		if taken[name] {
 			continue
 		}
-		unit := "mg/L"
-		if us := v.Units(name); len(us) > 0 && us[0] != "" {
-			unit = us[0]
-		} else if len(us) > 0 {
-			unit = "None"
+		// The lookup's first unit that the ResultUnit list allows ("" is
+		// no unit); the lookup also names units the list spells otherwise
+		// (m3/s for m3/sec), and a characteristic with none is left out.
+		unit := ""
+		for _, u := range v.Units(name) {
+			if u == "" {
+				u = "None"
+			}
+			if units.Contains(u) {
+				unit = u
+				break
+			}
+		}
+		if unit == "" {
+			continue
 		}
 		p := &profile{name: name, unit: unit, median: 0.5, sigma: 1.3, decimals: 3, lab: true,
 			fractions: []string{"Total"}, method: [3]string{"LAB-" + strconv.Itoa(len(voc.tail)+100), "PROPRIETARY", "Laboratory method"}}
