@@ -41,7 +41,9 @@ clean:
 
 # ---- load, fault and soak scenarios (loadtest/README.md) -------------------
 # Not part of `make test`: they take minutes. Each builds bin/sluice first and
-# starts its own servers on loopback ports.
+# starts its own servers on loopback ports. (No K6_* make variables: make
+# exports command-line variables, and k6 reads K6_DURATION & co. from the
+# environment, which would replace the scripts' scenarios.)
 LOADTEST_BIN     := bin/loadtest
 GOPATH_BIN       := $(shell $(GO) env GOPATH)/bin
 GHZ_VERSION      ?= v0.120.0
@@ -50,7 +52,7 @@ GHZ              ?= $(shell command -v ghz 2>/dev/null || echo $(GOPATH_BIN)/ghz
 K6               ?= $(shell command -v k6 2>/dev/null || echo $(GOPATH_BIN)/k6)
 LOADTEST_BACKEND ?= memory
 GHZ_DURATION     ?= 20s
-K6_DURATION      ?= 30s
+LOADTEST_K6_DURATION ?= 30s
 SOAK_DURATION    ?= 10m
 FAULTS           ?= redis-kill reload-storm sigterm slow-odata-reader
 
@@ -82,13 +84,13 @@ ghz: loadtest-bin $(GHZ)
 # ODATA_URL with ODATA_KEYS when both are given.
 k6: loadtest-bin $(K6)
 	$(LOADTEST_BIN)/with-sluice -backend $(LOADTEST_BACKEND) -- \
-	  $(K6) run -q -e DURATION=$(K6_DURATION) loadtest/k6/json.js
+	  $(K6) run -q -e DURATION=$(LOADTEST_K6_DURATION) loadtest/k6/json.js
 	$(LOADTEST_BIN)/with-sluice -backend $(LOADTEST_BACKEND) -- \
-	  $(K6) run -q -e DURATION=$(K6_DURATION) loadtest/k6/grpc.js
+	  $(K6) run -q -e DURATION=$(LOADTEST_K6_DURATION) loadtest/k6/grpc.js
 	@if [ -n "$(ODATA_URL)" ] && [ -n "$(ODATA_KEYS)" ]; then \
-	  $(K6) run -q -e DURATION=$(K6_DURATION) -e ODATA_URL=$(ODATA_URL) -e ODATA_KEYS=$(ODATA_KEYS) loadtest/k6/odata.js; \
+	  $(K6) run -q -e DURATION=$(LOADTEST_K6_DURATION) -e ODATA_URL=$(ODATA_URL) -e ODATA_KEYS=$(ODATA_KEYS) loadtest/k6/odata.js; \
 	else \
-	  $(LOADTEST_BIN)/with-odata -- $(K6) run -q -e DURATION=$(K6_DURATION) loadtest/k6/odata.js; \
+	  $(LOADTEST_BIN)/with-odata -- $(K6) run -q -e DURATION=$(LOADTEST_K6_DURATION) loadtest/k6/odata.js; \
 	fi
 
 # Every fault scenario, each a pass/fail program; all run, then the make
@@ -105,6 +107,6 @@ soak: loadtest-bin
 # Every scenario once, bounded: short ghz and k6 runs, all faults, a 2-minute soak.
 loadtest:
 	$(MAKE) ghz GHZ_DURATION=10s
-	$(MAKE) k6 K6_DURATION=15s
+	$(MAKE) k6 LOADTEST_K6_DURATION=15s
 	$(MAKE) faults
 	$(MAKE) soak SOAK_DURATION=2m

@@ -5,14 +5,14 @@
 //   k6 run -e SLUICE_GRPC_ADDR=127.0.0.1:8081 loadtest/k6/grpc.js
 //   make k6
 //
-// Settings (-e NAME=value): RATE (calls/s, default 1000), DURATION (30s),
+// Settings (-e NAME=value): RATE (calls/s, default 500), DURATION (30s),
 // P99_MS (default 50), KEYS (distinct values, default 1000), DESCRIPTORS
 // (per request, 1..3, default 3).
 import grpc from 'k6/net/grpc';
 import { check } from 'k6';
 
 const addr = __ENV.SLUICE_GRPC_ADDR || '127.0.0.1:8081';
-const rate = parseInt(__ENV.RATE || '1000', 10);
+const rate = parseInt(__ENV.RATE || '500', 10);
 const duration = __ENV.DURATION || '30s';
 const p99 = parseFloat(__ENV.P99_MS || '50');
 const keys = parseInt(__ENV.KEYS || '1000', 10);
@@ -29,7 +29,7 @@ export const options = {
       rate: rate,
       timeUnit: '1s',
       duration: duration,
-      preAllocatedVUs: 20,
+      preAllocatedVUs: 50,
       maxVUs: 200,
     },
   },

@@ -35,7 +35,7 @@ export const options = {
       rate: rate,
       timeUnit: '1s',
       duration: duration,
-      preAllocatedVUs: 20,
+      preAllocatedVUs: 50,
       maxVUs: 200,
     },
   },
