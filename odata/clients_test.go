@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/query"
 )
 
@@ -295,19 +296,23 @@ func (c *client) expectedPull(t *testing.T, coll *query.Collection, filter strin
 	return sortIDs(out)
 }
 
+// clientData is small in locations: every client pull is one request per
+// location and page, four clients on two stores.
+var clientData = gen.Config{Rows: 1500, Datasets: 4, Locations: 12, Seed: 11}
+
 func TestClientFlows(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			e := newEnv(t, b, smallData, testOptions(), nil)
+			e := newEnv(t, b, clientData, testOptions(), nil)
 			doi := e.data.datasets[2].DOI
 			for _, c := range clients(e) {
 				for _, tc := range []struct {
 					coll   *query.Collection
 					params []kv
 				}{
-					{query.Observations, []kv{{"$top", "40"}, {"$filter", "CharacteristicName eq 'pH'"}}},
-					{query.Records, []kv{{"$top", "25"}, {"$select", "Id,DOI,MonitoringLocationID,CharacteristicName,ResultValue"}, {"$filter", "RegionId eq 'hub.atlantic' and ActivityStartYear gt '2005'"}}},
-					{query.Observations, []kv{{"$top", "30"}, {"$filter", "CharacteristicName in ('Titanium','Turbidity') or endswith(DOI, '" + doi[len(doi)-4:] + "')"}}},
+					{query.Observations, []kv{{"$top", "7"}, {"$filter", "CharacteristicName eq 'pH'"}}},
+					{query.Records, []kv{{"$top", "6"}, {"$select", "Id,DOI,MonitoringLocationID,CharacteristicName,ResultValue"}, {"$filter", "RegionId eq 'hub.atlantic' and ActivityStartYear gt '2005'"}}},
+					{query.Observations, []kv{{"$top", "9"}, {"$filter", "CharacteristicName in ('Titanium','Turbidity') or endswith(DOI, '" + doi[len(doi)-4:] + "')"}}},
 					{query.Observations, []kv{{"$top", "100"}, {"$filter", fmt.Sprintf("LocationId eq %d", e.data.locations[3].ID)}}},
 				} {
 					filter := tc.params[len(tc.params)-1].v

@@ -263,7 +263,11 @@ func newOracle(t *testing.T, cfg gen.Config) *oracle {
 		t.Fatal(err)
 	}
 	g.NumberLocations(1)
-	o := &oracle{datasets: g.Datasets(), locations: g.Locations(), schema: values.MustLoad(),
+	schema, err := values.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &oracle{datasets: g.Datasets(), locations: g.Locations(), schema: schema,
 		byDOI: map[string]*sqlstore.Dataset{}, locByID: map[int64]*sqlstore.Location{}}
 	for _, d := range o.datasets {
 		o.byDOI[d.DOI] = d

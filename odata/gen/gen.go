@@ -126,9 +126,6 @@ func (g *Generator) Datasets() []*sqlstore.Dataset { return g.datasets }
 // either load them or number them (1, 2, ...) before calling Next.
 func (g *Generator) Locations() []*sqlstore.Location { return g.locations }
 
-// Rows is the number of observations Next will produce.
-func (g *Generator) Rows() int64 { return g.cfg.Rows }
-
 // --- vocabularies ---------------------------------------------------------
 
 // profile describes how one characteristic's results look.

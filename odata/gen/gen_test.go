@@ -42,7 +42,10 @@ func TestDeterministic(t *testing.T) {
 // Every generated value is one the importer accepts: vocabularies, forms,
 // the ResultValue XOR ResultDetectionCondition rule, one region per kind.
 func TestValuesAreValid(t *testing.T) {
-	v := values.MustLoad()
+	v, err := values.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, rows := all(t, gen.Config{Rows: 20000, Seed: 7})
 	if len(rows) != 20000 {
 		t.Fatalf("%d rows", len(rows))

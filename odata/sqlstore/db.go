@@ -72,9 +72,6 @@ func (db *DB) Close() error {
 	return nil
 }
 
-// Dialect returns "postgres" or "sqlite".
-func (db *DB) Dialect() string { return db.d.name }
-
 // InUse returns the number of connections currently taken from the pool,
 // which tests use to check that an abandoned page gave its connection back.
 func (db *DB) InUse() int { return db.be.inUse() }

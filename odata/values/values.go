@@ -54,10 +54,9 @@ func (v *Vocabulary) Contains(s string) bool {
 
 // Schema is every embedded list and lookup, parsed.
 type Schema struct {
-	lists     map[string]*Vocabulary
-	groupOf   map[string]string
-	unitsOf   map[string][]string
-	listNames []string
+	lists   map[string]*Vocabulary
+	groupOf map[string]string
+	unitsOf map[string][]string
 }
 
 // The embedded files never change while the program runs, so they are parsed
@@ -66,17 +65,6 @@ var load = sync.OnceValues(parse)
 
 // Load returns the parsed vocabularies.
 func Load() (*Schema, error) { return load() }
-
-// MustLoad is Load for callers that run after a successful Load in tests or in
-// package initialisation of programs; it panics only if the embedded files are
-// corrupt, which the package's own tests rule out.
-func MustLoad() *Schema {
-	s, err := load()
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
 
 func parse() (*Schema, error) {
 	s := &Schema{lists: map[string]*Vocabulary{}}
@@ -107,9 +95,7 @@ func parse() (*Schema, error) {
 			v.Values = append(v.Values, line)
 		}
 		s.lists[v.Name] = v
-		s.listNames = append(s.listNames, v.Name)
 	}
-	sort.Strings(s.listNames)
 
 	b, err := files.ReadFile(activityGroupLookupFile)
 	if err != nil {
@@ -130,9 +116,6 @@ func parse() (*Schema, error) {
 
 // List returns the named vocabulary, or nil when there is no such list.
 func (s *Schema) List(name string) *Vocabulary { return s.lists[name] }
-
-// Lists returns the names of every list, sorted.
-func (s *Schema) Lists() []string { return append([]string(nil), s.listNames...) }
 
 // GroupType derives ActivityGroupType from ActivityType through the schema's
 // lookup.
