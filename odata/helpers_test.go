@@ -415,26 +415,6 @@ func (o *oracle) eval(c *query.Collection, e query.Expr, ob *sqlstore.Observatio
 	panic(fmt.Sprintf("oracle: node %T", e))
 }
 
-// names reports which fields a filter uses.
-func names(e query.Expr, fn func(string)) {
-	switch e := e.(type) {
-	case *query.And:
-		for _, a := range e.Args {
-			names(a, fn)
-		}
-	case *query.Or:
-		for _, a := range e.Args {
-			names(a, fn)
-		}
-	case *query.Compare:
-		fn(e.Field)
-	case *query.In:
-		fn(e.Field)
-	case *query.Match:
-		fn(e.Field)
-	}
-}
-
 var obsFields = map[string]bool{"CharacteristicName": true, "ActivityMediaName": true, "ActivityGroupType": true, "ActivityStartYear": true}
 var locFields = map[string]bool{"LocationId": true, "Name": true, "Latitude": true, "Longitude": true, "MonitoringLocationType": true, "RegionId": true}
 
@@ -443,7 +423,7 @@ var locFields = map[string]bool{"LocationId": true, "Name": true, "Latitude": tr
 func (o *oracle) expected(c *query.Collection, f query.Expr) []string {
 	var out []string
 	needObs, needLoc := false, false
-	names(f, func(n string) {
+	query.Fields(f, func(n string) {
 		needObs = needObs || obsFields[n]
 		needLoc = needLoc || locFields[n] || (c == query.Locations && n == "Id")
 	})

@@ -536,21 +536,11 @@ func (g *Generator) token(n int) string {
 }
 
 func (g *Generator) uuid() string {
-	const hex = "0123456789abcdef"
 	var b [16]byte
 	for i := range b {
 		b[i] = byte(g.rng.Uint32())
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	out := make([]byte, 0, 36)
-	for i, c := range b {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			out = append(out, '-')
-		}
-		out = append(out, hex[c>>4], hex[c&15])
-	}
-	return string(out)
+	return query.FormatUUID(b)
 }
 
 func round(f float64, dec int) float64 {

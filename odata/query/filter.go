@@ -178,6 +178,26 @@ func (e *Match) appendTo(b []byte) []byte {
 	return append(b, ')')
 }
 
+// Fields calls fn with the field of every condition of e, in order.
+func Fields(e Expr, fn func(field string)) {
+	switch e := e.(type) {
+	case *And:
+		for _, a := range e.Args {
+			Fields(a, fn)
+		}
+	case *Or:
+		for _, a := range e.Args {
+			Fields(a, fn)
+		}
+	case *Compare:
+		fn(e.Field)
+	case *In:
+		fn(e.Field)
+	case *Match:
+		fn(e.Field)
+	}
+}
+
 // String returns the canonical text of a filter.
 func String(e Expr) string {
 	if e == nil {
@@ -592,6 +612,22 @@ func ParseInstant(s string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// FormatUUID writes 16 bytes as a version 4 (random) UUID in lower case,
+// setting the version and variant bits.
+func FormatUUID(b [16]byte) string {
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[c>>4], hex[c&15])
+	}
+	return string(out)
 }
 
 // ParseUUID accepts the 8-4-4-4-12 hexadecimal form and returns it in lower case.

@@ -96,7 +96,7 @@ func (sc scope) column(field string) string {
 // observations).
 func needsLocationJoin(e query.Expr) bool {
 	found := false
-	walkFields(e, func(f string) {
+	query.Fields(e, func(f string) {
 		switch f {
 		case "Name", "Latitude", "Longitude":
 			found = true
@@ -105,29 +105,10 @@ func needsLocationJoin(e query.Expr) bool {
 	return found
 }
 
-func walkFields(e query.Expr, fn func(string)) {
-	switch e := e.(type) {
-	case *query.And:
-		for _, a := range e.Args {
-			walkFields(a, fn)
-		}
-	case *query.Or:
-		for _, a := range e.Args {
-			walkFields(a, fn)
-		}
-	case *query.Compare:
-		fn(e.Field)
-	case *query.In:
-		fn(e.Field)
-	case *query.Match:
-		fn(e.Field)
-	}
-}
-
 // depthOf is the deepest level a filter reaches for a collection.
 func depthOf(c *query.Collection, e query.Expr) level {
 	d := baseLevel(c)
-	walkFields(e, func(f string) {
+	query.Fields(e, func(f string) {
 		if l := fieldLevel(c, f); l > d {
 			d = l
 		}

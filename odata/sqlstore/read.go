@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -137,15 +138,27 @@ func (db *DB) Count(ctx context.Context, q *query.Query) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rs, err := db.be.query(ctx, []colType{tInt}, sqlText, args)
+	n, err := db.queryInt(ctx, sqlText, args)
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: count %s: %w", q.Collection.Name, err)
 	}
-	defer rs.close()
-	vals := make([]query.Value, 1)
-	if !rs.next() {
-		return 0, fmt.Errorf("sqlstore: count %s: no result: %w", q.Collection.Name, rs.err())
+	return n, nil
+}
+
+// queryInt runs a statement that returns one integer.
+func (db *DB) queryInt(ctx context.Context, sqlText string, args []any) (int64, error) {
+	rs, err := db.be.query(ctx, []colType{tInt}, sqlText, args)
+	if err != nil {
+		return 0, err
 	}
+	defer rs.close()
+	if !rs.next() {
+		if err := rs.err(); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("no row")
+	}
+	vals := make([]query.Value, 1)
 	if err := rs.values(vals); err != nil {
 		return 0, err
 	}
@@ -259,19 +272,11 @@ func (db *DB) ExactValueBytes(ctx context.Context, q *query.Query, p query.Page)
 		b.s(" END")
 	}
 	b.s("), 0) AS BIGINT) FROM (", inner, ") r")
-	rs, err := db.be.query(ctx, []colType{tInt}, b.String(), args)
+	n, err := db.queryInt(ctx, b.String(), args)
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: page size of %s: %w", q.Collection.Name, err)
 	}
-	defer rs.close()
-	vals := make([]query.Value, 1)
-	if !rs.next() {
-		return 0, fmt.Errorf("sqlstore: page size of %s: no result: %w", q.Collection.Name, rs.err())
-	}
-	if err := rs.values(vals); err != nil {
-		return 0, err
-	}
-	return vals[0].Int, rs.err()
+	return n, nil
 }
 
 // Empty reports whether the store holds no observation.
