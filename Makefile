@@ -15,8 +15,7 @@ run: build
 	@mkdir -p $(RUNDIR)
 	BACKEND_TYPE=memory USE_STATSD=false LOG_LEVEL=$${LOG_LEVEL:-info} \
 	RUNTIME_ROOT=$(CURDIR)/examples/runtime RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-	SLUICE_DATA_DIR=$(CURDIR)/$(RUNDIR) \
-	$(BIN) serve
+	$(BIN) serve -db sqlite:$(RUNDIR)/odata.sqlite
 
 test-deps:
 	@scripts/test-deps.sh

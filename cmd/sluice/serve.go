@@ -11,8 +11,13 @@ func init() {
 	registerCommand("serve", "run the rate limit service and the OData API together", runServe)
 }
 
+// runServe starts both halves in one process: the rate limit service
+// (configured by the environment, as the reference) and the OData API
+// (configured by flags; an empty embedded store is filled with demo data).
+// Either one failing stops both.
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	oc := odataFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -22,16 +27,38 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	od, err := startOData(ctx, oc, rl.log)
+	if err != nil {
+		return fmt.Errorf("odata: %w", err)
+	}
 	ready := make(chan struct{})
-	errc := make(chan error, 1)
-	go func() { errc <- rl.run(ctx, ready) }()
+	rlErr := make(chan error, 1)
+	odErr := make(chan error, 1)
+	go func() { rlErr <- rl.run(ctx, ready) }()
+	go func() { odErr <- od.run(ctx) }()
 	select {
-	case err := <-errc:
+	case err := <-rlErr:
+		stop()
+		<-odErr
 		return err
 	case <-ready:
 	}
 	printTryLines(rl)
-	return <-errc
+	od.printTryLines(os.Stdout, oc.opts.Root)
+	fmt.Println("\nCtrl-C stops both.")
+	select {
+	case err = <-rlErr:
+		stop()
+		if oerr := <-odErr; err == nil {
+			err = oerr
+		}
+	case err = <-odErr:
+		stop()
+		if rerr := <-rlErr; err == nil {
+			err = rerr
+		}
+	}
+	return err
 }
 
 // printTryLines tells a person at a terminal what to do next.
@@ -47,7 +74,7 @@ sluice is running.
 
 Try:
   curl -s http://%[2]s/json -d '{"domain":"example","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}'
-  sluice client -dial_string %[1]s -domain example -descriptors user=ann
+  bin/sluice client -dial_string %[1]s -domain example -descriptors user=ann
   curl -s http://%[3]s/rlconfig
 (run the first line six times: the sixth answer is 429 OVER_LIMIT)
 `, grpcAddr, httpAddr, localAddr(a.Debug.String()))
