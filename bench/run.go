@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -57,8 +56,8 @@ func run(ctx context.Context, f flags) error {
 	if err := os.WriteFile(filepath.Join(runtimeRoot, "bench", "config", "bench.yaml"), []byte(rules), 0o644); err != nil {
 		return err
 	}
-	tb := &programTB{dir: work}
-	defer tb.cleanup()
+	tb := testenv.NewProgramTB(work)
+	defer tb.RunCleanups()
 
 	workloads := []workload{
 		{Callers: 50, Conns: 4, Keys: 1000, Descriptors: 1},
@@ -101,8 +100,8 @@ func run(ctx context.Context, f flags) error {
 	noop.stop()
 
 	redis := testenv.StartRedis(tb, testenv.RedisOptions{})
-	if tb.failed != "" {
-		return fmt.Errorf("redis: %s", tb.failed)
+	if err := tb.Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
 	}
 	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
 	defer rc.Close()
@@ -323,47 +322,6 @@ func redisProcessID(rc *goredis.Client) int {
 		}
 	}
 	return 0
-}
-
-// programTB lets the test helpers start servers for a program.
-type programTB struct {
-	dir      string
-	mu       sync.Mutex
-	cleanups []func()
-	failed   string
-	n        int
-}
-
-func (t *programTB) Helper()                 {}
-func (t *programTB) Logf(f string, a ...any) { log.Printf(f, a...) }
-func (t *programTB) Cleanup(fn func()) {
-	t.mu.Lock()
-	t.cleanups = append(t.cleanups, fn)
-	t.mu.Unlock()
-}
-func (t *programTB) Fatalf(f string, a ...any) {
-	t.failed = fmt.Sprintf(f, a...)
-	t.cleanup()
-	log.Fatalf(f, a...)
-}
-func (t *programTB) Skipf(f string, a ...any) { t.Fatalf(f, a...) }
-func (t *programTB) TempDir() string {
-	t.mu.Lock()
-	t.n++
-	d := filepath.Join(t.dir, fmt.Sprintf("tmp%d", t.n))
-	t.mu.Unlock()
-	_ = os.MkdirAll(d, 0o755)
-	return d
-}
-
-func (t *programTB) cleanup() {
-	t.mu.Lock()
-	fns := t.cleanups
-	t.cleanups = nil
-	t.mu.Unlock()
-	for i := len(fns) - 1; i >= 0; i-- {
-		fns[i]()
-	}
 }
 
 func gitCommit() string {

@@ -85,7 +85,7 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	tb := harness.NewProgramTB(work)
+	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
 	redis := testenv.StartRedis(tb, testenv.RedisOptions{})

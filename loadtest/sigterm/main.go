@@ -78,7 +78,7 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	tb := harness.NewProgramTB(work)
+	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
 	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))

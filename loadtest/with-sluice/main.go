@@ -47,7 +47,7 @@ func run(bin, backend, rules string, timeout time.Duration, argv []string) (int,
 		return 1, err
 	}
 	defer os.RemoveAll(work)
-	tb := harness.NewProgramTB(work)
+	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
 	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))

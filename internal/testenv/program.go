@@ -1,4 +1,4 @@
-package harness
+package testenv
 
 import (
 	"fmt"
@@ -57,7 +57,7 @@ func (t *ProgramTB) TempDir() string {
 	d := filepath.Join(t.dir, fmt.Sprintf("tmp%d", t.n))
 	t.mu.Unlock()
 	if err := os.MkdirAll(d, 0o755); err != nil {
-		t.Fatalf("harness: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
 	return d
 }
