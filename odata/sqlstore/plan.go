@@ -379,16 +379,31 @@ func probeSQL(d dialect, v *view, q *query.Query) (string, []any, error) {
 			// (flat arms get an Append and a Sort of every match); SQLite's
 			// compound merge wants flat arms (a limited subquery is
 			// materialised and sorted).
+			//
+			// On PostgreSQL the arms carry no exclusion of the earlier
+			// branches and UNION removes the duplicates instead: each arm is
+			// limited, so deduplicating costs at most arms × (top+1) ids,
+			// while an exclusion would need the heap and tempt the planner
+			// into a primary-key scan with a filter for a common value.
 			sc := scope{coll: v.coll, depth: levelObservation}
 			for i := range bs {
-				if i > 0 {
+				switch {
+				case i > 0 && d.pg:
+					b.s(" UNION ")
+				case i > 0:
 					b.s(" UNION ALL ")
 				}
 				if d.pg {
 					b.s("SELECT id FROM (")
 				}
 				b.s("SELECT o.id AS id FROM observations o WHERE ")
-				if err := b.branchWhere(sc, bs, i); err != nil {
+				var err error
+				if d.pg {
+					err = b.expr(sc, conj(bs[i]))
+				} else {
+					err = b.branchWhere(sc, bs, i)
+				}
+				if err != nil {
 					return "", nil, err
 				}
 				b.s(" AND o.id > ").arg(v.keyArg(q.After))

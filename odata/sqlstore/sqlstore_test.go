@@ -73,8 +73,10 @@ func TestProbeUsesIndexes(t *testing.T) {
 				{"ActivityStartYear eq 2003", true},
 				{"RegionId eq 'hub.atlantic'", true},
 				{"RegionId eq 'admin.4.ca.pe'", true},
-				{"CharacteristicName in ('Titanium','Arsenic')", true},
-				{"CharacteristicName eq 'Titanium' or ActivityMediaName eq 'Groundwater'", true},
+				// Each arm is an index-only range scan limited to $top+1;
+				// PostgreSQL deduplicates and sorts those (bounded) ids.
+				{"CharacteristicName in ('Titanium','Arsenic')", b.name == "sqlite"},
+				{"CharacteristicName eq 'Titanium' or ActivityMediaName eq 'Groundwater'", b.name == "sqlite"},
 				// The clients' partitioned pulls have a composite index.
 				{"LocationId eq 17 and CharacteristicName eq 'pH'", true},
 				// Other conjunctions are driven by one column's index and
