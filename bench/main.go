@@ -27,6 +27,7 @@ type flags struct {
 	peerEnv   string
 	duration  time.Duration
 	noopServe string
+	odata     bool
 }
 
 func main() {
@@ -38,6 +39,7 @@ func main() {
 	flag.StringVar(&f.peerCmd, "peer-cmd", "", "command that starts another rate limit service; it gets REDIS_URL, GRPC_PORT and the rules via RUNTIME_* in its environment")
 	flag.StringVar(&f.peerEnv, "peer-env", "", "extra environment for -peer-cmd, k=v,k2=v2")
 	flag.DurationVar(&f.duration, "duration", 0, "measured time per run (default 3s quick, 10s full)")
+	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
 	flag.Parse()
 	log.SetFlags(0)

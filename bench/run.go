@@ -156,7 +156,17 @@ func run(ctx context.Context, f flags) error {
 		}
 		p.stop()
 	}
-	table := render(rows, eng, time.Since(start))
+	var odataTable string
+	if f.odata {
+		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50}
+		if f.quick {
+			sz = odataSizes{rows: 200_000, pages: 20, passes: 3, clientPages: 5}
+		}
+		if odataTable, err = benchOData(ctx, tb, f.sluice, work, sz); err != nil {
+			return fmt.Errorf("odata: %w", err)
+		}
+	}
+	table := render(rows, eng, time.Since(start)) + "\n" + odataTable
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
