@@ -79,7 +79,7 @@ ghz: loadtest-bin $(GHZ)
 	done
 
 # k6: /json and gRPC against a fresh sluice; the OData script against a
-# fresh OData server (the stand-in until sluice serve runs it), or against
+# fresh `sluice odata` (2 requests/s per key), or against
 # ODATA_URL with ODATA_KEYS when both are given.
 k6: loadtest-bin $(K6)
 	$(LOADTEST_BIN)/with-sluice -backend $(LOADTEST_BACKEND) -- \

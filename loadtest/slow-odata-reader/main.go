@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
-	"github.com/sluicehq/sluice/loadtest/internal/standin"
+	"github.com/sluicehq/sluice/loadtest/internal/odataserver"
 )
 
 type options struct {
+	bin     string
 	server  string
 	url     string
 	keys    string
@@ -45,14 +46,8 @@ func main() {
 	flag.DurationVar(&o.slow, "slow", 30*time.Second, "how long the readers crawl")
 	flag.IntVar(&o.rate, "rate", 32<<10, "bytes per second each reader takes while crawling")
 	flag.Float64Var(&o.share, "allow-share", 0.5, "RSS growth allowed while readers crawl, as a share of readers × page size")
-	serve := standin.RegisterFlags()
+	flag.StringVar(&o.bin, "sluice", "bin/sluice", "the sluice binary that serves the OData API")
 	flag.Parse()
-	if serve.Enabled() {
-		if err := serve.Serve(); err != nil {
-			log.Fatalf("server: %v", err)
-		}
-		return
-	}
 	switch {
 	case o.server != "self" && o.server != "external":
 		log.Fatal("-server must be self or external")
@@ -81,8 +76,8 @@ func run(o options) ([]string, error) {
 	var keys []string
 	var pid int
 	if o.server == "self" {
-		log.Printf("server: the OData API in a child process (stand-in until sluice serve runs it); generating %d rows", o.rows)
-		srv, err := standin.Start(o.rows, o.readers+1)
+		log.Printf("server: sluice odata in its own process; generating %d rows", o.rows)
+		srv, err := odataserver.Start(o.bin, o.rows, o.readers+1, 0)
 		if err != nil {
 			return nil, err
 		}
