@@ -52,17 +52,7 @@ func main() {
 	if err := o.validate(); err != nil {
 		log.Fatal(err)
 	}
-	broken, err := run(o)
-	if err != nil {
-		log.Fatalf("FAIL: %v", err)
-	}
-	if len(broken) > 0 {
-		for _, b := range broken {
-			log.Printf("BROKEN: %s", b)
-		}
-		log.Fatalf("FAIL: %d promise(s) broken", len(broken))
-	}
-	log.Print("PASS")
+	harness.Verdict(run(o))
 }
 
 func (o options) validate() error {
@@ -96,19 +86,12 @@ func run(o options) ([]string, error) {
 	cfg.Bin, cfg.Backend, cfg.RedisAddr = o.bin, "redis", redis.Addr
 	cfg.BackendTimeout = o.backendTimeout
 	cfg.LogPath = filepath.Join(work, "sluice.log")
-	if err := harness.WriteRules(cfg, "faults.yaml", rules); err != nil {
-		return nil, err
-	}
 	ctx := context.Background()
-	s, err := harness.StartSluice(ctx, cfg)
+	s, conn, err := harness.StartWithRules(ctx, cfg, "faults.yaml", rules)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Kill()
-	conn, err := harness.Dial(s.GRPC)
-	if err != nil {
-		return nil, err
-	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
 

@@ -72,17 +72,7 @@ func main() {
 	if o.reloads < 3 || o.callers < 1 || o.wait <= 0 {
 		log.Fatal("-reloads must be at least 3, -callers at least 1, -reload-wait positive")
 	}
-	broken, err := run(o)
-	if err != nil {
-		log.Fatalf("FAIL: %v", err)
-	}
-	if len(broken) > 0 {
-		for _, b := range broken {
-			log.Printf("BROKEN: %s", b)
-		}
-		log.Fatalf("FAIL: %d promise(s) broken", len(broken))
-	}
-	log.Print("PASS")
+	harness.Verdict(run(o))
 }
 
 func run(o options) ([]string, error) {

@@ -59,17 +59,7 @@ func main() {
 	case o.hold >= 2*time.Second:
 		log.Fatal("-hold must stay below the 2 s backend timeout given to sluice")
 	}
-	broken, err := run(o)
-	if err != nil {
-		log.Fatalf("FAIL: %v", err)
-	}
-	if len(broken) > 0 {
-		for _, b := range broken {
-			log.Printf("BROKEN: %s", b)
-		}
-		log.Fatalf("FAIL: %d promise(s) broken", len(broken))
-	}
-	log.Print("PASS")
+	harness.Verdict(run(o))
 }
 
 func run(o options) ([]string, error) {
@@ -95,19 +85,12 @@ func run(o options) ([]string, error) {
 		cfg.RedisAddr = r.Addr
 		admin = r.Client(tb)
 	}
-	if err := harness.WriteRules(cfg, "faults.yaml", rules); err != nil {
-		return nil, err
-	}
 	ctx := context.Background()
-	s, err := harness.StartSluice(ctx, cfg)
+	s, conn, err := harness.StartWithRules(ctx, cfg, "faults.yaml", rules)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Kill()
-	conn, err := harness.Dial(s.GRPC)
-	if err != nil {
-		return nil, err
-	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
 
