@@ -124,82 +124,53 @@ func ping(ctx context.Context, c goredis.UniversalClient) error {
 func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.UniversalClient {
 	o := b.opts
 	user, pass := splitAuth(o.Auth)
-	credsFrom := func(ep endpoint) {
-		if o.Auth == "" && ep.hasAuth {
-			user, pass = ep.user, ep.password
-		}
+	// Userinfo in a data node's address stands in for REDIS_AUTH; in
+	// sentinel mode the addresses are the sentinels', so it is theirs.
+	if o.Auth == "" && eps.nodes[0].hasAuth && !strings.EqualFold(o.Type, typeSentinel) {
+		user, pass = eps.nodes[0].user, eps.nodes[0].password
+	}
+	addrs := make([]string, len(eps.nodes))
+	for i, ep := range eps.nodes {
+		addrs[i] = ep.addr
+	}
+	// One set of options, converted by go-redis to the kind asked for.
+	u := &goredis.UniversalOptions{
+		Addrs:                 addrs,
+		Username:              user,
+		Password:              pass,
+		PoolSize:              o.PoolSize,
+		DialTimeout:           o.DialTimeout,
+		TLSConfig:             tlsCfg,
+		MaxRetries:            -1,
+		PipelinePoolSize:      -1,
+		Protocol:              2,
+		DisableIdentity:       true,
+		ContextTimeoutEnabled: true,
 	}
 	switch strings.ToLower(o.Type) {
 	case typeSentinel:
-		sUser, sPass := splitAuth(o.SentinelAuth)
+		u.MasterName = eps.masterName
+		u.SentinelUsername, u.SentinelPassword = splitAuth(o.SentinelAuth)
 		if o.SentinelAuth == "" && eps.nodes[0].hasAuth {
-			sUser, sPass = eps.nodes[0].user, eps.nodes[0].password
+			u.SentinelUsername, u.SentinelPassword = eps.nodes[0].user, eps.nodes[0].password
 		}
-		addrs := make([]string, len(eps.nodes))
-		for i, ep := range eps.nodes {
-			addrs[i] = ep.addr
-		}
-		c := goredis.NewFailoverClient(&goredis.FailoverOptions{
-			MasterName:            eps.masterName,
-			SentinelAddrs:         addrs,
-			SentinelUsername:      sUser,
-			SentinelPassword:      sPass,
-			Username:              user,
-			Password:              pass,
-			PoolSize:              o.PoolSize,
-			DialTimeout:           o.DialTimeout,
-			TLSConfig:             tlsCfg,
-			MaxRetries:            -1,
-			PipelinePoolSize:      -1,
-			Protocol:              2,
-			DisableIdentity:       true,
-			ContextTimeoutEnabled: true,
-		})
+		c := goredis.NewFailoverClient(u.Failover())
 		c.AddHook(&b.conns)
 		return c
 	case typeCluster:
-		addrs := make([]string, len(eps.nodes))
-		for i, ep := range eps.nodes {
-			addrs[i] = ep.addr
+		co := u.Cluster()
+		// Node clients are where the connections live: count them there.
+		co.NewClient = func(opt *goredis.Options) *goredis.Client {
+			c := goredis.NewClient(opt)
+			c.AddHook(&b.conns)
+			return c
 		}
-		credsFrom(eps.nodes[0])
-		return goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs:                 addrs,
-			Username:              user,
-			Password:              pass,
-			PoolSize:              o.PoolSize,
-			DialTimeout:           o.DialTimeout,
-			TLSConfig:             tlsCfg,
-			MaxRetries:            -1,
-			PipelinePoolSize:      -1,
-			Protocol:              2,
-			DisableIdentity:       true,
-			ContextTimeoutEnabled: true,
-			// Node clients are where the connections live: count them there.
-			NewClient: func(opt *goredis.Options) *goredis.Client {
-				c := goredis.NewClient(opt)
-				c.AddHook(&b.conns)
-				return c
-			},
-		})
+		return goredis.NewClusterClient(co)
 	default:
-		ep := eps.nodes[0]
-		credsFrom(ep)
-		c := goredis.NewClient(&goredis.Options{
-			Network:               strings.ToLower(o.SocketType),
-			Addr:                  ep.addr,
-			DB:                    ep.db,
-			Username:              user,
-			Password:              pass,
-			PoolSize:              o.PoolSize,
-			DialTimeout:           o.DialTimeout,
-			TLSConfig:             tlsCfg,
-			MaxRetries:            -1,
-			PipelinePoolSize:      -1,
-			Protocol:              2,
-			DisableIdentity:       true,
-			ContextTimeoutEnabled: true,
-		})
+		so := u.Simple()
+		so.Network = strings.ToLower(o.SocketType)
+		so.DB = eps.nodes[0].db
+		c := goredis.NewClient(so)
 		c.AddHook(&b.conns)
 		return c
 	}
