@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // MemcachedOptions selects how memcached is started.
@@ -166,17 +165,7 @@ func (m *Memcached) Kill() {
 func (m *Memcached) Restart(t TB) {
 	t.Helper()
 	m.Kill()
-	var err error
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		if err = m.start(); err == nil {
-			return
-		}
-		if !errors.Is(err, errExited) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("testenv: restart memcached: %v\nlog tail:\n%s", err, logTail(m.log, 40))
+	restartOnSamePort(t, "memcached", m.log, m.start)
 }
 
 // TLSConfig returns a client TLS config for a TLS memcached.

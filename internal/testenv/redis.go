@@ -263,19 +263,7 @@ func (r *Redis) Kill() {
 func (r *Redis) Restart(t TB) {
 	t.Helper()
 	r.Kill()
-	var err error
-	// The port was ours a moment ago; another process can grab it, so a few
-	// attempts, but never a different port: clients hold the address.
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		if err = r.start(); err == nil {
-			return
-		}
-		if !errors.Is(err, errExited) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("testenv: restart redis-server: %v\nlog tail:\n%s", err, logTail(r.log, 40))
+	restartOnSamePort(t, "redis-server", r.log, r.start)
 }
 
 // Options returns go-redis options for this server (plain port or unix

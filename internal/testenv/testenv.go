@@ -266,3 +266,21 @@ func postgresBinDirs() []string {
 	}
 	return out
 }
+
+// restartOnSamePort runs start again after a Kill. The port was ours a moment
+// ago; another process can grab it, so a few attempts, but never a different
+// port: clients hold the address.
+func restartOnSamePort(t TB, what, log string, start func() error) {
+	t.Helper()
+	var err error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		if err = start(); err == nil {
+			return
+		}
+		if !errors.Is(err, errExited) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("testenv: restart %s: %v\nlog tail:\n%s", what, err, logTail(log, 40))
+}
