@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"log"
 	"net"
 	"os"
@@ -88,14 +89,13 @@ func serveNoop(addr string) error {
 	return g.Serve(ln)
 }
 
-// freePort asks the kernel for a loopback port.
+// freePort is one loopback port that was free a moment ago.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := testenv.FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
 }
 
 // process is one system under test.

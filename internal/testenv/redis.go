@@ -157,7 +157,7 @@ func (r *Redis) configure(o redisConfig) error {
 		r.Addr = ""
 		args = append(args, "--port", "0", "--unixsocket", r.Socket, "--unixsocketperm", "700")
 	} else {
-		ports, err := freePorts(3)
+		ports, err := FreePorts(3)
 		if err != nil {
 			return err
 		}

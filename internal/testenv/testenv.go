@@ -83,7 +83,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
 	// Hold all listeners open until every port is chosen so the same port is
 	// not handed out twice.
 	ls := make([]net.Listener, 0, n)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"net"
 	"net/http"
 	"os"
@@ -120,7 +121,7 @@ func StartSluice(ctx context.Context, cfg SluiceConfig) (*Sluice, error) {
 var errExitedEarly = errors.New("sluice exited during startup")
 
 func startSluiceOnce(ctx context.Context, cfg SluiceConfig) (*Sluice, error) {
-	ports, err := FreePorts(3)
+	ports, err := testenv.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -278,26 +279,6 @@ func (s *Sluice) CountLogLines(substr string) (int, error) {
 		return 0, fmt.Errorf("harness: %w", err)
 	}
 	return strings.Count(string(b), substr), nil
-}
-
-// FreePorts returns n distinct loopback ports that were free a moment ago.
-func FreePorts(n int) ([]int, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("harness: pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // WriteRules writes (truncates and rewrites, in place) one rule file in the

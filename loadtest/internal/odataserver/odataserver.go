@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,8 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
 // Server is a running `sluice odata`.
@@ -57,7 +56,7 @@ func Start(bin string, rows, nkeys, rps int) (*Server, error) {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		s.Keys = append(s.Keys, strings.TrimSpace(lines[len(lines)-1]))
 	}
-	ports, err := harness.FreePorts(1)
+	ports, err := testenv.FreePorts(1)
 	if err != nil {
 		return fail(err)
 	}
