@@ -159,21 +159,32 @@ func (s *shard) flush(ctx actor.Context, b int, batch []item) {
 // singleGroup is the grouping of a one-item batch; shared, never written.
 var singleGroup = [][]int{{0}}
 
-// coalesce merges the items of equal keys. groups[u] lists, in arrival
-// order, the indexes into batch of the items of uniq[u].
+// opID is what makes two items one backend operation: the same key and kind.
+type opID struct {
+	key  string
+	kind engine.OpKind
+}
+
+// coalesce merges the items of equal key and kind. groups[u] lists, in
+// arrival order, the indexes into batch of the items of uniq[u].
 func coalesce(batch []item) (uniq []engine.Increment, groups [][]int) {
 	if len(batch) == 1 {
 		op := batch[0].op
-		return []engine.Increment{{Key: op.Key, Hits: op.Hits, TTL: op.TTL}}, singleGroup
+		return []engine.Increment{{Key: op.Key, Hits: op.Hits, TTL: op.TTL, Kind: op.Kind}}, singleGroup
 	}
-	index := make(map[string]int, len(batch))
+	index := make(map[opID]int, len(batch))
 	for i, it := range batch {
-		u, seen := index[it.op.Key]
+		id := opID{it.op.Key, it.op.Kind}
+		u, seen := index[id]
 		if !seen {
 			u = len(uniq)
-			index[it.op.Key] = u
-			uniq = append(uniq, engine.Increment{Key: it.op.Key})
+			index[id] = u
+			uniq = append(uniq, engine.Increment{Key: it.op.Key, Kind: it.op.Kind})
 			groups = append(groups, nil)
+		}
+		if it.op.Kind == engine.OpGet {
+			groups[u] = append(groups[u], i)
+			continue // a read carries no hits and sets no TTL
 		}
 		uniq[u].Hits += it.op.Hits
 		// The reference refreshes the TTL on every hit; the last one wins.
@@ -183,9 +194,19 @@ func coalesce(batch []item) (uniq []engine.Increment, groups [][]int) {
 	return uniq, groups
 }
 
-// answer hands every waiter its count, as if its hits were applied in arrival order.
+// answer hands every waiter its count, as if its hits were applied in arrival
+// order. Every reader of a key gets the value its one read returned.
 func answer(uniq []engine.Increment, groups [][]int, batch []item, err error) {
 	for u := range uniq {
+		if uniq[u].Kind == engine.OpGet {
+			for _, i := range groups[u] {
+				if err == nil {
+					batch[i].op.After = uniq[u].After
+				}
+				batch[i].reply <- err
+			}
+			continue
+		}
 		count := uniq[u].After - min(uniq[u].After, uniq[u].Hits) // the key's value before this batch
 		for _, i := range groups[u] {
 			it := batch[i]

@@ -168,23 +168,31 @@ func ValidateKey(key string) error {
 }
 
 // IncrementBatch reads all counters with one GetMulti, fills After with
-// stored value + hits, and queues the increments for the workers. It waits
+// stored value + hits (the stored value for OpGet), and queues the
+// increments for the workers. It waits
 // only when the queue is full.
 func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
 	if len(batch) == 0 {
 		return nil
 	}
 	keys := make([]string, len(batch))
-	jobs := make([]job, len(batch))
+	jobs := make([]job, 0, len(batch))
 	for i := range batch {
 		if err := ValidateKey(batch[i].Key); err != nil {
 			return fmt.Errorf("memcache: %w", err)
 		}
+		keys[i] = batch[i].Key
+		switch batch[i].Kind {
+		case engine.OpIncrement:
+		case engine.OpGet:
+			continue // read by the GetMulti below, nothing queued
+		default:
+			return fmt.Errorf("memcache: key %q: unsupported operation %s", batch[i].Key, batch[i].Kind)
+		}
 		if batch[i].TTL <= 0 {
 			return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", batch[i].Key, batch[i].TTL)
 		}
-		keys[i] = batch[i].Key
-		jobs[i] = job{key: batch[i].Key, hits: batch[i].Hits, expiration: b.expiration(batch[i].TTL)}
+		jobs = append(jobs, job{key: batch[i].Key, hits: batch[i].Hits, expiration: b.expiration(batch[i].TTL)})
 	}
 
 	b.mu.Lock()
@@ -210,6 +218,10 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 			if stored, err = parseCounter(it.Value); err != nil {
 				return fmt.Errorf("memcache: key %q: %w", batch[i].Key, err)
 			}
+		}
+		if batch[i].Kind == engine.OpGet {
+			batch[i].After = stored
+			continue
 		}
 		batch[i].After = satAdd(stored, batch[i].Hits)
 	}

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,6 +37,11 @@ func New(clock func() time.Time) *Backend {
 
 // IncrementBatch implements engine.Backend.
 func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) error {
+	for i := range batch {
+		if k := batch[i].Kind; k != engine.OpIncrement && k != engine.OpGet {
+			return fmt.Errorf("memory: key %q: unsupported operation %s", batch[i].Key, k)
+		}
+	}
 	now := b.clock().UnixNano()
 	b.mu.Lock()
 	for i := range batch {
@@ -43,6 +49,10 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 		e := b.m[inc.Key]
 		if e.expires <= now {
 			e.n = 0
+		}
+		if inc.Kind == engine.OpGet {
+			inc.After = e.n
+			continue
 		}
 		e.n += inc.Hits
 		e.expires = now + int64(inc.TTL)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,8 +177,8 @@ func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.Univers
 	}
 }
 
-// IncrementBatch sends INCRBY key hits + EXPIRE key ttl for every increment
-// in one pipeline (several when PipelineLimit is smaller than the batch) and
+// IncrementBatch sends INCRBY key hits + EXPIRE key ttl for every increment,
+// and GET key for every OpGet, in one pipeline (several when PipelineLimit is smaller than the batch) and
 // fills After from the INCRBY replies. If a later pipeline of a split batch
 // fails, the earlier ones have been applied already.
 func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
@@ -185,6 +186,13 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 		return ErrClosed
 	}
 	for i := range batch {
+		switch batch[i].Kind {
+		case engine.OpIncrement:
+		case engine.OpGet:
+			continue // neither hits nor TTL are used
+		default:
+			return fmt.Errorf("redis: key %q: unsupported operation %s", batch[i].Key, batch[i].Kind)
+		}
 		if batch[i].Hits > math.MaxInt64 {
 			return fmt.Errorf("redis: increment %q: hits %d exceed INCRBY's int64 range", batch[i].Key, batch[i].Hits)
 		}
@@ -197,22 +205,68 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 		per = b.keysPerPipe
 	}
 	incrs := make([]*goredis.IntCmd, per)
+	gets := make([]*goredis.StringCmd, per)
 	for start := 0; start < len(batch); start += per {
 		chunk := batch[start:min(start+per, len(batch))]
 		pipe := b.client.Pipeline()
 		for i := range chunk {
+			if chunk[i].Kind == engine.OpGet {
+				gets[i] = pipe.Get(ctx, chunk[i].Key)
+				continue
+			}
+			gets[i] = nil
 			incrs[i] = pipe.IncrBy(ctx, chunk[i].Key, int64(chunk[i].Hits))
 			pipe.Expire(ctx, chunk[i].Key, ttlSeconds(chunk[i].TTL))
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("redis: pipeline INCRBY+EXPIRE of keys %d..%d of %d: %w", start, start+len(chunk)-1, len(batch), err)
+		cmds, err := pipe.Exec(ctx)
+		if err != nil && !onlyMissing(cmds) {
+			return fmt.Errorf("redis: pipeline of keys %d..%d of %d: %w", start, start+len(chunk)-1, len(batch), err)
 		}
 		for i := range chunk {
+			if gets[i] != nil {
+				n, err := readCounter(gets[i])
+				if err != nil {
+					return fmt.Errorf("redis: GET %q: %w", chunk[i].Key, err)
+				}
+				chunk[i].After = n
+				continue
+			}
 			// A counter someone decremented below zero reads as zero.
 			chunk[i].After = uint64(max(incrs[i].Val(), 0))
 		}
 	}
 	return nil
+}
+
+// onlyMissing reports whether every failed command of a pipeline is a GET of
+// a missing key (redis.Nil), which is a counter of 0 and no failure.
+func onlyMissing(cmds []goredis.Cmder) bool {
+	if len(cmds) == 0 {
+		return false
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, goredis.Nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// readCounter is a GET reply as a counter: a missing key is 0, a negative
+// value (someone decremented it) reads as 0 as INCRBY replies do.
+func readCounter(c *goredis.StringCmd) (uint64, error) {
+	v, err := c.Result()
+	if errors.Is(err, goredis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("value %.32q is not a counter: %w", v, err)
+	}
+	return uint64(max(n, 0)), nil
 }
 
 // ttlSeconds rounds up to whole seconds: a key must never expire before

@@ -2,7 +2,8 @@
 // a unix socket, sentinel-managed primary, or cluster) through go-redis v9.
 //
 // One IncrementBatch is one pipelined round trip of INCRBY key hits + EXPIRE
-// key ttl per key, the reference implementation's protocol, so sluice and
+// key ttl per key (GET key for a read, engine.OpGet), the reference
+// implementation's protocol, so sluice and
 // envoyproxy/ratelimit replicas can share one Redis during a migration. In
 // cluster mode go-redis splits the pipeline per node.
 //
