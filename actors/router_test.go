@@ -414,7 +414,11 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 
 // TestSingleReadKeepsItsKind: a lone read (the one-item fast path) stays a read.
 func TestSingleReadKeepsItsKind(t *testing.T) {
-	r := newMemoryRouter(t, 1)
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return memory.New(nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
 	inc := []engine.Increment{{Key: "k", Hits: 2, TTL: time.Minute}}
 	if err := r.Increment(context.Background(), inc); err != nil {
 		t.Fatal(err)
