@@ -146,6 +146,10 @@ func (s *Service) LoadConfig(files []ConfigFile, merge bool) (*Config, error) {
 	return LoadConfig(files, ConfigOptions{MergeDomains: merge, Stats: s.o.Stats})
 }
 
+// MaxHitsAddend is the largest hits_addend a descriptor may carry: counters
+// are signed 64-bit numbers in Redis.
+const MaxHitsAddend = math.MaxInt64
+
 // limitInfo is the per-descriptor working state of one decision.
 type limitInfo struct {
 	m         match
@@ -188,6 +192,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		infos[i] = limitInfo{m: m, op: -1}
 	}
 	dropReplaced(infos)
+	for i := range infos {
+		// A count must fit the backends' signed 64-bit counters (Redis INCRBY
+		// takes an int64). The reference sends it anyway and writes -1; it is
+		// the caller's mistake, so it is refused before anything is counted.
+		if l := infos[i].m.limit; l != nil && !l.Unlimited {
+			if h := hitsAddend(req, i); h > MaxHitsAddend {
+				s.serviceError.Inc()
+				return nil, invalidRequest(fmt.Sprintf("descriptor %d: hits_addend %d is larger than %d, the most a counter can take", i, h, uint64(MaxHitsAddend)))
+			}
+		}
+	}
 
 	now := s.o.Clock()
 	unix := now.Unix()
@@ -258,8 +273,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 	return resp, nil
 }
 
-// count runs the increments; with StopIncrementOnLimit it first reads every
-// counter (an increment of 0) and then only counts the keys that are over.
+// count runs the increments. With StopIncrementOnLimit it follows the
+// reference: when a key is over in the local cache, every other key is sent
+// with 0 hits; otherwise every counter is first read (OpGet: a GET, which
+// changes nothing), and if any key would go over its limit, only those keys
+// are incremented and the others are sent with 0 hits.
 func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment) error {
 	// Envoy sends its own (shorter) deadline with every call; only bound the
 	// wait ourselves when the caller did not, which saves a timer per decision.
@@ -272,57 +290,72 @@ func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment)
 		if err := s.o.Counter.Increment(ctx, ops); err != nil {
 			return err
 		}
-		s.fill(infos, ops, nil)
+		s.fill(infos, ops, false)
 		return nil
 	}
 	anyLocal := false
 	for i := range infos {
 		anyLocal = anyLocal || infos[i].localOver
 	}
-	hits := make([]uint64, len(ops))
-	for j := range ops {
-		hits[j] = ops[j].Hits
-		ops[j].Hits = 0
-	}
-	if !anyLocal {
-		if err := s.o.Counter.Increment(ctx, ops); err != nil {
-			return err
+	if anyLocal {
+		for j := range ops {
+			ops[j].Hits = 0
 		}
-		marked := false
-		for i := range infos {
-			in := &infos[i]
-			if in.op >= 0 && ops[in.op].After+hits[in.op] > uint64(in.m.limit.RequestsPerUnit) {
-				marked = true
-				ops[in.op].Hits = hits[in.op]
-			}
-		}
-		if !marked {
-			for j := range ops {
-				ops[j].Hits = hits[j]
-			}
-		}
+	} else if err := s.readFirst(ctx, infos, ops); err != nil {
+		return err
 	}
 	if err := s.o.Counter.Increment(ctx, ops); err != nil {
 		return err
 	}
-	s.fill(infos, ops, hits)
+	s.fill(infos, ops, true)
 	return nil
 }
 
-// fill copies counts back. A key that was only read (stop-increment mode) is
-// judged as if its hits had been added, as the reference does.
-func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
+// readFirst reads every counter of ops and, if any would go over its limit
+// with its hits, sets the hits of all the others to 0.
+func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []Increment) error {
+	reads := make([]Increment, len(ops))
+	for j := range ops {
+		reads[j] = Increment{Key: ops[j].Key, Kind: OpGet, PerSecond: ops[j].PerSecond}
+	}
+	if err := s.o.Counter.Increment(ctx, reads); err != nil {
+		return err
+	}
+	over := make([]bool, len(ops))
+	anyOver := false
+	for i := range infos {
+		in := &infos[i]
+		if in.op >= 0 && reads[in.op].After+in.hits > uint64(in.m.limit.RequestsPerUnit) {
+			over[in.op], anyOver = true, true
+		}
+	}
+	if anyOver {
+		for j := range ops {
+			if !over[j] {
+				ops[j].Hits = 0
+			}
+		}
+	}
+	return nil
+}
+
+// fill copies counts back: after is the backend's count, before is after
+// less the descriptor's hits. In stop-increment mode a key sent with 0 hits
+// is judged the reference's way: its count is what the counter holds, and
+// before is after - hits in unsigned arithmetic, so below 0 it wraps (and a
+// stat then counts the key as already near or over, as the reference does).
+func (s *Service) fill(infos []limitInfo, ops []Increment, stopMode bool) {
 	for i := range infos {
 		in := &infos[i]
 		if in.op < 0 {
 			continue
 		}
 		op := ops[in.op]
-		if wanted != nil && op.Hits == 0 {
-			in.before, in.after = op.After, op.After+wanted[in.op]
+		in.after = op.After
+		if stopMode {
+			in.before = op.After - in.hits
 			continue
 		}
-		in.after = op.After
 		in.before = op.After - min(op.After, op.Hits)
 	}
 }
