@@ -174,6 +174,7 @@ func (r *Reporter) Flush() {
 	if r.s.Disabled || r.closed {
 		return
 	}
+	r.store.Collect()
 	if batch := r.collect(); len(batch) > 0 {
 		r.sink.send(batch)
 	}
