@@ -405,7 +405,7 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 	}
 	second := b.batches[1]
 	if len(second) != 3 ||
-		second[0] != (engine.Increment{Key: "k", Kind: engine.OpGet}) ||
+		second[0].Key != "k" || second[0].Kind != engine.OpGet ||
 		second[1].Key != "k" || second[1].Kind != engine.OpIncrement || second[1].Hits != 5 ||
 		second[2].Key != "o" || second[2].Kind != engine.OpGet {
 		t.Fatalf("second batch %+v: want read k, increment k by 5, read o", second)

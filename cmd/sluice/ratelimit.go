@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/sluicehq/sluice/engine"
@@ -119,6 +120,12 @@ func runConfigCheck(args []string) error {
 		return err
 	}
 	fmt.Printf("ok: %d file(s), domains %v\n", len(files), cfg.Domains())
+	// Rules using sluice's algorithm extension, which the reference rejects.
+	for _, line := range strings.Split(cfg.Dump(), "\n") {
+		if strings.Contains(line, ", algorithm: ") {
+			fmt.Println("  " + line)
+		}
+	}
 	return nil
 }
 

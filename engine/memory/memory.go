@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -37,11 +36,6 @@ func New(clock func() time.Time) *Backend {
 
 // IncrementBatch implements engine.Backend.
 func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) error {
-	for i := range batch {
-		if k := batch[i].Kind; k != engine.OpIncrement && k != engine.OpGet {
-			return fmt.Errorf("memory: key %q: unsupported operation %s", batch[i].Key, k)
-		}
-	}
 	now := b.clock().UnixNano()
 	b.mu.Lock()
 	for i := range batch {
@@ -50,8 +44,15 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 		if e.expires <= now {
 			e.n = 0
 		}
-		if inc.Kind == engine.OpGet {
+		switch inc.Kind {
+		case engine.OpGet:
 			inc.After = e.n
+			continue
+		case engine.OpTokenBucket:
+			inc.After = e.n
+			if tat, ok := engine.TokenBucketStep(int64(e.n), inc); ok && inc.Hits > 0 {
+				b.m[inc.Key] = entry{n: uint64(tat), expires: now + int64(engine.TokenBucketTTL(tat, inc.Now))}
+			}
 			continue
 		}
 		e.n += inc.Hits
