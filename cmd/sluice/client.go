@@ -76,9 +76,6 @@ func runClient(args []string) error {
 		return exitCode(2) // the flag package has said what is wrong, as the reference's does
 	}
 	fs.VisitAll(func(f *flag.Flag) { fmt.Printf("Flag: --%s=%q\n", f.Name, f.Value) })
-	if *domain == "" || len(descs) == 0 {
-		return errors.New("-domain and at least one -descriptors are required")
-	}
 
 	var opts []grpc.DialOption
 	if *oltp != "" {
