@@ -162,8 +162,10 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 				mark()
 				send(pair, "OK OK/1 OK/9")
 				commands(2, 2, 2) // GETs first, then INCRBY+EXPIRE of both
+				settle(twoKey, "1")
 				settle(nearA, "1")
 				send(pair, "OK OK/0 OK/8")
+				settle(twoKey, "2")
 				settle(nearA, "2")
 				mark()
 				send(pair, "OVER_LIMIT OVER_LIMIT/0 OK/8")
