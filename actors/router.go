@@ -7,10 +7,12 @@ package actors
 //     sends each shard one incrementMsg. Every item carries the caller's reply
 //     channel (buffered for all of its items, so nobody ever blocks on it).
 //  2. The shard appends the items to the pending batch of their backend (main,
-//     or per-second for SECOND rules when configured). If that backend has no
-//     call in flight it flushes at once; otherwise the items wait, and
-//     everything that piles up during the call leaves together when it ends.
-//     So the batch size follows the load, with no timer on the hot path.
+//     or per-second for SECOND rules when configured). While fewer than
+//     MaxInFlight calls of that backend are outstanding it flushes at once, so
+//     at low load a decision costs one round trip and waits for nobody. Only
+//     when all MaxInFlight calls are busy do items wait, and everything that
+//     piled up leaves together as soon as one call ends (group commit). So the
+//     batch size follows the load, with no timer on the hot path.
 //  3. A flush coalesces equal keys (N hits on one key = one INCRBY N) and makes
 //     ONE backend call. Inline backends (memory) run inside the shard; network
 //     backends run in a goroutine the Router tracks, which answers its waiters
@@ -56,7 +58,10 @@ type Options struct {
 	// PerSecond, when set, returns the backend for SECOND rules.
 	PerSecond func(shard int) engine.Backend
 	// MaxInFlight is how many backend calls a shard may have outstanding per
-	// backend; default 1, which gives the most batching.
+	// backend before new increments wait for one to end (group commit).
+	// Default 1, which gives the most batching but makes every decision at low
+	// load wait behind the call in flight; the server derives it from the
+	// backend's connection pool so that calls never queue for a connection.
 	MaxInFlight int
 	// PipelineWindow is the longest a shard holds a new batch open to let it
 	// grow before sending (KVSTORE_PIPELINE_WINDOW); 0 sends at once.

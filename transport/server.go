@@ -115,15 +115,15 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 
 	shards := s.Limiter.Shards
 	if shards == 0 && s.Backend.Type != "memory" {
-		// With one call in flight per shard, the shard count is the backend's
-		// concurrency: fewer shards make bigger batches and fewer round trips,
-		// and a network backend's latency hides the lost parallelism.
+		// Fewer shards make bigger batches and fewer round trips; a network
+		// backend's latency hides the lost parallelism.
 		shards = runtime.GOMAXPROCS(0)
 	}
 	router, err := actors.New(actors.Options{
 		Shards:      shards,
 		Backend:     back.main,
 		PerSecond:   back.perSecond,
+		MaxInFlight: maxInFlight(s.Limiter.MaxInFlight, back.conns, shards),
 		CallTimeout: s.Limiter.BackendTimeout,
 		// The reference's pipeline variables bound a shard's batches.
 		PipelineWindow: back.window,
@@ -326,6 +326,19 @@ func (s *Server) shutdown() {
 		s.grpc.Stop()
 		<-done
 	}
+}
+
+// maxInFlight is how many backend calls one shard may have outstanding: the
+// configured value, or the connection pool shared out among the shards, so a
+// decision at low load is sent at once and calls never queue for a connection.
+func maxInFlight(configured, conns, shards int) int {
+	if configured > 0 {
+		return configured
+	}
+	if conns <= 0 || shards <= 0 {
+		return 1
+	}
+	return max(1, conns/shards)
 }
 
 func (s *Server) newGRPCServer() *grpc.Server {
