@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -349,10 +348,13 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		}),
 		grpc.ChainUnaryInterceptor(s.statsInterceptor),
+		// RLS messages are coded by hand (wire.go); the rest by protobuf.
+		grpc.ForceServerCodecV2(newRLSCodec()),
 	}
 	opts = append(opts, s.o.GRPCServerOptions...)
 	g := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.decider(), log: s.log})
+	rls := newRLSServer(s.decider(), s.log)
+	g.RegisterService(rls.serviceDesc(), rls)
 	healthpb.RegisterHealthServer(g, s.ghs)
 	return g
 }
