@@ -69,15 +69,16 @@ func requests(w workload, i int) []*rlsv3.RateLimitRequest {
 	return reqs
 }
 
-// drive runs a closed loop of w.Callers against addr for d after warmup: few
+// drive runs a closed loop of w.Callers against addrs (connection i to
+// addrs[i % len(addrs)]) for d after warmup: few
 // connections, requests built up front, no per-call timers, so that the
 // driver stays light and the figures are the server's. Every caller stops at
 // the end of the run; a call that hangs is ended by closing the connections
 // after a grace period, so the run is bounded.
-func drive(addr string, w workload, warmup, d time.Duration) (loadResult, error) {
+func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, error) {
 	conns := make([]*grpc.ClientConn, max(1, w.Conns))
 	for i := range conns {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(addrs[i%len(addrs)], grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return loadResult{}, err
 		}
