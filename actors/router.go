@@ -167,40 +167,75 @@ type item struct {
 
 type incrementMsg struct{ items []item }
 
-// Increment implements engine.Counter.
+// call is what one Increment needs, pooled: a decision at low load would
+// otherwise allocate a channel, a message, its items and a timer.
+type call struct {
+	reply chan error
+	msg   incrementMsg
+	one   [1]item
+	timer *time.Timer
+}
+
+var calls = sync.Pool{New: func() any { return &call{reply: make(chan error, 4)} }}
+
+// WaitBound implements engine.WaitBounder: Increment answers within the call
+// timeout, so the engine need not set a deadline of its own.
+func (r *Router) WaitBound() time.Duration { return r.o.CallTimeout }
+
+// Increment implements engine.Counter. It returns within the call timeout
+// (context.DeadlineExceeded) even if a backend call hangs.
 func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	reply := make(chan error, len(ops))
+	c := calls.Get().(*call)
+	if cap(c.reply) < len(ops) {
+		c.reply = make(chan error, len(ops))
+	}
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
+		calls.Put(c)
 		return ErrClosed
 	}
 	if len(ops) == 1 {
-		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &incrementMsg{items: []item{{&ops[0], reply}}})
+		c.one[0] = item{&ops[0], c.reply}
+		c.msg.items = c.one[:]
+		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &c.msg)
 	} else {
-		r.sendGrouped(ops, reply)
+		r.sendGrouped(ops, c.reply)
 	}
 	r.mu.RUnlock()
 
+	if c.timer == nil {
+		c.timer = time.NewTimer(r.o.CallTimeout)
+	} else {
+		c.timer.Reset(r.o.CallTimeout)
+	}
 	var first error
 	for range ops {
 		select {
-		case err := <-reply:
+		case err := <-c.reply:
 			if err != nil && first == nil {
 				first = err
 			}
 		case <-ctx.Done():
+			// Answers still to come would land in a reused channel: drop c.
+			c.timer.Stop()
 			return fmt.Errorf("waiting for rate limit counters: %w", ctx.Err())
+		case <-c.timer.C:
+			return fmt.Errorf("waiting for rate limit counters: %w", context.DeadlineExceeded)
 		}
 	}
+	c.timer.Stop()
+	c.one[0] = item{}
+	c.msg.items = nil
+	calls.Put(c)
 	return first
 }
 
 // sendGrouped sends one message per shard touched by ops.
-func (r *Router) sendGrouped(ops []engine.Increment, reply chan<- error) {
+func (r *Router) sendGrouped(ops []engine.Increment, reply chan error) {
 	shardOf := make([]int, len(ops))
 	for i := range ops {
 		shardOf[i] = r.ShardOf(ops[i].Key)

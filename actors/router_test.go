@@ -426,3 +426,29 @@ func TestShardRestartAnswersWaiters(t *testing.T) {
 		t.Fatalf("after restart: %v, count %d", err, ops[0].After)
 	}
 }
+
+// TestIncrementReturnsWithinCallTimeout: a caller without a deadline of its
+// own is answered within the call timeout even when the backend hangs (the
+// engine relies on it: WaitBound).
+func TestIncrementReturnsWithinCallTimeout(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }, CallTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.WaitBound(); got != 50*time.Millisecond {
+		t.Fatalf("WaitBound %v", got)
+	}
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error", err)
+	}
+	close(b.gate)
+	// The router still works, and pooled state from the abandoned call is not reused.
+	for i := 0; i < 3; i++ {
+		ops := []engine.Increment{{Key: "fresh", Hits: 1, TTL: time.Minute}}
+		if err := r.Increment(context.Background(), ops); err != nil || ops[0].After != uint64(i+1) {
+			t.Fatalf("after a timeout, increment %d: %v, count %d", i+1, err, ops[0].After)
+		}
+	}
+}

@@ -22,6 +22,13 @@ type Counter interface {
 	Increment(ctx context.Context, ops []Increment) error
 }
 
+// WaitBounder is implemented by Counters that answer every Increment within
+// WaitBound by themselves; the engine then sets no deadline of its own when
+// that bound is within its Timeout (a timer and a context fewer per decision).
+type WaitBounder interface {
+	WaitBound() time.Duration
+}
+
 // OverLimitCache remembers keys that went over their limit, until their window
 // ends, so they are answered without a backend call (LOCAL_CACHE_SIZE_IN_BYTES).
 type OverLimitCache interface {
@@ -263,7 +270,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment) error {
 	// Envoy sends its own (shorter) deadline with every call; only bound the
 	// wait ourselves when the caller did not, which saves a timer per decision.
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.o.Timeout {
+	bounded := false
+	if wb, ok := s.o.Counter.(WaitBounder); ok {
+		bounded = wb.WaitBound() <= s.o.Timeout
+	}
+	if dl, ok := ctx.Deadline(); !bounded && (!ok || time.Until(dl) > s.o.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
 		defer cancel()
