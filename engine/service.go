@@ -164,6 +164,13 @@ type limitInfo struct {
 	after     uint64
 }
 
+// decision is the memory of a request with up to three descriptors.
+type decision struct {
+	resp     Response
+	statuses [3]DescriptorStatus
+	ops      [3]Increment
+}
+
 // ShouldRateLimit decides one request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
 	if req.Domain == "" {
@@ -186,7 +193,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		}
 	}
 
-	infos := make([]limitInfo, len(req.Descriptors))
+	// A typical request has one to three descriptors: its working state lives
+	// on the stack, and its response and counter operations share one allocation.
+	var infoBuf [4]limitInfo
+	var infos []limitInfo
+	if len(req.Descriptors) <= len(infoBuf) {
+		infos = infoBuf[:len(req.Descriptors)]
+	} else {
+		infos = make([]limitInfo, len(req.Descriptors))
+	}
+	var d *decision
+	if len(infos) <= len(d.ops) {
+		d = new(decision)
+	}
 	for i := range req.Descriptors {
 		m, found := cfg.getLimit(req.Domain, &req.Descriptors[i])
 		if !found {
@@ -198,7 +217,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 
 	now := s.o.Clock()
 	unix := now.Unix()
-	ops := make([]Increment, 0, len(infos))
+	var ops []Increment
+	if d != nil {
+		ops = d.ops[:0:len(infos)]
+	} else {
+		ops = make([]Increment, 0, len(infos))
+	}
 	for i := range infos {
 		in := &infos[i]
 		l := in.m.limit
@@ -229,7 +253,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		}
 	}
 
-	resp := &Response{Statuses: make([]DescriptorStatus, len(infos))}
+	var resp *Response
+	if d != nil {
+		resp = &d.resp
+		resp.Statuses = d.statuses[:len(infos):len(infos)]
+	} else {
+		resp = &Response{Statuses: make([]DescriptorStatus, len(infos))}
+	}
 	var failedRL, failedQuota, totalQuota int
 	for i := range infos {
 		st := s.decide(&infos[i], unix)

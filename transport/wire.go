@@ -29,8 +29,13 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// wireRequest is a RateLimitRequest decoded by rlsCodec.
-type wireRequest struct{ engine.Request }
+// wireRequest is a RateLimitRequest decoded by rlsCodec. The arrays hold the
+// descriptors and entries of a typical request, so that it is one allocation.
+type wireRequest struct {
+	engine.Request
+	desc    [2]engine.Descriptor
+	entries [4]engine.Entry
+}
 
 // wireResponse is an engine.Response that rlsCodec encodes as a
 // RateLimitResponse. Only responses without dynamic metadata take this form.
@@ -50,10 +55,8 @@ func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.fallback.Marshal(v)
 	}
 	size := r.size()
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf := make([]byte, 0, size)
-		return mem.BufferSlice{mem.SliceBuffer(r.appendTo(buf))}, nil
-	}
+	// Even small responses come from the pool: gRPC frees the buffer once
+	// written, and a decision is all small messages.
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
 	*buf = r.appendTo((*buf)[:0])
@@ -71,7 +74,7 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	} else {
 		b = data.Materialize()
 	}
-	return decodeRequest(b, &r.Request)
+	return decodeRequestBuf(b, &r.Request, r.desc[:0], r.entries[:0])
 }
 
 // errWire is protobuf-go's message for malformed input, so clients see the
@@ -127,6 +130,12 @@ func (f field) is(num protowire.Number, typ protowire.Type) bool { return f.num 
 // decodeRequest decodes an envoy.service.ratelimit.v3.RateLimitRequest into
 // out. All strings share one copy of buf, so buf may be reused afterwards.
 func decodeRequest(buf []byte, out *engine.Request) error {
+	return decodeRequestBuf(buf, out, nil, nil)
+}
+
+// decodeRequestBuf is decodeRequest using desc and entries when they are
+// large enough.
+func decodeRequestBuf(buf []byte, out *engine.Request, desc []engine.Descriptor, entries []engine.Entry) error {
 	// Pass 1 checks the framing and counts, so that pass 2 allocates once.
 	var nDesc, nEntries int
 	for pos := 0; pos < len(buf); {
@@ -151,10 +160,14 @@ func decodeRequest(buf []byte, out *engine.Request) error {
 		}
 	}
 	d := decoder{buf: buf, text: string(buf)}
-	*out = engine.Request{Descriptors: make([]engine.Descriptor, 0, nDesc)}
-	if nEntries > 0 {
-		d.entries = make([]engine.Entry, 0, nEntries)
+	if cap(desc) < nDesc {
+		desc = make([]engine.Descriptor, 0, nDesc)
 	}
+	*out = engine.Request{Descriptors: desc[:0:nDesc]}
+	if nEntries > cap(entries) {
+		entries = make([]engine.Entry, 0, nEntries)
+	}
+	d.entries = entries[:0:nEntries]
 	for pos := 0; pos < len(buf); {
 		f, next, _ := nextField(buf, pos, len(buf)) // framing checked in pass 1
 		pos = next
