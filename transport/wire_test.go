@@ -56,7 +56,6 @@ func checkDecode(t *testing.T, b []byte) {
 	}
 }
 
-func u64(v uint64) *uint64 { return &v }
 
 func TestDecodeRequestMatchesProtobuf(t *testing.T) {
 	entry := func(k, v string) *ratelimitv3.RateLimitDescriptor_Entry {
@@ -87,7 +86,9 @@ func TestDecodeRequestMatchesProtobuf(t *testing.T) {
 			checkDecode(t, b)
 		})
 	}
-	var tag = func(b []byte, num protowire.Number, typ protowire.Type) []byte { return protowire.AppendTag(b, num, typ) }
+	var tag = func(b []byte, num protowire.Number, typ protowire.Type) []byte {
+		return protowire.AppendTag(b, num, typ)
+	}
 	var str = func(b []byte, num protowire.Number, s string) []byte {
 		return protowire.AppendString(tag(b, num, protowire.BytesType), s)
 	}
