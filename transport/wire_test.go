@@ -56,7 +56,6 @@ func checkDecode(t *testing.T, b []byte) {
 	}
 }
 
-
 func TestDecodeRequestMatchesProtobuf(t *testing.T) {
 	entry := func(k, v string) *ratelimitv3.RateLimitDescriptor_Entry {
 		return &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v}
