@@ -32,6 +32,7 @@ type flags struct {
 	duration  time.Duration
 	noopServe string
 	noopDebug string
+	readme    string
 	odata     bool
 	scaleOut  bool
 	compare   string
@@ -49,12 +50,19 @@ func main() {
 	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
 	flag.BoolVar(&f.scaleOut, "scale-out", true, "also measure replicas sharing one Redis and a Redis Cluster, and their exactness")
 	flag.StringVar(&f.compare, "compare", "", "a second sluice binary measured in the same run (A/B), rows labelled sluice@<file name>")
+	flag.StringVar(&f.readme, "readme", "", "only put the -out results into this README's benchmark section (make bench-readme)")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
 	flag.StringVar(&f.noopDebug, "noop-debug", "", "internal: serve the no-op's memory statistics (/stats) on this address")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
 
+	if f.readme != "" {
+		if err := spliceReadme(f.readme, f.out); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if f.noopServe != "" {
 		if err := serveNoop(f.noopServe, f.noopDebug); err != nil {
 			log.Fatal(err)

@@ -162,6 +162,9 @@ func TestExactnessOnRedis(t *testing.T) {
 		t.Run(tp.name, func(t *testing.T) {
 			env := tp.env(t)
 			env["BACKEND_TYPE"] = "redis"
+			// Counts are the point here, not latency: under -race on a shared
+			// machine a decision may wait longer than the default second.
+			env["SLUICE_BACKEND_TIMEOUT"] = "30s"
 			for _, keys := range []int{1, 1000} {
 				env["CACHE_KEY_PREFIX"] = fmt.Sprintf("run%d:", keys) // each round its own counters
 				h := start(t, env, exactRules(keys))
@@ -196,6 +199,7 @@ func TestExactnessAcrossReplicas(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := tc.env(t)
 			env["BACKEND_TYPE"] = "redis"
+			env["SLUICE_BACKEND_TIMEOUT"] = "30s" // as in TestExactnessOnRedis
 			for _, keys := range []int{1, 1000} {
 				env["CACHE_KEY_PREFIX"] = fmt.Sprintf("run%d:", keys)
 				var hs []*harness
