@@ -22,6 +22,9 @@ type workload struct {
 	Conns       int
 	Keys        int // distinct descriptor values; 1 = one hot key
 	Descriptors int // descriptors per request
+	// Algo picks the rules' algorithm ("": fixed window): descriptor keys
+	// k<j>, sw<j> (sliding_window) or tb<j> (token_bucket).
+	Algo string
 }
 
 func (w workload) String() string {
@@ -29,7 +32,22 @@ func (w workload) String() string {
 	if w.Keys == 1 {
 		keys = "hot key"
 	}
-	return fmt.Sprintf("%d callers, %s, %d desc", w.Callers, keys, w.Descriptors)
+	s := fmt.Sprintf("%d callers, %s, %d desc", w.Callers, keys, w.Descriptors)
+	if w.Algo != "" {
+		s += ", " + w.Algo
+	}
+	return s
+}
+
+// descriptorKey is the rule key of descriptor j (see rules).
+func (w workload) descriptorKey(j int) string {
+	switch w.Algo {
+	case "sliding_window":
+		return fmt.Sprintf("sw%d", j)
+	case "token_bucket":
+		return fmt.Sprintf("tb%d", j)
+	}
+	return fmt.Sprintf("k%d", j)
 }
 
 // loadResult is one measured run.
@@ -62,7 +80,7 @@ func requests(w workload, i int) []*rlsv3.RateLimitRequest {
 			// Spread with primes so callers and descriptors hit different keys.
 			v := (i*7919 + n*104729 + d*15485863) % w.Keys
 			r.Descriptors = append(r.Descriptors, &ratelimitv3.RateLimitDescriptor{
-				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k" + strconv.Itoa(d), Value: strconv.Itoa(v)}}})
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: w.descriptorKey(d), Value: strconv.Itoa(v)}}})
 		}
 		reqs[n] = r
 	}
