@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-	brotli "github.com/molecule-man/go-brrr"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/odata/query"
@@ -578,38 +576,9 @@ func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.K
 	return q.AppendNextQuery(b, last)
 }
 
-// encoding picks the response coding from Accept-Encoding: br when enabled,
-// else gzip, else identity ("").
+// encoding picks the response coding from Accept-Encoding.
 func (s *Server) encoding(ctx *fasthttp.RequestCtx) string {
-	accept := string(ctx.Request.Header.Peek("Accept-Encoding"))
-	if accept == "" {
-		return ""
-	}
-	var br, gz bool
-	for _, part := range strings.Split(accept, ",") {
-		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		name = strings.ToLower(strings.TrimSpace(name))
-		if q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q="); ok {
-			if v, err := strconv.ParseFloat(q, 64); err == nil && v == 0 {
-				continue
-			}
-		}
-		switch name {
-		case "br":
-			br = true
-		case "gzip", "x-gzip":
-			gz = true
-		case "*":
-			gz = true
-		}
-	}
-	switch {
-	case br && s.opts.Brotli:
-		return "br"
-	case gz && s.opts.Gzip:
-		return "gzip"
-	}
-	return ""
+	return s.opts.negotiate(string(ctx.Request.Header.Peek("Accept-Encoding")))
 }
 
 // flushEvery is how much encoded JSON is collected before it is written:
@@ -624,23 +593,12 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, flushEvery+4096);
 func (s *Server) stream(w io.Writer, enc string, q *query.Query, cur query.Cursor, link []byte) error {
 	out := w
 	var zbuf *bufio.Writer
-	var closer interface {
-		io.Writer
-		Close() error
-	}
-	if enc != "" {
+	var closer compressor
+	if enc != codingIdentity {
 		zbuf = bufio.NewWriterSize(w, flushEvery)
-		switch enc {
-		case "gzip":
-			zw, _ := gzip.NewWriterLevel(zbuf, gzip.BestSpeed) // the level is valid
-			out, closer = zw, zw
-		case "br":
-			bw, err := brotli.NewWriter(zbuf, 4)
-			if err != nil {
-				return err
-			}
-			out, closer = bw, bw
-		}
+		closer = getCompressor(enc, zbuf)
+		defer putCompressor(enc, closer)
+		out = closer
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)

@@ -72,6 +72,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.DurationVar(&c.opts.QueryTimeout, "query-timeout", c.opts.QueryTimeout, "504 for a query slower than this")
 	fs.BoolVar(&c.opts.Gzip, "gzip", c.opts.Gzip, "answer gzip to clients that accept it")
 	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that accept it")
+	fs.BoolVar(&c.opts.Zstd, "zstd", c.opts.Zstd, "answer zstd to clients that accept it")
 	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "429 for a request while another of the same key is in flight")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
 	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key (in-process rate limit engine)")
