@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/gen"
 )
