@@ -175,25 +175,25 @@ func (s *Server) countOnly(ctx *fasthttp.RequestCtx, q *query.Query) {
 // (Id=1) or with an unquoted UUID): one row as an object with its
 // @odata.context, or 404. $select applies; options that make sense only for
 // collections are refused.
-func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param) {
+func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param) (found bool) {
 	c := t.coll
 	for _, p := range params {
 		switch p.Name {
 		case "$filter", "$top", "$skiptoken", "$count", "$orderby", "$skip":
 			if strings.TrimSpace(p.Value) != "" {
 				s.fail(ctx, fasthttp.StatusBadRequest, p.Name+" does not apply to a single entity (/"+c.Name+"(key)); use $select")
-				return
+				return false
 			}
 		}
 	}
 	q, err := query.Parse(c, params)
 	if err != nil {
 		s.badQuery(ctx, err)
-		return
+		return false
 	}
 	if q.Format == query.FormatCSV {
 		s.fail(ctx, fasthttp.StatusBadRequest, "$format=csv applies to collections, not to a single entity")
-		return
+		return false
 	}
 	raw := strings.TrimSpace(t.key)
 	if k, v, ok := strings.Cut(raw, "="); ok && strings.TrimSpace(k) == "Id" {
@@ -204,7 +204,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param
 		u, ok := query.ParseUUID(strings.TrimSuffix(strings.TrimPrefix(raw, "'"), "'"))
 		if !ok {
 			s.fail(ctx, fasthttp.StatusBadRequest, "the key of /"+c.Name+" is a UUID: /"+c.Name+"('<uuid>'), got "+strconv.Quote(t.key))
-			return
+			return false
 		}
 		want.UUID = u
 		q.Filter = &query.Compare{Field: "Id", Op: query.OpEq, Value: query.Literal{Type: query.LitUUID, Text: u}}
@@ -212,7 +212,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || n < 0 || raw[0] == '+' {
 			s.fail(ctx, fasthttp.StatusBadRequest, "the key of /"+c.Name+" is an integer Id: /"+c.Name+"(1), got "+strconv.Quote(t.key))
-			return
+			return false
 		}
 		want.Int = n
 		// Keyset paging from just before the key reads that one row
@@ -228,13 +228,13 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param
 		page, err := s.store.Probe(budget, q)
 		if err != nil {
 			s.dbFailed(ctx, budget, err)
-			return
+			return false
 		}
 		if page.Rows == 1 && page.First == want {
 			cur, err := s.store.Rows(budget, q, page)
 			if err != nil {
 				s.dbFailed(ctx, budget, err)
-				return
+				return false
 			}
 			if cur.Next() {
 				row = appendRow(nil, q, fieldKeys(q), cur.Values())
@@ -243,13 +243,13 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param
 			cur.Close()
 			if err != nil {
 				s.dbFailed(ctx, budget, err)
-				return
+				return false
 			}
 		}
 	}
 	if row == nil {
 		s.fail(ctx, fasthttp.StatusNotFound, "no row of /"+c.Name+" has the Id "+strconv.Quote(raw))
-		return
+		return false
 	}
 	b := []byte{'{'}
 	if metadataLevel(ctx) != metadataNone {
@@ -260,6 +260,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param
 		}
 	}
 	s.write(ctx, fasthttp.StatusOK, append(b, row[1:]...))
+	return true
 }
 
 // appendCSVHeader writes the header line: the selected field names in

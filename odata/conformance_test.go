@@ -82,7 +82,7 @@ func TestMetadataDocument(t *testing.T) {
 			Schema struct {
 				Namespace string `xml:"Namespace,attr"`
 				Types     []struct {
-					Name  string `xml:"Name,attr"`
+					Name  string   `xml:"Name,attr"`
 					Key   []string `xml:"Key>PropertyRef>Name"`
 					Props []struct {
 						Name     string `xml:"Name,attr"`

@@ -48,6 +48,14 @@ type Options struct {
 	FailOpen bool
 	// Logger receives request failures; nil discards them.
 	Logger *slog.Logger
+	// AccessLog receives one line per request (status, method, path and
+	// query, caller as key id or origin — never the secret —, rows, bytes,
+	// duration); nil: no access log.
+	AccessLog *slog.Logger
+	// AccessLogPerSecond bounds the access log: at most this many lines a
+	// second on average (bursts of as many); the lines over it are counted
+	// and the count is written on the next line as "suppressed".
+	AccessLogPerSecond int
 }
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
@@ -65,6 +73,8 @@ func DefaultOptions() Options {
 		Zstd:         true,
 		Sequential:   true,
 		FailOpen:     true,
+
+		AccessLogPerSecond: 100,
 	}
 }
 
@@ -79,6 +89,8 @@ func (o Options) Validate() error {
 		return errors.New("odata: QueryTimeout must be positive")
 	case o.StallTimeout <= 0:
 		return errors.New("odata: StallTimeout must be positive")
+	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
+		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}
 	if o.PublicURL != "" {
 		u, err := url.Parse(o.PublicURL)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -30,6 +31,7 @@ type Server struct {
 	log     *slog.Logger
 	origins map[string]bool
 	leases  *leases
+	access  *accessLog // nil without Options.AccessLog
 	http    *fasthttp.Server
 	// csdlXML and csdlJSON are the $metadata documents, built once.
 	csdlXML, csdlJSON []byte
@@ -61,13 +63,14 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 	}
 	s := &Server{opts: opts, store: store, keys: keys, limiter: limiter, log: log,
 		origins: map[string]bool{}, leases: newLeases(), conns: map[*stallConn]struct{}{},
-		csdlXML: metadataXML(), csdlJSON: metadataJSON()}
+		csdlXML: metadataXML(), csdlJSON: metadataJSON(),
+		access: newAccessLog(opts.AccessLog, opts.AccessLogPerSecond, nil)}
 	for _, o := range opts.CORSOrigins {
 		s.origins[strings.ToLower(o)] = true
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.http = &fasthttp.Server{
-		Handler:                      s.handle,
+		Handler:                      s.handleLogged,
 		Name:                         "sluice",
 		ReadTimeout:                  30 * time.Second,
 		IdleTimeout:                  90 * time.Second,
@@ -221,7 +224,22 @@ func (s *Server) route(path []byte) (target, bool) {
 	return t, ok
 }
 
-func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+// handleLogged handles a request and writes its access-log line; a page
+// streamed after the handler returns is logged when its body closes.
+func (s *Server) handleLogged(ctx *fasthttp.RequestCtx) {
+	if s.access == nil {
+		s.handle(ctx, &accessRecord{})
+		return
+	}
+	rec := newAccessRecord(ctx)
+	s.handle(ctx, &rec)
+	if _, streamed := ctx.Response.BodyStream().(*pageBody); streamed {
+		return
+	}
+	s.access.write(&rec, ctx.Response.StatusCode(), int64(len(ctx.Response.Body())))
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 	ctx.Response.Header.Set("OData-Version", "4.0")
 	t, ok := s.route(ctx.Path())
 	origin := string(ctx.Request.Header.Peek("Origin"))
@@ -257,6 +275,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	rec.caller = caller
 	if s.opts.Sequential {
 		if !s.leases.acquire(caller) {
 			s.tooMany(ctx, time.Second)
@@ -281,7 +300,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metadata(ctx, params)
 		return
 	case targetEntity:
-		s.entity(ctx, t, params)
+		if s.entity(ctx, t, params) {
+			rec.rows = 1
+		}
 		return
 	}
 	q, err := query.Parse(t.coll, params)
@@ -293,7 +314,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.countOnly(ctx, q)
 		return
 	}
-	streaming = s.serve(ctx, q, caller)
+	streaming = s.serve(ctx, q, caller, rec)
 }
 
 // badQuery answers an error of query.Parse: 400 naming what is wrong.
@@ -439,7 +460,7 @@ func (s *Server) dbFailed(ctx *fasthttp.RequestCtx, budget context.Context, err 
 
 // serve answers a valid query. It returns true when a body stream was
 // started, which then owns the caller's lease.
-func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) bool {
+func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, rec *accessRecord) bool {
 	budget, cancelBudget := context.WithTimeout(s.base, s.opts.QueryTimeout)
 	defer cancelBudget()
 	level := metadataLevel(ctx)
@@ -533,7 +554,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) 
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
 	ctx.Response.Header.Add("Vary", "Accept-Encoding")
-	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream}
+	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, rec: *rec}
 	if s.opts.Sequential {
 		body.caller = caller
 	}
@@ -557,6 +578,11 @@ type pageBody struct {
 	enc    string
 	caller string // the lease to release, when Sequential
 	cancel context.CancelFunc
+	rec    accessRecord
+	// rows and sent (body bytes after compression) are counted while
+	// streaming, for the access log; atomic because the Read path streams
+	// on its own goroutine.
+	rows, sent atomic.Int64
 
 	once sync.Once
 	pr   *io.PipeReader // only when fasthttp reads instead of WriteTo
@@ -568,6 +594,7 @@ func (b *pageBody) SupportsBodyWriteTo() bool { return true }
 func (b *pageBody) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
 	err := b.s.stream(cw, b.enc, b)
+	b.sent.Store(cw.n)
 	if err != nil {
 		b.s.log.Info("odata: response cut short", "collection", b.q.Collection.Name, "err", err)
 	}
@@ -599,6 +626,8 @@ func (b *pageBody) Close() error {
 		if b.caller != "" {
 			b.s.leases.release(b.caller)
 		}
+		b.rec.rows = b.rows.Load()
+		b.s.access.write(&b.rec, fasthttp.StatusOK, b.sent.Load())
 		b.s.streams.Done()
 	})
 	return nil
@@ -699,6 +728,7 @@ func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 	keys := fieldKeys(q)
 	first := true
 	for cur.Next() {
+		b.rows.Add(1)
 		switch {
 		case b.csv:
 			buf = appendCSVRow(buf, q, cur.Values())

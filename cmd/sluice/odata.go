@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/odata/csvimport"
 	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/sqlstore"
+	"github.com/sluicehq/sluice/transport"
 )
 
 func init() {
@@ -58,6 +59,7 @@ type odataConfig struct {
 	rps         uint
 	rateService string
 	demoRows    int
+	accessLog   bool
 }
 
 // odataFlags registers the OData API's flags on fs, with the documented
@@ -78,6 +80,8 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key (in-process rate limit engine)")
 	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
+	fs.BoolVar(&c.accessLog, "access-log", true, "one line per OData request on stderr (text or JSON as LOG_FORMAT)")
+	fs.IntVar(&c.opts.AccessLogPerSecond, "access-log-per-second", c.opts.AccessLogPerSecond, "most access-log lines per second; the lines over it are counted, not written")
 	return c
 }
 
@@ -101,6 +105,15 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 		}
 	}
 	c.opts.Logger = log
+	if c.accessLog {
+		// Its own logger at info level: the access log is not silenced by
+		// LOG_LEVEL=warn, only by -access-log=false.
+		al, err := transport.NewLogger(os.Stderr, transport.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
+		if err != nil {
+			return nil, err
+		}
+		c.opts.AccessLog = al
+	}
 	if err := c.opts.Validate(); err != nil {
 		return nil, err
 	}
