@@ -521,7 +521,9 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, 
 	} else {
 		ctx.SetContentType(jsonType)
 	}
-	ctx.Response.Header.Add("Vary", "Accept")
+	// The format follows Accept and the coding Accept-Encoding, also
+	// for HEAD, so caches keep the variants apart.
+	ctx.Response.Header.Add("Vary", "Accept, Accept-Encoding")
 	if link != nil {
 		ctx.Response.Header.Set("Link", "<"+string(link)+`>; rel="next"`)
 	}
@@ -553,7 +555,6 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, 
 	if enc != "" {
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
-	ctx.Response.Header.Add("Vary", "Accept-Encoding")
 	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, rec: *rec}
 	if s.opts.Sequential {
 		body.caller = caller
