@@ -303,7 +303,7 @@ func appendCSVRow(b []byte, q *query.Query, vals []query.Value) []byte {
 // break or leading/trailing space, doubling inner quotes (RFC 4180 §2). An
 // empty string is written as "" so that it differs from null.
 func appendCSVField(b, v []byte) []byte {
-	if len(v) > 0 && bytes.IndexAny(v, ",\"\r\n") < 0 && v[0] != ' ' && v[len(v)-1] != ' ' {
+	if len(v) > 0 && !bytes.ContainsAny(v, ",\"\r\n") && v[0] != ' ' && v[len(v)-1] != ' ' {
 		return append(b, v...)
 	}
 	b = append(b, '"')
