@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start (redis-server, redis-sentinel,
-# memcached, PostgreSQL) when any is missing. Debian/Ubuntu, as root or with sudo.
+# memcached, PostgreSQL) and the image builder the deploy test runs (buildah,
+# unless podman is there; ~25 s) when any is missing. Debian/Ubuntu, as root
+# or with sudo.
 set -euo pipefail
 
 have_postgres() {
@@ -13,6 +15,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 have_postgres || missing+=(postgresql)
+command -v buildah >/dev/null 2>&1 || command -v podman >/dev/null 2>&1 || missing+=(buildah)
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0
