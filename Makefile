@@ -40,6 +40,7 @@ test-deps:
 # fails instead of skipping).
 test: test-deps
 	SLUICE_REQUIRE_SERVERS=1 $(GO) test -race -timeout 30m ./...
+	cd deploy/kubernetes && $(GO) test -race ./...
 
 bench: build
 	$(GO) run ./bench -quick
