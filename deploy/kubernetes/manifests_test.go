@@ -1,18 +1,17 @@
 // Package kubernetes tests the manifests of this folder: they decode
-// strictly into the Kubernetes API types, their parts refer to each other
-// correctly, sluice accepts their settings and rules, and a ConfigMap update
-// as the kubelet performs it reloads the rules.
+// strictly into the Kubernetes API types and their parts refer to each other
+// correctly. (That sluice accepts their settings and rules, and reloads on a
+// ConfigMap update, is tested in the main module: deploy/kubernetes_test.go.
+// This module depends on k8s.io/api only, so a change of the main module's
+// dependencies never breaks it.)
 package kubernetes
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-
-	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // drainGrace is how long sluice's shutdown waits for in-flight gRPC calls
@@ -189,11 +185,7 @@ func TestManifestsFitTogether(t *testing.T) {
 	e := env(c)
 	podLabels := m.deploy.Spec.Template.Labels
 
-	settings, err := transport.SettingsFromEnv(transport.FromMap(e))
-	if err != nil {
-		t.Fatalf("sluice refuses the Deployment's environment: %v", err)
-	}
-	httpPort := int32(settings.Listen.Port)
+	httpPort := envPort(t, e, "PORT", 8080)
 
 	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthcheck" || port(t, c, p.HTTPGet.Port) != httpPort {
@@ -232,9 +224,13 @@ func TestManifestsFitTogether(t *testing.T) {
 		t.Error("the HPA needs minReplicas >= 2 and a CPU request to scale on")
 	}
 
-	want := map[string]int32{"grpc": int32(settings.Listen.GRPCPort), "http": httpPort}
-	if settings.Stats.UsePull {
-		want["metrics"] = int32(portOf(t, settings.Stats.PullAddr))
+	want := map[string]int32{"grpc": envPort(t, e, "GRPC_PORT", 8081), "http": httpPort}
+	if e["USE_PROMETHEUS"] == "true" {
+		addr := e["PROMETHEUS_ADDR"]
+		if addr == "" {
+			addr = ":9090"
+		}
+		want["metrics"] = int32(portOf(t, addr))
 	}
 	for _, sp := range m.svc.Spec.Ports {
 		if w, ok := want[sp.Name]; ok {
@@ -270,6 +266,20 @@ func TestManifestsFitTogether(t *testing.T) {
 	}
 }
 
+// envPort is a port sluice reads from the environment, or its default.
+func envPort(t *testing.T, env map[string]string, name string, def int32) int32 {
+	t.Helper()
+	v, ok := env[name]
+	if !ok {
+		return def
+	}
+	var p int32
+	if _, err := fmt.Sscan(v, &p); err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return p
+}
+
 func portOf(t *testing.T, addr string) int {
 	t.Helper()
 	i := strings.LastIndex(addr, ":")
@@ -278,152 +288,4 @@ func portOf(t *testing.T, addr string) int {
 		t.Fatalf("address %q: %v", addr, err)
 	}
 	return p
-}
-
-// rulesMount is where the Deployment mounts the rules ConfigMap, and the
-// paths (relative to it) its items become.
-func rulesMount(t *testing.T, m manifests) (mountPath string, items map[string]string) {
-	t.Helper()
-	c := container(t, m.deploy)
-	for _, v := range m.deploy.Spec.Template.Spec.Volumes {
-		if v.ConfigMap == nil || v.ConfigMap.Name != m.rules.Name {
-			continue
-		}
-		for _, vm := range c.VolumeMounts {
-			if vm.Name != v.Name {
-				continue
-			}
-			if vm.SubPath != "" {
-				t.Fatal("the rules are mounted with subPath, which never sees ConfigMap updates")
-			}
-			items = map[string]string{}
-			for _, it := range v.ConfigMap.Items {
-				if _, ok := m.rules.Data[it.Key]; !ok {
-					t.Fatalf("volume item %s is not a key of the ConfigMap", it.Key)
-				}
-				items[it.Key] = it.Path
-			}
-			return vm.MountPath, items
-		}
-	}
-	t.Fatal("the rules ConfigMap is not mounted")
-	return "", nil
-}
-
-// kubelet writes a ConfigMap volume as its atomic writer does: the files in
-// a fresh ..<timestamp> directory, a ..data_tmp symlink to it renamed over
-// ..data, and the top-level names as symlinks through ..data.
-type kubelet struct {
-	dir string
-	gen int
-}
-
-func (k *kubelet) write(t *testing.T, files map[string]string) {
-	t.Helper()
-	k.gen++
-	ts := fmt.Sprintf("..2026_11_25_04_00_%02d.%d", k.gen, k.gen)
-	for rel, body := range files {
-		p := filepath.Join(k.dir, ts, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old, _ := os.Readlink(filepath.Join(k.dir, "..data"))
-	tmp := filepath.Join(k.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(k.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for rel := range files {
-		top := strings.Split(rel, "/")[0]
-		link := filepath.Join(k.dir, top)
-		if _, err := os.Lstat(link); os.IsNotExist(err) {
-			if err := os.Symlink(filepath.Join("..data", top), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if old != "" {
-		if err := os.RemoveAll(filepath.Join(k.dir, old)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// The ConfigMap's rules load, and an update as the kubelet performs it is
-// picked up by sluice configured with the Deployment's environment
-// (RUNTIME_WATCH_ROOT=true on the ..data symlink).
-func TestConfigMapUpdateReloadsRules(t *testing.T) {
-	m := load(t)
-	mount, items := rulesMount(t, m)
-	e := env(container(t, m.deploy))
-	if e["RUNTIME_WATCH_ROOT"] != "true" {
-		t.Fatalf("RUNTIME_WATCH_ROOT=%q: the manifests rely on the symlink swap", e["RUNTIME_WATCH_ROOT"])
-	}
-	dir := t.TempDir()
-	rel, err := filepath.Rel(mount, e["RUNTIME_ROOT"])
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		t.Fatalf("RUNTIME_ROOT %s is not inside the rules mount %s", e["RUNTIME_ROOT"], mount)
-	}
-	e["RUNTIME_ROOT"] = filepath.Join(dir, rel)
-	settings, err := transport.SettingsFromEnv(transport.FromMap(e))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	files := map[string]string{}
-	for key, path := range items {
-		files[path] = m.rules.Data[key]
-	}
-	k := &kubelet{dir: dir}
-	k.write(t, files)
-
-	src := transport.NewFileSource(settings.Config, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	events := make(chan transport.ConfigEvent)
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, events) }()
-	defer func() {
-		cancel()
-		for range events {
-		}
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	next := func() *engine.Config {
-		t.Helper()
-		select {
-		case ev := <-events:
-			if ev.Err != nil {
-				t.Fatalf("loading the mounted rules: %v", ev.Err)
-			}
-			cfg, err := engine.LoadConfig(ev.Files, engine.ConfigOptions{MergeDomains: settings.Config.MergeDomains})
-			if err != nil {
-				t.Fatalf("the ConfigMap's rules: %v", err)
-			}
-			return cfg
-		case <-time.After(10 * time.Second):
-			t.Fatal("no configuration event")
-			return nil
-		}
-	}
-	first := next()
-	if d := first.Domains(); len(d) != 1 || d[0] != "example" {
-		t.Fatalf("first load: domains %v", d)
-	}
-
-	// kubectl apply of a changed ConfigMap: a new domain in the same file.
-	for path, body := range files {
-		files[path] = strings.Replace(body, "domain: example", "domain: changed", 1)
-	}
-	k.write(t, files)
-	if d := next().Domains(); len(d) != 1 || d[0] != "changed" {
-		t.Fatalf("after the update: domains %v", d)
-	}
 }
