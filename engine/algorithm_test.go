@@ -24,7 +24,9 @@ func TestAlgorithmConfig(t *testing.T) {
 	f := newFixture(t, nil, "algorithms.yaml")
 	want := `algo.fw: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false
 algo.sw: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false, algorithm: sliding_window
+algo.swquota: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: true, algorithm: sliding_window
 algo.tb: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 3
+algo.tbquota: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: true, algorithm: token_bucket, burst: 1
 algo.tbshadow: unit=SECOND requests_per_unit=1, shadow_mode: true, quota_mode: false, algorithm: token_bucket, burst: 1
 `
 	if got := f.svc.Config().Dump(); got != want {
@@ -185,4 +187,30 @@ func TestSlidingWindowDecisions(t *testing.T) {
 		last[1].Kind != engine.OpGet || last[1].Key != "algo_sw_x_1795313460" {
 		t.Fatalf("ops %+v", last)
 	}
+}
+
+func TestAlgorithmsQuotaModeAndLocalCache(t *testing.T) {
+	t.Run("quota mode: over on one quota descriptor is OK while another passes", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		f.do(t, req("algo", kv("swquota", "x")))
+		resp := f.do(t, req("algo", kv("swquota", "x"), kv("tbquota", "x")))
+		if resp.OverallCode != engine.CodeOK || resp.Statuses[0].Code != engine.CodeOverLimit || resp.Statuses[1].Code != engine.CodeOK {
+			t.Fatal(showAll(resp))
+		}
+		// Both over: the request is over.
+		if resp := f.do(t, req("algo", kv("swquota", "x"), kv("tbquota", "x"))); resp.OverallCode != engine.CodeOverLimit {
+			t.Fatal(showAll(resp))
+		}
+	})
+	t.Run("sliding window: the local cache holds the key until the estimate is within the limit", func(t *testing.T) {
+		lc := &mapCache{m: map[string]time.Duration{}}
+		f := newFixture(t, func(o *engine.Options) { o.LocalCache = lc }, "algorithms.yaml")
+		for range 11 {
+			f.do(t, req("algo", kv("sw", "x")))
+		}
+		// In the window's own minute the count only grows: until its end, 56 s.
+		if got := lc.m["algo_sw_x_1795313460"]; got != 56*time.Second {
+			t.Fatalf("cache %v", lc.m)
+		}
+	})
 }
