@@ -15,13 +15,14 @@ import (
 )
 
 // While Redis holds every write (CLIENT PAUSE), the first decision's call is
-// in flight and the next ones queue at the shard: the pull metrics show them
+// in flight (one call per shard: SLUICE_MAX_IN_FLIGHT=1) and the next ones
+// queue at the shard: the pull metrics show them
 // as sluice_shard_queue_depth, and the gauge falls back to 0 once Redis
 // answers again.
 func TestShardQueueDepthMetric(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	h := start(t, map[string]string{
-		"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_SHARDS": "1",
+		"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_SHARDS": "1", "SLUICE_MAX_IN_FLIGHT": "1",
 		"SLUICE_BACKEND_TIMEOUT": "20s", "USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0",
 	}, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
 	url := "http://" + h.srv.MetricsAddr().String() + "/metrics"
