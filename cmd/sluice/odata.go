@@ -103,7 +103,7 @@ type odataService struct {
 	ln      net.Listener
 	limiter interface{ Close() error }
 	extra   interface{ Close() error } // the fallback limiter, if any
-	demoKey string // set when demo data and key were prepared
+	demoKey string                     // set when demo data and key were prepared
 }
 
 // startOData opens the store (generating demo data into an empty one), builds
