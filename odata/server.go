@@ -579,7 +579,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant) bool 
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
 	ctx.Response.Header.Add("Vary", "Accept-Encoding")
-	body := &pageBody{s: s, q: q, cur: cur, link: link, enc: enc, cancel: cancelStream, grant: g}
+	// A body past StreamTimeout is cut by closing its connection: its
+	// writer may be blocked on a client that reads nothing, holding the
+	// cursor (and its database connection) until the write fails.
+	conn := ctx.Conn()
+	stopCut := context.AfterFunc(streamCtx, func() { conn.Close() })
+	body := &pageBody{s: s, q: q, cur: cur, link: link, enc: enc, cancel: cancelStream, stopCut: stopCut, grant: g}
 	s.streams.Add(1)
 	ctx.Response.SetBodyStream(body, -1)
 	return true
@@ -591,13 +596,14 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant) bool 
 // any byte). Writes go straight to the connection as 32 KiB chunks, so a
 // client that reads slowly blocks WriteTo, which stops reading the cursor.
 type pageBody struct {
-	s      *Server
-	q      *query.Query
-	cur    query.Cursor
-	link   []byte
-	enc    string
-	grant  *grant // released when the body ends
-	cancel context.CancelFunc
+	s       *Server
+	q       *query.Query
+	cur     query.Cursor
+	link    []byte
+	enc     string
+	grant   *grant // released when the body ends
+	cancel  context.CancelFunc
+	stopCut func() bool // disarms the StreamTimeout cut
 
 	once sync.Once
 	pr   *io.PipeReader // only when fasthttp reads instead of WriteTo
@@ -635,6 +641,7 @@ func (b *pageBody) Close() error {
 		if b.pr != nil {
 			b.pr.Close()
 		}
+		b.stopCut()
 		b.cur.Close()
 		b.cancel()
 		b.grant.release()
