@@ -17,9 +17,11 @@
 //
 //   - the innocent key gets 200 on every request, each within -max-latency
 //     (it used to wait 10-14 s and get 500);
+//
 //   - every over-budget filter gets 400 naming the budget, at once (no SQL
 //     runs for it);
+//
 //   - no request of anyone gets 500.
 //
-//	go run ./loadtest/odata-costly-filter [-attackers 4] [-duration 20s]
+//     go run ./loadtest/odata-costly-filter [-attackers 4] [-duration 20s]
 package main

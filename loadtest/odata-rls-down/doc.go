@@ -11,8 +11,9 @@
 //
 //   - limited: at most 2 × (whole seconds of the run + 1) answers are 200,
 //     and the rest 429 with Retry-After; nothing else;
+//
 //   - said once: the server's log names the failing service in exactly one
 //     WARN line.
 //
-//	go run ./loadtest/odata-rls-down [-duration 5s]
+//     go run ./loadtest/odata-rls-down [-duration 5s]
 package main
