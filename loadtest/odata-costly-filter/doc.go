@@ -23,5 +23,7 @@
 //
 //   - no request of anyone gets 500.
 //
-//     go run ./loadtest/odata-costly-filter [-attackers 4] [-duration 20s]
+// Run it alone from the repository root, after make build:
+//
+//	go run ./loadtest/odata-costly-filter [-attackers 4] [-duration 20s]
 package main

@@ -15,5 +15,7 @@
 //   - said once: the server's log names the failing service in exactly one
 //     WARN line.
 //
-//     go run ./loadtest/odata-rls-down [-duration 5s]
+// Run it alone from the repository root, after make build:
+//
+//	go run ./loadtest/odata-rls-down [-duration 5s]
 package main
