@@ -2,16 +2,16 @@
 // take the OData API from an innocent client (issue 12, item 2).
 //
 // It starts `sluice odata` over a generated SQLite store (-rows) with no
-// per-second limit, then for -duration runs -attackers keys, each sending,
-// one request at a time as fast as it is answered, alternately
-//
-//   - a filter over the cost budget: 256 endswith terms (about 10 KB), the
-//     filter that used to take seconds per request, and
-//   - the costliest filter within the budget: 30 endswith alternatives on
-//     /Records?$top=10000, a full scan evaluating 30 conditions per row,
-//
-// while an innocent key asks /Observations?$top=1&$filter=CharacteristicName
-// eq 'pH' every -every.
+// per-second limit, then for -duration -attackers keys (8, the size of the
+// store's pool) send, one request at a time as fast as they are answered,
+// the filter of the issue: 256 endswith terms (about 10 KB), which took
+// seconds to tens of seconds per request; -heavy keys (2) send the
+// costliest filter within the budget, 30 endswith alternatives on
+// /Records?$top=10000 (a full scan evaluating 30 conditions per row), to
+// keep the database busy; an innocent key asks
+// /Observations?$top=1&$filter=CharacteristicName eq 'pH' every -every.
+// With -baseline (for a server without the budget) the attackers' answers
+// are not judged, so the run shows what the innocent key gets there.
 //
 // Promises (exit 1 when one breaks):
 //
