@@ -61,6 +61,7 @@ type odataConfig struct {
 	opts        odata.Options
 	cors        string
 	rps         uint
+	burst       uint
 	rateService string
 	fallback    string
 	demoRows    int
@@ -81,9 +82,10 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that accept it")
 	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "429 for a request while another of the same key is in flight")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
-	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key (in-process rate limit engine)")
+	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key, on average (in-process rate limit engine: a token bucket)")
+	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
 	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
-	fs.StringVar(&c.fallback, "rate-limit-fallback", "local", "when the -rate-limit-service fails: local (the in-process limit of -requests-per-second applies), deny (503) or allow (no limit)")
+	fs.StringVar(&c.fallback, "rate-limit-fallback", "local", "when the -rate-limit-service fails: local (the in-process limit of -requests-per-second and -burst applies), deny (503) or allow (no limit)")
 	fs.IntVar(&c.opts.FilterBudget, "filter-budget", c.opts.FilterBudget, "400 for a $filter costing more than this (0: no budget; see the README)")
 	fs.IntVar(&c.opts.MaxQueries, "max-queries", c.opts.MaxQueries, "503 beyond this many requests doing database work at once (0: the pool size minus 2, kept for key checks; -1: no cap)")
 	fs.DurationVar(&c.opts.StreamTimeout, "stream-timeout", c.opts.StreamTimeout, "longest response body, however slowly the client reads")
@@ -172,7 +174,7 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 		s.limiter, lim = r, r
 		switch c.fallback {
 		case "local":
-			l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps)})
+			l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
 			if err != nil {
 				return nil, err
 			}
@@ -184,7 +186,7 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 			c.opts.FailOpen = true
 		}
 	case c.rps > 0:
-		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps)})
+		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
 		if err != nil {
 			return nil, err
 		}

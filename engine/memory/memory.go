@@ -44,6 +44,17 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 		if e.expires <= now {
 			e.n = 0
 		}
+		switch inc.Kind {
+		case engine.OpGet:
+			inc.After = e.n
+			continue
+		case engine.OpTokenBucket:
+			inc.After = e.n
+			if tat, ok := engine.TokenBucketStep(int64(e.n), inc); ok && inc.Hits > 0 {
+				b.m[inc.Key] = entry{n: uint64(tat), expires: now + int64(engine.TokenBucketTTL(tat, inc.Now))}
+			}
+			continue
+		}
 		e.n += inc.Hits
 		e.expires = now + int64(inc.TTL)
 		b.m[inc.Key] = e
