@@ -209,9 +209,8 @@ func answer(uniq []engine.Increment, groups [][]int, batch []item, err error) {
 			if err == nil {
 				if uniq[u].Kind == engine.OpIncrement {
 					count += it.op.Hits
-				}
-				it.op.After = count
-				if uniq[u].Kind != engine.OpIncrement {
+					it.op.After = count
+				} else {
 					it.op.After = uniq[u].After
 				}
 			}

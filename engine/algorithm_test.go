@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,9 @@ func TestAlgorithmConfig(t *testing.T) {
 	f := newFixture(t, nil, "algorithms.yaml")
 	want := `algo.fw: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false
 algo.sw: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false, algorithm: sliding_window
+algo.swquota: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: true, algorithm: sliding_window
 algo.tb: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 3
+algo.tbquota: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: true, algorithm: token_bucket, burst: 1
 algo.tbshadow: unit=SECOND requests_per_unit=1, shadow_mode: true, quota_mode: false, algorithm: token_bucket, burst: 1
 `
 	if got := f.svc.Config().Dump(); got != want {
@@ -185,4 +188,76 @@ func TestSlidingWindowDecisions(t *testing.T) {
 		last[1].Kind != engine.OpGet || last[1].Key != "algo_sw_x_1795313460" {
 		t.Fatalf("ops %+v", last)
 	}
+}
+
+func TestAlgorithmsQuotaModeAndLocalCache(t *testing.T) {
+	t.Run("quota mode: over on one quota descriptor is OK while another passes", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		f.do(t, req("algo", kv("swquota", "x")))
+		resp := f.do(t, req("algo", kv("swquota", "x"), kv("tbquota", "x")))
+		if resp.OverallCode != engine.CodeOK || resp.Statuses[0].Code != engine.CodeOverLimit || resp.Statuses[1].Code != engine.CodeOK {
+			t.Fatal(showAll(resp))
+		}
+		// Both over: the request is over.
+		if resp := f.do(t, req("algo", kv("swquota", "x"), kv("tbquota", "x"))); resp.OverallCode != engine.CodeOverLimit {
+			t.Fatal(showAll(resp))
+		}
+	})
+	t.Run("sliding window: the local cache holds the key until the estimate is within the limit", func(t *testing.T) {
+		lc := &mapCache{m: map[string]time.Duration{}}
+		f := newFixture(t, func(o *engine.Options) { o.LocalCache = lc }, "algorithms.yaml")
+		for range 11 {
+			f.do(t, req("algo", kv("sw", "x")))
+		}
+		// In the window's own minute the count only grows: until its end, 56 s.
+		if got := lc.m["algo_sw_x_1795313460"]; got != 56*time.Second {
+			t.Fatalf("cache %v", lc.m)
+		}
+	})
+}
+
+// FuzzAlgorithmDecisions: any rule and request numbers decide without a
+// panic or an overflow: a token bucket never reports more tokens left than
+// it holds, and admits nothing larger than its burst.
+func FuzzAlgorithmDecisions(f *testing.F) {
+	f.Add(uint8(2), uint32(2), uint32(4), uint8(1), uint64(1), int64(300e6))
+	f.Add(uint8(2), uint32(0), uint32(0), uint8(6), uint64(0), int64(0))
+	f.Add(uint8(2), uint32(4e9), uint32(4e9), uint8(6), uint64(1<<63), int64(-1))
+	f.Add(uint8(1), uint32(1), uint32(0), uint8(5), uint64(1<<40), int64(1e15))
+	f.Fuzz(func(t *testing.T, algo uint8, rpu, burst uint32, unit uint8, hits uint64, advance int64) {
+		a := engine.Algorithm(algo % 3)
+		rl := &engine.RateLimitConfig{Unit: engine.Unit(1 + unit%7).String(), RequestsPerUnit: rpu, Algorithm: a.String()}
+		if a == engine.TokenBucket {
+			rl.Burst = burst
+		}
+		cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f", Domain: &engine.DomainConfig{Domain: "d",
+			Descriptors: []engine.DescriptorConfig{{Key: "k", RateLimit: rl}}}}}, engine.ConfigOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx := newFixture(t, nil)
+		fx.svc.SetConfig(cfg)
+		for range 3 {
+			r := req("d", kv("k", "v"))
+			r.Descriptors[0].HitsAddend = &hits
+			resp, err := fx.svc.ShouldRateLimit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := resp.Statuses[0]
+			if a == engine.TokenBucket {
+				cap := uint64(burst)
+				if cap == 0 || rpu == 0 {
+					cap = uint64(rpu)
+				}
+				if uint64(st.LimitRemaining) > cap || st.Code == engine.CodeOK && hits > cap {
+					t.Fatalf("bucket rpu %d burst %d hits %d: %+v", rpu, burst, hits, st)
+				}
+			}
+			if st.DurationUntilReset < 0 {
+				t.Fatalf("negative reset %+v", st)
+			}
+			fx.clock.Add(time.Duration(advance % int64(365*24*time.Hour)))
+		}
+	})
 }

@@ -31,9 +31,12 @@ type Options struct {
 	StallTimeout time.Duration
 	// Gzip answers gzip to clients that accept it.
 	Gzip bool
-	// Brotli answers br to clients that accept it. Off by default: clients
-	// send Accept-Encoding: br without always being able to decode it.
+	// Brotli answers br to clients that accept it (on by default: the
+	// Python, JavaScript and shell clients advertise br, and brotli's level
+	// 3 costs less CPU than gzip's default for a smaller page).
 	Brotli bool
+	// Zstd answers zstd to clients that accept it.
+	Zstd bool
 	// CORSOrigins are the browser origins (scheme://host[:port]) allowed to
 	// call without a key; "*" is not accepted, origins are listed.
 	CORSOrigins []string
@@ -73,10 +76,18 @@ type Options struct {
 	OriginMaxInFlight int
 	// Logger receives request failures; nil discards them.
 	Logger *slog.Logger
+	// AccessLog receives one line per request (status, method, path and
+	// query, caller as key id or origin — never the secret —, rows, bytes,
+	// duration); nil: no access log.
+	AccessLog *slog.Logger
+	// AccessLogPerSecond bounds the access log: at most this many lines a
+	// second on average (bursts of as many); the lines over it are counted
+	// and the count is written on the next line as "suppressed".
+	AccessLogPerSecond int
 }
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
-// a 64 MiB page cap, a 30 s budget, gzip on, brotli off, sequential
+// a 64 MiB page cap, a 30 s budget, br, zstd and gzip on, sequential
 // requests per key, a $filter budget of 256, data queries capped below the
 // pool size, 15 min per response body, keys cached 5 s, 20 failed key
 // checks a minute per client address, 8 requests in flight per browser
@@ -89,15 +100,18 @@ func DefaultOptions() Options {
 		QueryTimeout: 30 * time.Second,
 		StallTimeout: 60 * time.Second,
 		Gzip:         true,
+		Brotli:       true,
+		Zstd:         true,
 		Sequential:   true,
 		FailOpen:     true,
 
-		FilterBudget:      256,
-		StreamTimeout:     15 * time.Minute,
-		KeyCacheTTL:       5 * time.Second,
-		KeyFailures:       20,
-		KeyFailureWindow:  time.Minute,
-		OriginMaxInFlight: 8,
+		AccessLogPerSecond: 100,
+		FilterBudget:       256,
+		StreamTimeout:      15 * time.Minute,
+		KeyCacheTTL:        5 * time.Second,
+		KeyFailures:        20,
+		KeyFailureWindow:   time.Minute,
+		OriginMaxInFlight:  8,
 	}
 }
 
@@ -126,6 +140,8 @@ func (o Options) Validate() error {
 		return errors.New("odata: KeyFailures must not be negative, and KeyFailureWindow must be positive when it is set")
 	case o.OriginMaxInFlight < 0:
 		return errors.New("odata: OriginMaxInFlight must not be negative (0: no cap)")
+	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
+		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}
 	if o.PublicURL != "" {
 		u, err := url.Parse(o.PublicURL)

@@ -1,82 +1,84 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"flag"
-	"io"
-	"log/slog"
+	"bytes"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
-// SIGTERM (the context ending) while a page is still streaming: the OData
-// service drains what it can within its deadline, cuts the rest, and run
-// returns nil, so the process exits 0 (it used to exit 1).
-func TestODataShutdownWhileStreaming(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		drain time.Duration
-		read  bool // the client reads the page to its end
-	}{
-		{"drained", 30 * time.Second, true},
-		{"cut at the deadline", 200 * time.Millisecond, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("odata", flag.ContinueOnError)
-			c := odataFlags(fs)
-			db := "sqlite:" + filepath.Join(t.TempDir(), "o.sqlite")
-			if err := fs.Parse([]string{"-db", db, "-odata-addr", "127.0.0.1:0", "-demo-rows", "12000",
-				"-odata-shutdown-timeout", tc.drain.String(), "-requests-per-second", "0"}); err != nil {
-				t.Fatal(err)
+func TestKeysHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help", "help"} {
+		var out bytes.Buffer
+		if err := runKeysTo(&out, []string{arg}); err != nil {
+			t.Fatalf("keys %s: %v", arg, err)
+		}
+		for _, want := range []string{"usage: sluice keys", "add NAME", "list", "revoke ID|NAME", "-db DSN"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("keys %s: help lacks %q:\n%s", arg, want, out.String())
 			}
-			ctx, stop := context.WithCancel(context.Background())
-			defer stop()
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			s, err := startOData(ctx, c, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- s.run(ctx, c.drain, log) }()
+		}
+	}
+	err := runKeysTo(&bytes.Buffer{}, []string{"frobnicate"})
+	if err == nil || !strings.Contains(err.Error(), `unknown keys command "frobnicate"`) {
+		t.Fatalf("unknown command: %v", err)
+	}
+}
 
-			conn, err := net.Dial("tcp", s.ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
+func TestKeysAddListRevoke(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "k.sqlite")
+	var out bytes.Buffer
+	if err := runKeysTo(&out, []string{"add", "-db", db, "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	secret := lines[len(lines)-1]
+	if len(secret) < 20 || strings.Contains(secret, " ") {
+		t.Fatalf("last line of keys add is not a secret: %q", out.String())
+	}
+	out.Reset()
+	if err := runKeysTo(&out, []string{"list", "-db", db}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "alice") || strings.Contains(out.String(), secret) {
+		t.Fatalf("list: %q", out.String())
+	}
+	out.Reset()
+	if err := runKeysTo(&out, []string{"revoke", "-db", db, "alice"}); err != nil || !strings.Contains(out.String(), "revoked 1 key") {
+		t.Fatalf("revoke: %v %q", err, out.String())
+	}
+}
+
+func TestBanner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct {
+		name, demoKey, db string
+		want, not         []string
+	}{
+		{name: "demo", demoKey: "k123", db: defaultODataDB,
+			want: []string{"Demo API key: k123", "curl -s -H x-api-key:'k123' 'http://127.0.0.1:"},
+			not:  []string{"keys add", "$KEY"}},
+		{name: "own store", db: "postgres://ann:s3cret@db.example/odata",
+			want: []string{"sluice keys add -db 'postgres://ann:xxxxx@db.example/odata' NAME", `curl -s -H x-api-key:"$KEY" 'http://127.0.0.1:`},
+			not:  []string{"Demo API key", "<API_KEY>", "x-api-key:''", "x-api-key: '", "s3cret"}},
+	} {
+		var out bytes.Buffer
+		s := &odataService{ln: ln, demoKey: c.demoKey}
+		s.printTryLines(&out, "/v1/odata/v4", c.db)
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: banner lacks %q:\n%s", c.name, w, out.String())
 			}
-			defer conn.Close()
-			_ = conn.(*net.TCPConn).SetReadBuffer(256 << 10)
-			req, _ := http.NewRequest("GET", "http://"+s.ln.Addr().String()+c.opts.Root+"/Records?$top=10000", nil)
-			req.Header.Set("x-api-key", s.demoKey)
-			if err := req.Write(conn); err != nil {
-				t.Fatal(err)
+		}
+		for _, n := range c.not {
+			if strings.Contains(out.String(), n) {
+				t.Errorf("%s: banner has %q:\n%s", c.name, n, out.String())
 			}
-			resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("page: %v %v", resp, err)
-			}
-			stop() // SIGTERM
-			var body strings.Builder
-			var readErr error
-			if tc.read {
-				_, readErr = io.Copy(&body, resp.Body)
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("run after SIGTERM: %v (the exit status would be 1)", err)
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatal("run did not return")
-			}
-			if tc.read && (readErr != nil || !json.Valid([]byte(body.String()))) {
-				t.Fatalf("the drained page did not arrive whole: %v, %d bytes", readErr, body.Len())
-			}
-		})
+		}
 	}
 }
