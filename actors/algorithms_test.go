@@ -21,7 +21,7 @@ import (
 
 // The algorithms × backends tests run the engine through the shard router on
 // a simulated clock (every backend decides with the engine's clock; keys'
-// TTLs are real time, far longer than a test). Each backend is started once
+// TTLs are real time, made far longer than a test: see algoService). Each backend is started once
 // per test function; each case uses its own descriptor value.
 
 type simClock struct {
@@ -110,7 +110,12 @@ func algoService(t *testing.T, r *actors.Router, clk *simClock, yaml string) *en
 	o := engine.DefaultOptions()
 	o.Counter = r
 	o.Clock = clk.Now
-	o.ExpirationJitterMax = 0
+	// Keys expire in real time on Redis and memcache, while the simulated
+	// clock runs much faster: make every TTL the longest jitter allows
+	// (5 minutes more than the unit), so no counter expires during a test on
+	// a slow machine (a window that expired early would count from zero).
+	o.ExpirationJitterMax = 5 * time.Minute
+	o.Jitter = func(n int64) int64 { return n - 1 }
 	o.Timeout = 10 * time.Second
 	svc, err := engine.NewService(o)
 	if err != nil {
