@@ -92,6 +92,7 @@ type LimiterSettings struct {
 	DynamicMetadata      bool
 	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
 	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
+	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards
 }
 
 // BackendSettings choose and configure the counter store.
@@ -160,6 +161,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		DynamicMetadata: e.Bool("RESPONSE_DYNAMIC_METADATA", false),
 		BackendTimeout:  e.Duration("SLUICE_BACKEND_TIMEOUT", time.Second),
 		Shards:          e.Int("SLUICE_SHARDS", 0),
+		MaxInFlight:     e.Int("SLUICE_MAX_IN_FLIGHT", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
 	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
@@ -290,6 +292,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
+	}
+	if s.Limiter.Shards < 0 || s.Limiter.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_SHARDS (%d) and SLUICE_MAX_IN_FLIGHT (%d) must not be negative", s.Limiter.Shards, s.Limiter.MaxInFlight))
 	}
 	errs = append(errs, s.validateOps()...)
 	return errors.Join(errs...)
