@@ -84,6 +84,9 @@ func algoBackends(t *testing.T, clk *simClock) []algoBackend {
 	mc := testenv.StartMemcached(t)
 	mo := memcache.DefaultOptions()
 	mo.HostPorts = []string{mc.Addr}
+	// Bucket steps are synchronous gets + cas: on a loaded test machine the
+	// default per-operation timeout fails a step; this test is about counts.
+	mo.Timeout = 5 * time.Second
 	mcb, err := memcache.New(ctx, mo)
 	if err != nil {
 		t.Fatal(err)
