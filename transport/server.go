@@ -69,6 +69,9 @@ type Server struct {
 	debug *http.Server
 
 	loadSuccess, loadError *stats.Counter
+	// shardDepth are the sluice.shard.<i>.queue_depth gauges, set from the
+	// router at each statistics flush.
+	shardDepth []*stats.Gauge
 
 	mu    sync.Mutex
 	addrs Addrs
@@ -134,6 +137,9 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	srv.router = router
+	for i := 0; i < router.Shards(); i++ {
+		srv.shardDepth = append(srv.shardDepth, o.Stats.Gauge(fmt.Sprintf("sluice.shard.%d.queue_depth", i)))
+	}
 
 	eo := engine.DefaultOptions()
 	eo.Counter = srv.traceCounter(router)
@@ -327,9 +333,17 @@ func (s *Server) shutdown() {
 	}
 }
 
+// defaultInFlight caps the default calls in flight per shard. Measured on
+// the 2-core bench (one Redis, 2 shards): at 200 callers 1 call per shard
+// gives 0.05 round trips per decision, 2 give 0.10, 5 (the whole pool) 0.13
+// with 20% more CPU per decision; at 10 callers more calls lower p50 and p99.
+// Two keep a decision at low load from waiting behind a call it is not part
+// of, while the batches at high load stay within the 0.1 round-trip budget.
+const defaultInFlight = 2
+
 // maxInFlight is how many backend calls one shard may have outstanding: the
-// configured value, or the connection pool shared out among the shards, so a
-// decision at low load is sent at once and calls never queue for a connection.
+// configured value, or the connection pool shared out among the shards (so
+// calls never queue for a connection), at most defaultInFlight.
 func maxInFlight(configured, conns, shards int) int {
 	if configured > 0 {
 		return configured
@@ -337,7 +351,7 @@ func maxInFlight(configured, conns, shards int) int {
 	if conns <= 0 || shards <= 0 {
 		return 1
 	}
-	return max(1, conns/shards)
+	return min(defaultInFlight, max(1, conns/shards))
 }
 
 func (s *Server) newGRPCServer() *grpc.Server {
@@ -460,7 +474,7 @@ type ops struct {
 
 func (s *Server) buildOps() error {
 	var err error
-	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput})
+	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput, Refresh: s.publishShardDepth})
 	if err != nil {
 		return fmt.Errorf("statistics: %w", err)
 	}
@@ -522,6 +536,15 @@ func (s *Server) closeOps() {
 	}
 	if err := s.ops.metrics.Close(); err != nil {
 		s.log.Warn("closing the statistics sink", "error", err)
+	}
+}
+
+// publishShardDepth sets each shard's queue depth gauge. The reporter is built
+// before the router, but flushes only after Run has started, when shardDepth
+// is complete.
+func (s *Server) publishShardDepth() {
+	for i, g := range s.shardDepth {
+		g.Set(int64(s.router.Pending(i)))
 	}
 }
 
