@@ -21,10 +21,6 @@ import (
 	"github.com/sluicehq/sluice/transport"
 )
 
-func init() {
-	registerCommand("client", "ask a rate limit service for one decision over gRPC", runClient)
-}
-
 // descriptorsFlag collects repeated -descriptors k=v,k2=v2.
 type descriptorsFlag []*ratelimitv3.RateLimitDescriptor
 

@@ -11,10 +11,6 @@ import (
 	"time"
 )
 
-func init() {
-	registerCommand("healthcheck", "exit 0 if the local service's /healthcheck answers 200 (for container health checks)", runHealthcheck)
-}
-
 // runHealthcheck exists because minimal images have no curl: the image's
 // HEALTHCHECK runs the binary itself. Without -url it asks the service in the
 // same container, on the port the same environment gives it (PORT, HOST).

@@ -6,34 +6,44 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sort"
 )
 
 type command struct {
+	name    string
 	summary string
 	run     func(args []string) error
 }
 
-var commands = map[string]command{}
-
-// registerCommand adds a subcommand. Files of this package call it from init,
-// so each area of the program keeps its own command-line code.
-func registerCommand(name, summary string, run func(args []string) error) {
-	if _, dup := commands[name]; dup {
-		panic("sluice: command registered twice: " + name) // programming error at init, not a runtime error
+// commands lists every subcommand in one place, in the order usage prints
+// them: the services first, then the tools.
+func commands() []command {
+	return []command{
+		{"serve", "run the rate limit service and the OData API together", runServe},
+		{"ratelimit", "run the rate limit service alone (settings from the environment)", runRateLimit},
+		{"odata", "run the OData API alone (embedded SQLite demo unless -db is given)", runOData},
+		{"client", "ask a rate limit service for one decision over gRPC", runClient},
+		{"config-check", "validate rate limit YAML files: sluice config-check <file>...", runConfigCheck},
+		{"config_check", "the reference's config checker: sluice config_check -config_dir DIR [-merge_domain_configs]", runConfigCheck},
+		{"healthcheck", "exit 0 if the local service's /healthcheck answers 200 (for container health checks)", runHealthcheck},
+		{"import", "load DataStream CSV files (+ a metadata JSON per dataset) into an OData store", runImport},
+		{"generate", "fill an OData store with realistic generated data: sluice generate -rows N", runGenerate},
+		{"keys", "manage OData API keys: sluice keys add NAME | list | revoke ID|NAME", runKeys},
 	}
-	commands[name] = command{summary: summary, run: run}
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: sluice <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, commands[n].summary)
+	for _, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", c.name, c.summary)
 	}
 }
 
@@ -47,7 +57,7 @@ func main() {
 		usage()
 		return
 	}
-	cmd, ok := commands[name]
+	cmd, ok := lookup(name)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", name)
 		usage()

@@ -23,13 +23,6 @@ import (
 	"github.com/sluicehq/sluice/transport"
 )
 
-func init() {
-	registerCommand("odata", "run the OData API alone (embedded SQLite demo unless -db is given)", runOData)
-	registerCommand("import", "load DataStream CSV files (+ a metadata JSON per dataset) into an OData store", runImport)
-	registerCommand("generate", "fill an OData store with realistic generated data: sluice generate -rows N", runGenerate)
-	registerCommand("keys", "manage OData API keys: sluice keys add NAME | list | revoke ID|NAME", runKeys)
-}
-
 // defaultODataDB is the embedded store used when no -db is given; var/ is
 // ignored by git.
 const defaultODataDB = "sqlite:var/odata.sqlite"

@@ -16,12 +16,6 @@ import (
 	"github.com/sluicehq/sluice/transport"
 )
 
-func init() {
-	registerCommand("ratelimit", "run the rate limit service alone (settings from the environment)", runRateLimit)
-	registerCommand("config-check", "validate rate limit YAML files: sluice config-check <file>...", runConfigCheck)
-	registerCommand("config_check", "the reference's config checker: sluice config_check -config_dir DIR [-merge_domain_configs]", runConfigCheck)
-}
-
 func runRateLimit(args []string) error {
 	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
 	if err := fs.Parse(args); err != nil {

@@ -7,10 +7,6 @@ import (
 	"strings"
 )
 
-func init() {
-	registerCommand("serve", "run the rate limit service and the OData API together", runServe)
-}
-
 // runServe starts both halves in one process: the rate limit service
 // (configured by the environment, as the reference) and the OData API
 // (configured by flags; an empty embedded store is filled with demo data).
