@@ -21,6 +21,11 @@ import (
 type ConfigEvent struct {
 	Files []engine.ConfigFile
 	Err   error
+	// Applied, when not nil, receives the outcome once the event has been
+	// loaded (nil) or rejected (the error): a source that acknowledges
+	// configuration upstream (xDS) must not do so before it is in use.
+	// It must have room for one value; the server never blocks on it.
+	Applied chan<- error
 }
 
 // FileSource reads rule files the way the reference's runtime loader does and

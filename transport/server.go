@@ -200,6 +200,16 @@ func (s *Server) DumpConfig() string {
 
 // apply loads one configuration event; a failure keeps the previous config.
 func (s *Server) apply(ev ConfigEvent) {
+	err := s.load(ev)
+	if ev.Applied != nil {
+		select {
+		case ev.Applied <- err:
+		default: // a source that asked must leave room; never block the loader
+		}
+	}
+}
+
+func (s *Server) load(ev ConfigEvent) error {
 	cfg, err := (*engine.Config)(nil), ev.Err
 	if err == nil {
 		cfg, err = s.svc.LoadConfig(ev.Files, s.s.Config.MergeDomains)
@@ -207,12 +217,13 @@ func (s *Server) apply(ev ConfigEvent) {
 	if err != nil {
 		s.loadError.Inc()
 		s.log.Error("Error loading new configuration: " + err.Error())
-		return
+		return err
 	}
 	s.svc.SetConfig(cfg)
 	s.loadSuccess.Inc()
 	s.health.Set(ComponentConfig, len(cfg.Domains()) > 0)
 	s.log.Info("Successfully loaded new configuration")
+	return nil
 }
 
 // Run loads configuration, listens, and serves until ctx ends; then it stops
@@ -514,13 +525,22 @@ func (s *Server) closeOps() {
 func (s *Server) MetricsAddr() net.Addr { return s.ops.metrics.Addr() }
 
 // xdsConfigSource turns the xDS client's deliveries into configuration events.
+// A delivery returns only once the server has applied it, so the client's ACK
+// means "in use", not "received": a management server (or a test) that saw
+// the ACK sees the new rules enforced.
 type xdsConfigSource struct{ src *xds.Source }
 
 func (x xdsConfigSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
 	defer close(out)
 	return x.src.Run(ctx, func(files []engine.ConfigFile, err error) bool {
+		applied := make(chan error, 1)
 		select {
-		case out <- ConfigEvent{Files: files, Err: err}:
+		case out <- ConfigEvent{Files: files, Err: err, Applied: applied}:
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case <-applied:
 			return true
 		case <-ctx.Done():
 			return false
