@@ -279,8 +279,8 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	s.grpc = s.newGRPCServer()
-	s.http = &http.Server{Handler: s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log)), ReadHeaderTimeout: 10 * time.Second}
-	s.debug = &http.Server{Handler: newDebugHandler(s, s.o.DebugEndpoints), ReadHeaderTimeout: 10 * time.Second}
+	s.http = s.s.Listen.HTTPTimeouts.Server(s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log)))
+	s.debug = s.s.Listen.HTTPTimeouts.Server(newDebugHandler(s, s.o.DebugEndpoints))
 
 	errc := make(chan error, 3)
 	go func() { errc <- s.grpc.Serve(lns[0]) }()
@@ -456,7 +456,8 @@ type ops struct {
 
 func (s *Server) buildOps() error {
 	var err error
-	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput})
+	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput,
+		HTTPServer: s.s.Listen.HTTPTimeouts.Server})
 	if err != nil {
 		return fmt.Errorf("statistics: %w", err)
 	}

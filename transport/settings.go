@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,49 @@ type ListenSettings struct {
 	GRPCUDS                   string
 	MaxConnectionAge          time.Duration
 	MaxConnectionAgeGrace     time.Duration
+	// HTTPTimeouts bound the /json, debug and pull metrics connections.
+	HTTPTimeouts HTTPTimeouts
+}
+
+// HTTPTimeouts bound how long an HTTP client may hold a connection without
+// making progress, so that slow or idle clients cannot pile up connections
+// (SLUICE_HTTP_READ_HEADER_TIMEOUT, SLUICE_HTTP_READ_TIMEOUT,
+// SLUICE_HTTP_IDLE_TIMEOUT). The defaults are the OData port's.
+type HTTPTimeouts struct {
+	// ReadHeader is the longest a client may take to send a request's headers.
+	ReadHeader time.Duration
+	// Read is the longest a client may take to send a whole request, body included.
+	Read time.Duration
+	// Idle is how long a keep-alive connection may wait for its next request.
+	Idle time.Duration
+}
+
+// DefaultHTTPTimeouts are the OData port's limits.
+func DefaultHTTPTimeouts() HTTPTimeouts {
+	return HTTPTimeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Idle: 90 * time.Second}
+}
+
+// Validate reports a timeout that would turn the limit off or never let a request in.
+func (t HTTPTimeouts) Validate() error {
+	var errs []error
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"SLUICE_HTTP_READ_HEADER_TIMEOUT", t.ReadHeader}, {"SLUICE_HTTP_READ_TIMEOUT", t.Read}, {"SLUICE_HTTP_IDLE_TIMEOUT", t.Idle}} {
+		if v.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", v.name, v.d))
+		}
+	}
+	if t.ReadHeader > t.Read && t.Read > 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_HTTP_READ_HEADER_TIMEOUT (%v) must not exceed SLUICE_HTTP_READ_TIMEOUT (%v)", t.ReadHeader, t.Read))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is an http.Server for h with these timeouts. No write timeout: a
+// CPU profile or trace from the debug port streams for as long as it was asked.
+func (t HTTPTimeouts) Server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, IdleTimeout: t.Idle}
 }
 
 // HTTPAddr is the /json and /healthcheck address.
@@ -130,6 +174,12 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GRPCUDS:               e.String("GRPC_UDS", ""),
 		MaxConnectionAge:      e.Duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		MaxConnectionAgeGrace: e.Duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
+	}
+	ht := DefaultHTTPTimeouts()
+	s.Listen.HTTPTimeouts = HTTPTimeouts{
+		ReadHeader: e.Duration("SLUICE_HTTP_READ_HEADER_TIMEOUT", ht.ReadHeader),
+		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
+		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
 	}
 	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text")}
 	s.Config = ConfigSettings{
@@ -261,6 +311,9 @@ func (s Settings) Validate() error {
 		if p < 0 || p > 65535 {
 			errs = append(errs, fmt.Errorf("%s must be a port number, got %d", name, p))
 		}
+	}
+	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.Limiter.NearLimitRatio < 0 || s.Limiter.NearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO must be between 0 and 1, got %v", s.Limiter.NearLimitRatio))

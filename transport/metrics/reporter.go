@@ -24,6 +24,9 @@ type Options struct {
 	Stdout io.Writer
 	// Clock stamps the standard-output sink's lines; time.Now when nil.
 	Clock func() time.Time
+	// HTTPServer builds the pull metrics server (with the service's listener
+	// timeouts); a server with a 10 s header timeout when nil.
+	HTTPServer func(http.Handler) *http.Server
 }
 
 // sample is one statistic as a sink sees it at a flush.
@@ -55,13 +58,14 @@ type Reporter struct {
 	counters map[string]uint64
 	gauges   map[string]int64
 
-	stop    chan struct{}
-	done    chan struct{}
-	started bool
-	closed  bool
-	httpSrv *http.Server
-	served  chan struct{} // closed when the pull metrics server's goroutine returns
-	ln      net.Listener
+	stop      chan struct{}
+	done      chan struct{}
+	started   bool
+	closed    bool
+	httpSrv   *http.Server
+	newServer func(http.Handler) *http.Server
+	served    chan struct{} // closed when the pull metrics server's goroutine returns
+	ln        net.Listener
 }
 
 // New builds the sink the settings choose. It opens nothing yet: Start does.
@@ -78,7 +82,12 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	r := &Reporter{s: s, store: store, log: o.Logger, counters: map[string]uint64{}, gauges: map[string]int64{},
+	if o.HTTPServer == nil {
+		o.HTTPServer = func(h http.Handler) *http.Server {
+			return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		}
+	}
+	r := &Reporter{s: s, store: store, log: o.Logger, newServer: o.HTTPServer, counters: map[string]uint64{}, gauges: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	addr := net.JoinHostPort(s.StatsdHost, fmt.Sprint(s.StatsdPort))
 	switch {
@@ -123,7 +132,7 @@ func (r *Reporter) Start() error {
 		mux := http.NewServeMux()
 		mux.Handle(r.s.PullPath, r.pull.handler(r.Flush))
 		r.ln = ln
-		r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		r.httpSrv = r.newServer(mux)
 		r.served = make(chan struct{})
 		go func() {
 			defer close(r.served)
