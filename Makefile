@@ -31,9 +31,17 @@ bench: build
 bench-full: build
 	$(GO) run ./bench
 
-lint:
+# staticcheck is installed like the test servers: once, pinned, when missing.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK         ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
+
+$(shell $(GO) env GOPATH)/bin/staticcheck:
+	GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 clean:
 	rm -rf bin var

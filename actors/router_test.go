@@ -24,16 +24,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-func newMemoryRouter(t *testing.T, shards int) *actors.Router {
-	t.Helper()
-	r, err := actors.New(actors.Options{Shards: shards, Backend: func(int) engine.Backend { return memory.New(nil) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
-}
-
 // slowBackend is a network-like backend: it holds each call until released,
 // records the batches it receives, and counts in memory.
 type slowBackend struct {

@@ -139,12 +139,6 @@ func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReq
 	return out, nil
 }
 
-type memCounter struct{ b engine.Backend }
-
-func (c memCounter) Increment(ctx context.Context, ops []engine.Increment) error {
-	return c.b.IncrementBatch(ctx, ops)
-}
-
 func TestRateLimitRemote(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	// The remote service's own engine, configured with the odata rule.

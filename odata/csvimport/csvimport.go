@@ -210,13 +210,12 @@ var vocabularyOf = map[string]string{
 
 // reader reads one CSV file row by row into observations.
 type reader struct {
-	file   string
-	csv    *csv.Reader
-	close  func() error
-	cols   []string // header, by position
-	line   int
-	record []string
-	p      *plan
+	file  string
+	csv   *csv.Reader
+	close func() error
+	cols  []string // header, by position
+	line  int
+	p     *plan
 }
 
 func (p *plan) open(path string, pr *progressCounter) (*reader, error) {

@@ -35,15 +35,6 @@ type table struct {
 	indexes []index
 }
 
-func (t *table) col(name string) *column {
-	for i := range t.cols {
-		if t.cols[i].name == name {
-			return &t.cols[i]
-		}
-	}
-	return nil
-}
-
 // snake turns a field name into its column name: ActivityStartDate →
 // activity_start_date, ResultStatusID → result_status_id, DataSourceURL →
 // data_source_url.

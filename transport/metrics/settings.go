@@ -60,6 +60,8 @@ func DefaultSettings() Settings {
 }
 
 // ErrSeveralSinks is the reference's fatal message when more than one sink is enabled.
+//
+//lint:ignore ST1005 the reference's exact message, which operators grep for and tests pin
 var ErrSeveralSinks = errors.New("Error: unable to use more than one stats sink at the same time. Set one of USE_DOG_STATSD, USE_STATSD, USE_PROMETHEUS.")
 
 // labelName is what Prometheus accepts as a label name, which EXTRA_TAGS keys become.

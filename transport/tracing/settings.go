@@ -48,6 +48,7 @@ func (s Settings) Validate() error {
 	switch s.Protocol {
 	case "http", "grpc":
 	default:
+		//lint:ignore ST1005 the reference's exact message, which operators grep for and tests pin
 		return fmt.Errorf("Invalid otlptrace client protocol: %s", s.Protocol)
 	}
 	if s.SamplingRate < 0 || s.SamplingRate > 1 {
