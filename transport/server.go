@@ -95,6 +95,7 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	if o.Stats == nil {
 		o.Stats = stats.NewStore()
 	}
+	o.Stats.SetDynamicLimit(s.Limiter.StatsMaxDynamic, stats.DefaultMaxDynamicNameSize)
 	srv := &Server{o: o, s: s, log: o.Logger, stats: o.Stats,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
+	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -135,7 +136,10 @@ type LimiterSettings struct {
 	QuotaMode            bool
 	DynamicMetadata      bool
 	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
-	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
+	// StatsMaxDynamic bounds the statistics names requests create (unknown
+	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
+	StatsMaxDynamic int
+	Shards          int // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
 }
 
 // BackendSettings choose and configure the counter store.
@@ -209,6 +213,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		QuotaMode:       e.Bool("QUOTA_MODE", false),
 		DynamicMetadata: e.Bool("RESPONSE_DYNAMIC_METADATA", false),
 		BackendTimeout:  e.Duration("SLUICE_BACKEND_TIMEOUT", time.Second),
+		StatsMaxDynamic: e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
 		Shards:          e.Int("SLUICE_SHARDS", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
@@ -340,6 +345,9 @@ func (s Settings) Validate() error {
 		if err := s.Backend.Memcache.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("MEMCACHE_*: %w", err))
 		}
+	}
+	if s.Limiter.StatsMaxDynamic < 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_STATS_MAX_DYNAMIC must not be negative, got %d", s.Limiter.StatsMaxDynamic))
 	}
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))

@@ -143,11 +143,9 @@ func (r *Reporter) Start() error {
 		r.log.Info("Starting pull metrics sink on " + ln.Addr().String() + r.s.PullPath)
 	}
 	r.started = true
-	if r.s.Disabled {
-		close(r.done)
-		return nil
+	if !r.s.Disabled {
+		r.log.Info("Stats initialized for " + r.Sink())
 	}
-	r.log.Info("Stats initialized for " + r.Sink())
 	go r.loop()
 	return nil
 }
@@ -164,7 +162,11 @@ func (r *Reporter) Addr() net.Addr {
 
 func (r *Reporter) loop() {
 	defer close(r.done)
-	t := time.NewTicker(r.s.FlushInterval)
+	every := r.s.FlushInterval
+	if every <= 0 { // DISABLE_STATS: nothing is sent, but released values still go
+		every = 10 * time.Second
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -176,15 +178,23 @@ func (r *Reporter) loop() {
 	}
 }
 
-// Flush sends what changed since the previous flush now.
+// Flush sends what changed since the previous flush now. Then the store
+// drops the values it released (removed rules, idle request-named ones),
+// whose last change this flush has just sent.
 func (r *Reporter) Flush() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.s.Disabled || r.closed {
+	if r.closed {
 		return
 	}
-	if batch := r.collect(); len(batch) > 0 {
-		r.sink.send(batch)
+	if !r.s.Disabled {
+		if batch := r.collect(); len(batch) > 0 {
+			r.sink.send(batch)
+		}
+	}
+	for _, name := range r.store.Sweep() {
+		delete(r.counters, name)
+		delete(r.gauges, name)
 	}
 }
 
