@@ -217,7 +217,8 @@ func TestMemcacheBackend(t *testing.T) {
 // returns, decisions resume without a restart.
 func TestBackendDownAndBack(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
-	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_BACKEND_TIMEOUT": "300ms", "REDIS_TIMEOUT": "200ms"},
+	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_BACKEND_TIMEOUT": "300ms", "REDIS_TIMEOUT": "200ms",
+		"SLUICE_LOG_REPEAT_INTERVAL": "1h"},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
 	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
 	ctx := context.Background()
@@ -254,6 +255,11 @@ func TestBackendDownAndBack(t *testing.T) {
 	}
 	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.redis_error"); got == 0 {
 		t.Error("redis_error not counted")
+	}
+	// 41 failed decisions, one WARN line: the rest are counted for the
+	// interval's report, not logged one by one.
+	if n := strings.Count(h.logs.String(), `level=WARN msg="error: `); n != 1 {
+		t.Errorf("%d WARN lines for 41 failed decisions, want 1:\n%s", n, h.logs.String())
 	}
 	r.Restart(t)
 	waitFor(t, "decisions to resume", func() bool {

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"log/slog"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -21,7 +20,7 @@ type Decider interface {
 type rlsServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	decider Decider
-	log     *slog.Logger
+	errs    *errorLog
 }
 
 // ShouldRateLimit implements the RLS v3 call. Errors keep the reference's
@@ -31,7 +30,7 @@ type rlsServer struct {
 func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := decide(ctx, s.decider, req)
 	if err != nil {
-		s.log.Warn("error: " + err.Error())
+		s.errs.warn(err)
 		return nil, status.Error(grpcCode(err), err.Error())
 	}
 	return resp, nil

@@ -58,6 +58,7 @@ type Server struct {
 	o      Options
 	s      Settings
 	log    *slog.Logger
+	errs   *errorLog // failed decisions, one line per interval and kind
 	stats  *stats.Store
 	svc    *engine.Service
 	router *actors.Router
@@ -100,6 +101,7 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
 	}
+	srv.errs = newErrorLog(srv.log, s.Log.RepeatInterval)
 	srv.ghs = health.NewServer()
 	srv.health = NewHealth(srv.ghs, s.Config.HealthyWithConfig)
 	if err := srv.buildOps(); err != nil {
@@ -261,6 +263,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		bg.Wait()
 		s.router.Close()
 		s.back.Close()
+		s.errs.close()
 		s.closeOps() // last, so the final statistics flush sees everything
 	}()
 	if err := s.startOps(cfgCtx, &bg); err != nil {
@@ -280,7 +283,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	s.grpc = s.newGRPCServer()
-	s.http = s.s.Listen.HTTPTimeouts.Server(s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log)))
+	s.http = s.s.Listen.HTTPTimeouts.Server(s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs)))
 	s.debug = s.s.Listen.HTTPTimeouts.Server(newDebugHandler(s, s.o.DebugEndpoints))
 
 	errc := make(chan error, 3)
@@ -351,7 +354,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	}
 	opts = append(opts, s.o.GRPCServerOptions...)
 	g := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.decider(), log: s.log})
+	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.decider(), errs: s.errs})
 	healthpb.RegisterHealthServer(g, s.ghs)
 	return g
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -109,6 +110,10 @@ func joinHostPort(h string, p int) string {
 type LogSettings struct {
 	Level  string
 	Format string
+	// RepeatInterval: a warning repeated during an outage (a failed
+	// decision, a failed memcache increment) is logged once per interval
+	// with a count (SLUICE_LOG_REPEAT_INTERVAL).
+	RepeatInterval time.Duration
 }
 
 // ConfigSettings say where rules come from and how health depends on them.
@@ -185,7 +190,8 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
 		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
 	}
-	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text")}
+	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text"),
+		RepeatInterval: e.Duration("SLUICE_LOG_REPEAT_INTERVAL", ratelog.DefaultInterval)}
 	s.Config = ConfigSettings{
 		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
 		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
@@ -318,6 +324,9 @@ func (s Settings) Validate() error {
 		if p < 0 || p > 65535 {
 			errs = append(errs, fmt.Errorf("%s must be a port number, got %d", name, p))
 		}
+	}
+	if s.Log.RepeatInterval <= 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_LOG_REPEAT_INTERVAL must be positive, got %v", s.Log.RepeatInterval))
 	}
 	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
 		errs = append(errs, err)
