@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
+	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/ratelog"
@@ -157,6 +160,32 @@ type BackendSettings struct {
 	RedisPerSecond RedisSettings
 
 	Memcache memcache.Options
+
+	// Memory bounds the embedded backend (BACKEND_TYPE=memory).
+	Memory MemorySettings
+}
+
+// MemorySettings bound the embedded backend: the bytes its counters may take
+// (SLUICE_MEMORY_MAX_BYTES; then a new counter fails its request with 503),
+// the longest cache key (SLUICE_MEMORY_MAX_KEY_BYTES; a longer one is a 400),
+// and how often expired counters are dropped with no traffic
+// (SLUICE_MEMORY_SWEEP_INTERVAL).
+type MemorySettings struct {
+	MaxBytes    int64
+	MaxKeyBytes int
+	SweepEvery  time.Duration
+}
+
+// DefaultMemoryMaxBytes is an eighth of the machine's memory, between 64 MiB
+// and 1 GiB: a counter takes ~100 bytes, so even the floor holds over half a
+// million live windows.
+func DefaultMemoryMaxBytes() int64 {
+	const lo, hi = 64 << 20, 1 << 30
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 256 << 20
+	}
+	return min(max(int64(si.Totalram)*int64(si.Unit)/8, lo), hi)
 }
 
 // RedisSettings are one Redis instance's client options plus the shard
@@ -223,6 +252,11 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		Shards:          e.Int("SLUICE_SHARDS", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
+	s.Backend.Memory = MemorySettings{
+		MaxBytes:    int64(e.Int("SLUICE_MEMORY_MAX_BYTES", int(DefaultMemoryMaxBytes()))),
+		MaxKeyBytes: e.Int("SLUICE_MEMORY_MAX_KEY_BYTES", memory.DefaultMaxKeyBytes),
+		SweepEvery:  e.Duration("SLUICE_MEMORY_SWEEP_INTERVAL", 10*time.Second),
+	}
 	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
 	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
 	s.Backend.RedisPerSecond = redisFromEnv(e, "REDIS_PERSECOND_", &s.Backend.Redis.Options)
@@ -349,6 +383,10 @@ func (s Settings) Validate() error {
 				errs = append(errs, fmt.Errorf("REDIS_PERSECOND_*: %w", err))
 			}
 		}
+	}
+	if m := s.Backend.Memory; s.Backend.Type == "memory" && (m.MaxBytes <= 0 || m.MaxKeyBytes <= 0 || m.SweepEvery <= 0) {
+		errs = append(errs, fmt.Errorf("SLUICE_MEMORY_MAX_BYTES (%d), SLUICE_MEMORY_MAX_KEY_BYTES (%d) and SLUICE_MEMORY_SWEEP_INTERVAL (%v) must be positive",
+			m.MaxBytes, m.MaxKeyBytes, m.SweepEvery))
 	}
 	if s.Backend.Type == "memcache" {
 		if err := s.Backend.Memcache.Validate(); err != nil {
