@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	gomemcache "github.com/bradfitz/gomemcache/memcache"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,13 +179,18 @@ func TestMemcacheBackend(t *testing.T) {
 	h := start(t, map[string]string{"BACKEND_TYPE": "memcache", "MCSTORE_HOST_PORT": a.Addr + "," + b.Addr},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
 	const two = `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"two"}]}]}`
-	// Increments are applied in the background: wait for each to land so the
-	// sequence is deterministic (simultaneous requests may briefly exceed).
+	// Increments are applied in the background: wait for each to land in
+	// memcached (not for a lucky 50 ms) so the sequence is deterministic.
+	mc := gomemcache.New(a.Addr, b.Addr) // the backend's server order, so the same node per key
+	key := fmt.Sprintf("probe_k_two_%d", t0.Unix()/60*60)
 	for i, want := range []int{200, 200, 429} {
 		if code, _, body := h.post(t, "/json", two); code != want {
 			t.Fatalf("request %d: %d %s", i+1, code, body)
 		}
-		time.Sleep(50 * time.Millisecond)
+		waitFor(t, fmt.Sprintf("increment %d in memcached", i+1), func() bool {
+			it, err := mc.Get(key)
+			return err == nil && string(it.Value) == fmt.Sprint(i+1)
+		})
 	}
 	if code, _ := h.get(t, h.http+"/healthcheck"); code != 200 {
 		t.Errorf("memcache health %d: sluice's must follow reality, unlike the reference", code)
