@@ -11,8 +11,9 @@ package actors
 //     call in flight it flushes at once; otherwise the items wait, and
 //     everything that piles up during the call leaves together when it ends.
 //     So the batch size follows the load, with no timer on the hot path.
-//  3. A flush coalesces equal keys (N hits on one key = one INCRBY N) and makes
-//     ONE backend call. Inline backends (memory) run inside the shard; network
+//  3. A flush coalesces equal keys of one kind (N hits on one key = one
+//     INCRBY N; N reads of one key = one GET; token bucket steps are never
+//     merged, they keep their arrival order) and makes ONE backend call. Inline backends (memory) run inside the shard; network
 //     backends run in a goroutine the Router tracks, which answers its waiters
 //     itself and then tells the shard to flush what has piled up.
 //  4. Each waiter gets its own count, as if the increments had been applied in

@@ -159,20 +159,35 @@ func (s *shard) flush(ctx actor.Context, b int, batch []item) {
 // singleGroup is the grouping of a one-item batch; shared, never written.
 var singleGroup = [][]int{{0}}
 
-// coalesce merges the items of equal keys. groups[u] lists, in arrival
-// order, the indexes into batch of the items of uniq[u].
+// coalesce merges the items of equal key and kind. groups[u] lists, in
+// arrival order, the indexes into batch of the items of uniq[u]. Token bucket
+// steps are never merged: each stays its own entry, in arrival order, and
+// the backend applies them in that order.
 func coalesce(batch []item) (uniq []engine.Increment, groups [][]int) {
 	if len(batch) == 1 {
-		op := batch[0].op
-		return []engine.Increment{{Key: op.Key, Hits: op.Hits, TTL: op.TTL}}, singleGroup
+		op := *batch[0].op
+		op.After = 0
+		return []engine.Increment{op}, singleGroup
 	}
-	index := make(map[string]int, len(batch))
+	type slot struct {
+		key  string
+		kind engine.OpKind
+	}
+	index := make(map[slot]int, len(batch))
 	for i, it := range batch {
-		u, seen := index[it.op.Key]
+		if it.op.Kind == engine.OpTokenBucket {
+			op := *it.op
+			op.After = 0
+			uniq = append(uniq, op)
+			groups = append(groups, []int{i})
+			continue
+		}
+		k := slot{it.op.Key, it.op.Kind}
+		u, seen := index[k]
 		if !seen {
 			u = len(uniq)
-			index[it.op.Key] = u
-			uniq = append(uniq, engine.Increment{Key: it.op.Key})
+			index[k] = u
+			uniq = append(uniq, engine.Increment{Key: it.op.Key, Kind: it.op.Kind})
 			groups = append(groups, nil)
 		}
 		uniq[u].Hits += it.op.Hits
@@ -183,15 +198,21 @@ func coalesce(batch []item) (uniq []engine.Increment, groups [][]int) {
 	return uniq, groups
 }
 
-// answer hands every waiter its count, as if its hits were applied in arrival order.
+// answer hands every waiter its count, as if its hits were applied in
+// arrival order. A read (OpGet) and a bucket step get the backend's answer
+// as it is.
 func answer(uniq []engine.Increment, groups [][]int, batch []item, err error) {
 	for u := range uniq {
 		count := uniq[u].After - min(uniq[u].After, uniq[u].Hits) // the key's value before this batch
 		for _, i := range groups[u] {
 			it := batch[i]
 			if err == nil {
-				count += it.op.Hits
-				it.op.After = count
+				if uniq[u].Kind == engine.OpIncrement {
+					count += it.op.Hits
+					it.op.After = count
+				} else {
+					it.op.After = uniq[u].After
+				}
 			}
 			it.reply <- err
 		}

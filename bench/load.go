@@ -21,6 +21,9 @@ type workload struct {
 	Conns       int
 	Keys        int // distinct descriptor values; 1 = one hot key
 	Descriptors int // descriptors per request
+	// Algo picks the rules' algorithm ("": fixed window): descriptor keys
+	// k<j>, sw<j> (sliding_window) or tb<j> (token_bucket).
+	Algo string
 }
 
 func (w workload) String() string {
@@ -28,7 +31,22 @@ func (w workload) String() string {
 	if w.Keys == 1 {
 		keys = "hot key"
 	}
-	return fmt.Sprintf("%d callers, %s, %d desc", w.Callers, keys, w.Descriptors)
+	s := fmt.Sprintf("%d callers, %s, %d desc", w.Callers, keys, w.Descriptors)
+	if w.Algo != "" {
+		s += ", " + w.Algo
+	}
+	return s
+}
+
+// descriptorKey is the rule key of descriptor j (see rules).
+func (w workload) descriptorKey(j int) string {
+	switch w.Algo {
+	case "sliding_window":
+		return fmt.Sprintf("sw%d", j)
+	case "token_bucket":
+		return fmt.Sprintf("tb%d", j)
+	}
+	return fmt.Sprintf("k%d", j)
 }
 
 // loadResult is one measured run.
@@ -81,7 +99,7 @@ func drive(addr string, w workload, warmup, d time.Duration) (loadResult, error)
 				for j := 0; j < w.Descriptors; j++ {
 					v := fmt.Sprint(rng.IntN(w.Keys))
 					req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
-						Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: fmt.Sprintf("k%d", j), Value: v}}})
+						Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: w.descriptorKey(j), Value: v}}})
 				}
 				start := time.Now()
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -16,13 +16,19 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// rules are loaded by every rate limit service measured: limits high enough
-// that every decision counts the key and none is refused.
-const rules = `domain: bench
+// referenceRules are loaded by every rate limit service measured: limits
+// high enough that every decision counts the key and none is refused.
+const referenceRules = `domain: bench
 descriptors:
   - {key: k0, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
   - {key: k1, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
   - {key: k2, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+`
+
+// rules are sluice's: the same, plus one rule per algorithm of sluice's
+// extension (a peer's strict loader would reject them).
+const rules = referenceRules + `  - {key: sw0, rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}}
+  - {key: tb0, rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}}
 `
 
 // row is one line of the result table.
@@ -56,6 +62,13 @@ func run(ctx context.Context, f flags) error {
 	if err := os.WriteFile(filepath.Join(runtimeRoot, "bench", "config", "bench.yaml"), []byte(rules), 0o644); err != nil {
 		return err
 	}
+	peerRoot := filepath.Join(work, "runtime-peer")
+	if err := os.MkdirAll(filepath.Join(peerRoot, "bench", "config"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(peerRoot, "bench", "config", "bench.yaml"), []byte(referenceRules), 0o644); err != nil {
+		return err
+	}
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
@@ -65,6 +78,11 @@ func run(ctx context.Context, f flags) error {
 		{Callers: 50, Conns: 4, Keys: 1, Descriptors: 1},
 		{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1},
 		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 3},
+		// The same load as the 200-caller, 1,000-key row, per algorithm; and
+		// the hot key for the bucket, whose steps are never merged.
+		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "sliding_window"},
+		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "token_bucket"},
+		{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1, Algo: "token_bucket"},
 	}
 	warmup := time.Second
 	if f.quick {
@@ -126,7 +144,7 @@ func run(ctx context.Context, f flags) error {
 	}
 	if f.peerCmd != "" {
 		targets = append(targets, target{"peer", "redis", func() (*process, error) {
-			return startPeer(f.peerCmd, f.peerEnv, work, runtimeRoot, redis.Addr)
+			return startPeer(f.peerCmd, f.peerEnv, work, peerRoot, redis.Addr)
 		}, true})
 	}
 	for _, tg := range targets {
@@ -138,6 +156,9 @@ func run(ctx context.Context, f flags) error {
 			if ctx.Err() != nil {
 				p.stop()
 				return ctx.Err()
+			}
+			if w.Algo != "" && tg.system != "sluice" {
+				continue // only sluice has the algorithms
 			}
 			var r row
 			if tg.redis {

@@ -5,6 +5,26 @@ import (
 	"time"
 )
 
+// OpKind says what a backend does with one Increment.
+type OpKind uint8
+
+const (
+	// OpIncrement adds Hits and sets the TTL (Redis INCRBY + EXPIRE); After is the new value.
+	OpIncrement OpKind = iota
+	// OpGet reads the counter without changing it or its TTL (Redis GET); After is the value, 0 if missing.
+	OpGet
+	// OpTokenBucket is one GCRA step on a bucket whose only state is its
+	// theoretical arrival time (TAT, unix microseconds): with
+	// base = max(TAT, Now), the step stores base + Hits×Interval (expiring
+	// when the bucket is full again) if that is at most Burst×Interval past
+	// Now, and otherwise changes nothing. After is the TAT the step found
+	// (0 if missing): the engine redoes the same comparison to decide.
+	// Steps on one key are applied in the order they appear in a batch, so
+	// N waiters coalesced on one key get the answers they would get one by
+	// one; the shard never merges them.
+	OpTokenBucket
+)
+
 // Increment is one counter update: add Hits to the counter at Key, set its
 // expiry to TTL from now, and report the count after the add in After.
 // Hits may be 0, which reads the counter without changing it (the reference
@@ -16,13 +36,47 @@ type Increment struct {
 	// PerSecond routes the increment to the per-second backend when one is
 	// configured (rules with unit SECOND); backends ignore it.
 	PerSecond bool
+	// Kind is what to do; the zero value is OpIncrement.
+	Kind OpKind
+	// Now (unix microseconds), Interval (microseconds per token) and Burst
+	// (tokens) are the inputs of an OpTokenBucket step; other kinds ignore them.
+	Now      int64
+	Interval int64
+	Burst    int64
 	// After is filled by the backend: the counter's value once Hits is added.
 	After uint64
 }
 
+// TokenBucketStep applies one OpTokenBucket step to the stored TAT (0 when
+// missing) and returns the TAT to store, or ok false when the step is
+// refused and nothing changes. Every backend uses it (the Redis script does
+// the same arithmetic), so they all decide alike.
+func TokenBucketStep(tat int64, op *Increment) (next int64, ok bool) {
+	if op.Hits > uint64(op.Burst) {
+		return tat, false // never fits; also keeps Hits×Interval from overflowing
+	}
+	base := max(tat, op.Now)
+	next = base + int64(op.Hits)*op.Interval
+	if next-op.Now > op.Burst*op.Interval {
+		return tat, false
+	}
+	return next, true
+}
+
+// TokenBucketTTL is how long a bucket's TAT must be kept: until the bucket
+// is full again (a missing key reads as a full bucket), plus a margin for
+// clocks that differ between replicas and the store (an expired TAT would
+// refill the bucket early; a kept one that is past costs nothing).
+func TokenBucketTTL(tat, now int64) time.Duration {
+	return time.Duration(max(tat-now, 0))*time.Microsecond + bucketTTLMargin
+}
+
+const bucketTTLMargin = time.Minute
+
 // Backend stores the counters. Batches arrive from one shard at a time with
-// unique keys (the shard has already coalesced equal keys), so a backend can
-// send a whole batch as one pipelined round trip.
+// unique (key, kind) pairs, except OpTokenBucket steps, which the shard never
+// merges and a backend applies in order; so a backend can send a whole batch
+// as one pipelined round trip.
 type Backend interface {
 	// IncrementBatch applies every increment of the batch and fills After.
 	// An error fails the whole batch; it is returned to every waiter.

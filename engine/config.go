@@ -41,6 +41,10 @@ type RateLimitConfig struct {
 	Unlimited       bool             `yaml:"unlimited"`
 	Name            string           `yaml:"name"`
 	Replaces        []ReplacesConfig `yaml:"replaces"`
+	// Algorithm and Burst are sluice's extension (see Algorithm): empty is
+	// the reference's fixed window.
+	Algorithm string `yaml:"algorithm"`
+	Burst     uint32 `yaml:"burst"`
 }
 
 // ReplacesConfig names a rule that this one replaces.
@@ -79,6 +83,8 @@ var validKeys = map[string]bool{
 	"unit": true, "requests_per_unit": true, "unlimited": true, "shadow_mode": true,
 	"quota_mode": true, "name": true, "replaces": true, "detailed_metric": true,
 	"value_to_metric": true, "share_threshold": true, "metadata": true,
+	// sluice's extension (the reference's loader rejects them).
+	"algorithm": true, "burst": true,
 }
 
 // ParseYAML reads one YAML file into the model, with the reference's checks and
@@ -213,6 +219,10 @@ type RateLimit struct {
 	Replaces        []string
 	Metadata        map[string]any
 	Stats           RuleStats
+	// Algorithm is how the rule counts; Burst is a token bucket's capacity
+	// (0: requests_per_unit).
+	Algorithm Algorithm
+	Burst     uint32
 }
 
 // RuleStats are the counters of one stats key.
@@ -370,6 +380,15 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 	} else if !valid {
 		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit)}
 	}
+	algo, ok := ParseAlgorithm(r.Algorithm)
+	switch {
+	case !ok:
+		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit algorithm '%s' (want fixed_window, sliding_window or token_bucket)", r.Algorithm)}
+	case r.Unlimited && r.Algorithm != "":
+		return nil, &ConfigError{file, "should not specify rate limit algorithm when unlimited"}
+	case r.Burst > 0 && algo != TokenBucket:
+		return nil, &ConfigError{file, fmt.Sprintf("burst is only valid with algorithm token_bucket, not %s", algo)}
+	}
 	replaces := make([]string, 0, len(r.Replaces))
 	for _, rep := range r.Replaces {
 		if rep.Name == "" {
@@ -395,6 +414,8 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		DetailedMetric:  d.DetailedMetric,
 		Replaces:        replaces,
 		Metadata:        md,
+		Algorithm:       algo,
+		Burst:           r.Burst,
 	}
 	c.limits = append(c.limits, rl)
 	return rl, nil
@@ -477,8 +498,16 @@ func (c *Config) Dump() string {
 		if n.limit != nil {
 			l := n.limit
 			unit := l.Unit.String()
-			lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
-				l.FullKey, unit, l.RequestsPerUnit, l.ShadowMode, l.QuotaMode))
+			line := fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
+				l.FullKey, unit, l.RequestsPerUnit, l.ShadowMode, l.QuotaMode)
+			// Fixed-window lines stay the reference's; the extension is appended.
+			switch l.Algorithm {
+			case SlidingWindow:
+				line += ", algorithm: sliding_window"
+			case TokenBucket:
+				line += fmt.Sprintf(", algorithm: token_bucket, burst: %d", bucketBurst(l, l.RequestsPerUnit, bucketInterval(l.RequestsPerUnit, l.Unit)))
+			}
+			lines = append(lines, line)
 		}
 		for _, ch := range n.children {
 			walk(ch)

@@ -25,10 +25,13 @@ func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bo
 	if d.Limit != nil {
 		key := descriptorStatsKey(domain, d.Entries)
 		rs := c.ruleStats(key)
-		return match{
-			limit: &RateLimit{FullKey: key, RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit, Stats: rs},
-			stats: &rs,
-		}, true
+		l := &RateLimit{FullKey: key, RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit, Stats: rs}
+		// An override carries no algorithm: it counts the way the rule it
+		// overrides does (a fixed window when no rule matches).
+		if rule, _ := c.getLimit(domain, &Descriptor{Entries: d.Entries}); rule.limit != nil && !rule.limit.Unlimited {
+			l.Algorithm, l.Burst = rule.limit.Algorithm, rule.limit.Burst
+		}
+		return match{limit: l, stats: &rs}, true
 	}
 
 	var (

@@ -160,6 +160,14 @@ type limitInfo struct {
 	localOver bool
 	before    uint64
 	after     uint64
+
+	// sliding_window: prevOp reads the previous window's counter (prev).
+	prevOp int
+	prev   uint64
+	// token_bucket: the step as the backend answered it, and the limit the
+	// counts are judged against (the burst; requests_per_unit otherwise).
+	bucket Increment
+	limitN uint64
 }
 
 // ShouldRateLimit decides one request.
@@ -192,7 +200,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 			s.o.Stats.DynamicCounter("ratelimit.service.rate_limit."+stats.SanitizeName(req.Domain)+".domain_not_found",
 				"ratelimit.service.rate_limit."+OverflowStatsKey+".domain_not_found").Inc()
 		}
-		infos[i] = limitInfo{m: m, op: -1}
+		infos[i] = limitInfo{m: m, op: -1, prevOp: -1}
 	}
 	dropReplaced(infos)
 
@@ -206,7 +214,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 			continue
 		}
 		in.hits = hitsAddend(req, i)
-		in.key = s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, l.Unit, unix)
+		in.limitN = uint64(l.RequestsPerUnit)
+		if l.Algorithm == TokenBucket {
+			in.key = s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, 0, 0)
+		} else {
+			in.key = s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, l.Unit, unix)
+		}
 		if v := s.o.KeyValidator; v != nil {
 			if err := v.ValidateKey(in.key); err != nil {
 				s.serviceError.Inc()
@@ -219,11 +232,28 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 			continue
 		}
 		in.op = len(ops)
-		ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: l.Unit == UnitSecond})
+		perSecond := l.Unit == UnitSecond
+		switch l.Algorithm {
+		case SlidingWindow:
+			// The counter lives one unit longer: the next window reads it.
+			ttl := s.ttl(l.Unit) + time.Duration(l.Unit.Seconds())*time.Second
+			ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: ttl, PerSecond: perSecond})
+			in.prevOp = len(ops)
+			prevKey := s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, l.Unit, unix-l.Unit.Seconds())
+			ops = append(ops, Increment{Key: prevKey, Kind: OpGet, PerSecond: perSecond})
+		case TokenBucket:
+			interval := bucketInterval(l.RequestsPerUnit, l.Unit)
+			burst := bucketBurst(l, l.RequestsPerUnit, interval)
+			in.limitN = uint64(burst)
+			ops = append(ops, Increment{Key: in.key, Hits: in.hits, Kind: OpTokenBucket, PerSecond: perSecond,
+				Now: now.UnixMicro(), Interval: interval, Burst: burst})
+		default:
+			ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: perSecond})
+		}
 	}
 
 	if len(ops) > 0 {
-		if err := s.count(ctx, infos, ops); err != nil {
+		if err := s.count(ctx, infos, ops, now); err != nil {
 			s.backendError.Inc()
 			return nil, BackendError(err)
 		}
@@ -232,7 +262,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 	resp := &Response{Statuses: make([]DescriptorStatus, len(infos))}
 	var failedRL, failedQuota, totalQuota int
 	for i := range infos {
-		st := s.decide(&infos[i], unix)
+		st := s.decide(&infos[i], now)
 		resp.Statuses[i] = st
 		l := infos[i].m.limit
 		if l == nil || l.Unlimited {
@@ -257,7 +287,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		}
 	}
 	if s.o.Headers.Enabled {
-		resp.Headers = s.headers(infos, resp.Statuses, unix)
+		resp.Headers = s.headers(infos, resp.Statuses)
 	}
 	if s.o.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, infos, resp.Statuses)
@@ -267,7 +297,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 
 // count runs the increments; with StopIncrementOnLimit it first reads every
 // counter (an increment of 0) and then only counts the keys that are over.
-func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment) error {
+func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment, now time.Time) error {
 	// Envoy sends its own (shorter) deadline with every call; only bound the
 	// wait ourselves when the caller did not, which saves a timer per decision.
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.o.Timeout {
@@ -298,7 +328,7 @@ func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment)
 		marked := false
 		for i := range infos {
 			in := &infos[i]
-			if in.op >= 0 && ops[in.op].After+hits[in.op] > uint64(in.m.limit.RequestsPerUnit) {
+			if in.op >= 0 && in.overIfCounted(ops, hits[in.op], now) {
 				marked = true
 				ops[in.op].Hits = hits[in.op]
 			}
@@ -316,6 +346,22 @@ func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment)
 	return nil
 }
 
+// overIfCounted reports whether adding hits to what the read-only pass of
+// stop-increment mode found would put the descriptor over its limit.
+func (in *limitInfo) overIfCounted(ops []Increment, hits uint64, now time.Time) bool {
+	op := ops[in.op]
+	switch in.m.limit.Algorithm {
+	case TokenBucket:
+		op.Hits = hits
+		_, after, limit := bucketUsage(&op)
+		return after > limit
+	case SlidingWindow:
+		w := slidingWeight(ops[in.prevOp].After, now, in.m.limit.Unit.Seconds())
+		return op.After+hits+w > in.limitN
+	}
+	return op.After+hits > in.limitN
+}
+
 // fill copies counts back. A key that was only read (stop-increment mode) is
 // judged as if its hits had been added, as the reference does.
 func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
@@ -325,6 +371,17 @@ func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
 			continue
 		}
 		op := ops[in.op]
+		if in.prevOp >= 0 {
+			in.prev = ops[in.prevOp].After
+		}
+		if op.Kind == OpTokenBucket {
+			if wanted != nil && op.Hits == 0 {
+				op.Hits = wanted[in.op]
+			}
+			in.bucket = op
+			in.before, in.after, in.limitN = bucketUsage(&op)
+			continue
+		}
 		if wanted != nil && op.Hits == 0 {
 			in.before, in.after = op.After, op.After+wanted[in.op]
 			continue
@@ -343,7 +400,7 @@ func (in *limitInfo) stats() *RuleStats {
 
 // decide turns counts into a status and statistics, per the reference's
 // base limiter arithmetic.
-func (s *Service) decide(in *limitInfo, unix int64) DescriptorStatus {
+func (s *Service) decide(in *limitInfo, now time.Time) DescriptorStatus {
 	l := in.m.limit
 	if l == nil {
 		return DescriptorStatus{Code: CodeOK}
@@ -351,21 +408,29 @@ func (s *Service) decide(in *limitInfo, unix int64) DescriptorStatus {
 	if l.Unlimited {
 		return DescriptorStatus{Code: CodeOK, LimitRemaining: math.MaxUint32}
 	}
+	unix := now.Unix()
 	unitSec := l.Unit.Seconds()
 	st := DescriptorStatus{
 		CurrentLimit:       &CurrentLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name},
 		DurationUntilReset: time.Duration(unitSec-unix%unitSec) * time.Second,
 	}
 	rs := in.stats()
-	limit := uint64(l.RequestsPerUnit)
-	near := uint64(math.Floor(float64(float32(l.RequestsPerUnit) * s.o.NearLimitRatio)))
+	limit := in.limitN
+	near := uint64(math.Floor(float64(float32(limit) * s.o.NearLimitRatio)))
 	hits, before, after := in.hits, in.before, in.after
+	if l.Algorithm == SlidingWindow && !in.localOver {
+		w := slidingWeight(in.prev, now, unitSec)
+		before, after = before+w, after+w
+	}
 	over := false
 	switch {
 	case in.localOver:
 		over = true
 		rs.OverLimit.Add(hits)
 		rs.OverLimitWithLocalCache.Add(hits)
+		if l.Algorithm == TokenBucket {
+			st.DurationUntilReset = time.Duration(bucketInterval(l.RequestsPerUnit, l.Unit)) * time.Microsecond
+		}
 	case after > limit:
 		over = true
 		if before >= limit {
@@ -374,11 +439,29 @@ func (s *Service) decide(in *limitInfo, unix int64) DescriptorStatus {
 			rs.OverLimit.Add(after - limit)
 			rs.NearLimit.Add(limit - max(near, before))
 		}
+		switch l.Algorithm {
+		case SlidingWindow:
+			st.DurationUntilReset = slidingClearIn(in.prev, in.after, limit, now, unitSec)
+		case TokenBucket:
+			// Until the bucket holds this request's tokens.
+			b := &in.bucket
+			need := max(int64(b.After), b.Now) + int64(min(hits, uint64(b.Burst)+1))*b.Interval - b.Now - b.Burst*b.Interval
+			st.DurationUntilReset = time.Duration(max(need, 1)) * time.Microsecond
+		}
 		if s.o.LocalCache != nil {
-			s.o.LocalCache.Add(in.key, time.Duration(unitSec)*time.Second)
+			ttl := time.Duration(unitSec) * time.Second
+			if l.Algorithm != FixedWindow {
+				ttl = st.DurationUntilReset
+			}
+			s.o.LocalCache.Add(in.key, ttl)
 		}
 	default:
-		st.LimitRemaining = uint32(limit - after)
+		st.LimitRemaining = uint32(min(limit-after, math.MaxUint32))
+		if l.Algorithm == TokenBucket {
+			b := &in.bucket
+			tat, _ := TokenBucketStep(int64(b.After), b)
+			st.DurationUntilReset = bucketWait(tat, b.Now, b.Interval)
+		}
 		rs.WithinLimit.Add(hits)
 		if after > near {
 			if before >= near {
@@ -458,6 +541,10 @@ func (s *Service) cacheKey(domain string, entries []Entry, shared []string, unit
 		b.WriteByte('_')
 	}
 	div := unit.Seconds()
+	if div == 0 { // a token bucket: one key for all time
+		b.WriteString(tokenBucketSuffix)
+		return b.String()
+	}
 	var buf [20]byte
 	b.Write(strconv.AppendInt(buf[:0], (unix/div)*div, 10))
 	return b.String()
@@ -473,7 +560,7 @@ func (s *Service) ttl(u Unit) time.Duration {
 
 // headers picks the status to describe, as the reference: the smallest
 // remaining (first on ties), overridden by any non-quota OVER_LIMIT (last wins).
-func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus, unix int64) []Header {
+func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus) []Header {
 	pick := -1
 	for i := range sts {
 		if sts[i].CurrentLimit == nil {
@@ -493,11 +580,14 @@ func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus, unix int64)
 		return nil
 	}
 	st := sts[pick]
-	unitSec := st.CurrentLimit.Unit.Seconds()
+	// Whole seconds, rounded up: a fixed window's reset is whole already
+	// (the reference's unit - now % unit); a bucket's or a sliding window's
+	// is when the client may try again.
+	reset := int64((st.DurationUntilReset + time.Second - 1) / time.Second)
 	return []Header{
 		{s.o.Headers.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 		{s.o.Headers.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-		{s.o.Headers.Reset, strconv.FormatInt(unitSec-unix%unitSec, 10)},
+		{s.o.Headers.Reset, strconv.FormatInt(reset, 10)},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/odata"
 )
 
@@ -85,10 +86,11 @@ func TestRateLimitLocal(t *testing.T) {
 	other, _, _ := e.db.AddKey(context.Background(), "other")
 	c := newClient(t)
 	url := e.base + "/Locations?$top=1"
-	for i, want := range []int{200, 200, 429, 429} {
+	// A token bucket of 2/s holding 4: 4 at once, then 429.
+	for i, want := range []int{200, 200, 200, 200, 429, 429} {
 		r := e.get(c, url)
 		if r.status != want {
-			t.Fatalf("request %d in one second: %d, want %d", i+1, r.status, want)
+			t.Fatalf("request %d at once: %d, want %d", i+1, r.status, want)
 		}
 		if want == 429 {
 			if string(r.body) != `{"message":"Too Many Requests"}` || r.header.Get("Retry-After") != "1" {
@@ -100,11 +102,11 @@ func TestRateLimitLocal(t *testing.T) {
 	if r := do(t, c, "GET", url, "x-api-key", other); r.status != 200 {
 		t.Fatalf("other key: %d", r.status)
 	}
-	// The next second allows two more.
+	// A second later two tokens are back, and no more.
 	clock.Add(time.Second)
-	for i := 0; i < 2; i++ {
-		if r := e.get(c, url); r.status != 200 {
-			t.Fatalf("next second, request %d: %d", i+1, r.status)
+	for i, want := range []int{200, 200, 429} {
+		if r := e.get(c, url); r.status != want {
+			t.Fatalf("next second, request %d: %d, want %d", i+1, r.status, want)
 		}
 	}
 }
@@ -163,7 +165,7 @@ func TestRateLimitRemote(t *testing.T) {
 	defer remote.Close()
 	e := newEnv(t, backends()[0], smallData, testOptions(), remote)
 	c := newClient(t)
-	for i, want := range []int{200, 200, 200, 429} {
+	for i, want := range []int{200, 200, 200, 200, 429} {
 		if r := e.get(c, e.base+"/Metadata?$top=1"); r.status != want {
 			t.Fatalf("request %d: %d, want %d", i+1, r.status, want)
 		}
@@ -241,4 +243,30 @@ func TestSequentialPerKey(t *testing.T) {
 	if st != 200 {
 		t.Fatalf("after the stream: %d", st)
 	}
+}
+
+type memCounter struct{ b engine.Backend }
+
+func (c memCounter) Increment(ctx context.Context, ops []engine.Increment) error {
+	return c.b.IncrementBatch(ctx, ops)
+}
+
+// remoteEngine is a remote sluice's engine: memory counters and the rule
+// file RateLimitConfigYAML, loaded as sluice loads its configuration files.
+func remoteEngine(t *testing.T, clock *fakeClock) *engine.Service {
+	t.Helper()
+	o := engine.DefaultOptions()
+	o.Counter = memCounter{memory.New(clock.Now)}
+	o.Clock = clock.Now
+	svc, err := engine.NewService(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := odata.RateLimitConfigYAML(odata.DefaultLocalLimiterOptions())
+	cfg, err := svc.LoadConfig([]engine.ConfigFile{{Name: "odata.yaml", YAML: []byte(rule)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	return svc
 }

@@ -4,8 +4,9 @@
 // configurable root (/v1/odata/v4), served with fasthttp.
 //
 // A request goes: API key or allowed browser origin → per-key limits (no
-// request while another of the same key is in flight; a requests-per-second
-// rule through the rate limit engine, in process or remote) → query
+// request while another of the same key is in flight; a token-bucket rule,
+// 2 requests/s on average with a burst of 4, through the rate limit engine,
+// in process or remote) → query
 // validation (package query) → a probe that decides the page before the
 // first body byte (its id range and whether a next page exists; the 413
 // size cap and the 504 time budget are decided here) → status, headers and

@@ -123,3 +123,31 @@ func TestHeadersAndDynamicMetadata(t *testing.T) {
 		t.Fatalf("%d\n got %s\nwant %s", status, body, want)
 	}
 }
+
+// TestAlgorithmsEndToEnd: a rule file using sluice's algorithm extension
+// loads from the runtime directory, /json answers per algorithm (a bucket's
+// remaining tokens and time to the next one, sub-second), and /rlconfig shows
+// the algorithm.
+func TestAlgorithmsEndToEnd(t *testing.T) {
+	rules := "domain: algo\ndescriptors:\n" +
+		"  - {key: tb, rate_limit: {unit: second, requests_per_unit: 4, algorithm: token_bucket, burst: 2}}\n" +
+		"  - {key: sw, rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window}}\n"
+	h := start(t, map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, map[string]string{"algo.yaml": rules})
+	steps := []struct{ desc, want string }{
+		{"tb", `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":4,"unit":"SECOND"},"limitRemaining":1,"durationUntilReset":"0.250s"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"4"},{"key":"RateLimit-Remaining","value":"1"},{"key":"RateLimit-Reset","value":"1"}]}`},
+		{"tb", `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":4,"unit":"SECOND"},"durationUntilReset":"0.250s"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"4"},{"key":"RateLimit-Remaining","value":"0"},{"key":"RateLimit-Reset","value":"1"}]}`},
+		{"tb", `{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"requestsPerUnit":4,"unit":"SECOND"},"durationUntilReset":"0.250s"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"4"},{"key":"RateLimit-Remaining","value":"0"},{"key":"RateLimit-Reset","value":"1"}]}`},
+		{"sw", `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":3,"unit":"MINUTE"},"limitRemaining":2,"durationUntilReset":"56s"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"3"},{"key":"RateLimit-Remaining","value":"2"},{"key":"RateLimit-Reset","value":"56"}]}`},
+	}
+	for i, s := range steps {
+		status, _, body := h.post(t, "/json", `{"domain":"algo","descriptors":[{"entries":[{"key":"`+s.desc+`","value":"x"}]}]}`)
+		if status != http.StatusOK && !(status == http.StatusTooManyRequests && strings.Contains(s.want, "OVER_LIMIT")) || !jsonEqual(t, body, s.want) {
+			t.Fatalf("step %d: %d\n got %s\nwant %s", i, status, body, s.want)
+		}
+	}
+	_, dump := h.get(t, h.debug+"/rlconfig")
+	if !strings.Contains(dump, "algo.tb: unit=SECOND requests_per_unit=4, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 2\n") ||
+		!strings.Contains(dump, "algo.sw: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false, algorithm: sliding_window\n") {
+		t.Fatalf("/rlconfig:\n%s", dump)
+	}
+}

@@ -41,6 +41,12 @@ func TestConfigCheck(t *testing.T) {
 	if err != nil || !strings.Contains(out, "ok: 1 file(s), domains [d]") {
 		t.Fatalf("good: %v %q", err, out)
 	}
+	algo := filepath.Join(dir, "algo.yaml")
+	os.WriteFile(algo, []byte("domain: f\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 4}}\n"), 0o644)
+	out, err = captureStdout(t, func() error { return runConfigCheck([]string{algo}) })
+	if want := "  f.a: unit=SECOND requests_per_unit=2, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 4\n"; err != nil || !strings.HasSuffix(out, want) {
+		t.Fatalf("algorithm: %v %q", err, out)
+	}
 	_, err = captureStdout(t, func() error { return runConfigCheck([]string{good, bad}) })
 	if err == nil || err.Error() != bad+": invalid rate limit unit 'eon'" {
 		t.Fatalf("bad: %v", err)

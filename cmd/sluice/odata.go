@@ -89,6 +89,7 @@ type odataConfig struct {
 	opts        odata.Options
 	cors        string
 	rps         uint
+	burst       uint
 	rateService string
 	demoRows    int
 }
@@ -107,7 +108,8 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that accept it")
 	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "429 for a request while another of the same key is in flight")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
-	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key (in-process rate limit engine)")
+	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key, on average (in-process rate limit engine: a token bucket)")
+	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
 	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
 	return c
@@ -174,7 +176,7 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 		}
 		s.limiter, lim = r, r
 	case c.rps > 0:
-		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps)})
+		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
 		if err != nil {
 			return nil, err
 		}

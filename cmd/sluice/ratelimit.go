@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/sluicehq/sluice/engine"
@@ -109,5 +110,11 @@ func runConfigCheck(args []string) error {
 		return err
 	}
 	fmt.Printf("ok: %d file(s), domains %v\n", len(files), cfg.Domains())
+	// Rules using sluice's algorithm extension, which the reference rejects.
+	for _, line := range strings.Split(cfg.Dump(), "\n") {
+		if strings.Contains(line, ", algorithm: ") {
+			fmt.Println("  " + line)
+		}
+	}
 	return nil
 }

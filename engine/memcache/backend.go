@@ -173,23 +173,33 @@ func ValidateKey(key string) error {
 }
 
 // IncrementBatch reads all counters with one GetMulti, fills After with
-// stored value + hits, and queues the increments for the workers. It waits
-// only when the queue is full.
+// stored value + hits (the stored value for a read), and queues the
+// increments for the workers. It waits only when the queue is full. Token
+// bucket steps are applied before it returns, in order, each by a
+// compare-and-swap (see bucketStep).
 func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	keys := make([]string, len(batch))
-	jobs := make([]job, len(batch))
+	keys := make([]string, 0, len(batch))
+	jobs := make([]job, 0, len(batch))
+	buckets := false
 	for i := range batch {
-		if err := ValidateKey(batch[i].Key); err != nil {
+		op := &batch[i]
+		if err := ValidateKey(op.Key); err != nil {
 			return fmt.Errorf("memcache: %w", err)
 		}
-		if batch[i].TTL <= 0 {
-			return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", batch[i].Key, batch[i].TTL)
+		switch op.Kind {
+		case engine.OpTokenBucket:
+			buckets = true
+			continue
+		case engine.OpIncrement:
+			if op.TTL <= 0 {
+				return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", op.Key, op.TTL)
+			}
+			jobs = append(jobs, job{key: op.Key, hits: op.Hits, expiration: b.expiration(op.TTL)})
 		}
-		keys[i] = batch[i].Key
-		jobs[i] = job{key: batch[i].Key, hits: batch[i].Hits, expiration: b.expiration(batch[i].TTL)}
+		keys = append(keys, op.Key)
 	}
 
 	b.mu.Lock()
@@ -204,19 +214,38 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memcache: %w", err)
 	}
+	if buckets {
+		for i := range batch {
+			if batch[i].Kind == engine.OpTokenBucket {
+				if err := b.bucketStep(ctx, &batch[i]); err != nil {
+					return fmt.Errorf("memcache: token bucket %q: %w", batch[i].Key, err)
+				}
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
 	items, err := b.client.GetMulti(keys)
 	b.record(err)
 	if err != nil {
 		return fmt.Errorf("memcache: GetMulti of %d keys: %w", len(keys), err)
 	}
 	for i := range batch {
+		op := &batch[i]
+		if op.Kind == engine.OpTokenBucket {
+			continue
+		}
 		var stored uint64
-		if it, ok := items[batch[i].Key]; ok {
+		if it, ok := items[op.Key]; ok {
 			if stored, err = parseCounter(it.Value); err != nil {
-				return fmt.Errorf("memcache: key %q: %w", batch[i].Key, err)
+				return fmt.Errorf("memcache: key %q: %w", op.Key, err)
 			}
 		}
-		batch[i].After = satAdd(stored, batch[i].Hits)
+		op.After = satAdd(stored, op.Hits)
+		if op.Kind == engine.OpGet {
+			op.After = stored
+		}
 	}
 	for i, j := range jobs {
 		select {
@@ -226,6 +255,60 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 		}
 	}
 	return nil
+}
+
+// bucketCASAttempts bounds the compare-and-swap retries of one bucket step:
+// each lost race means another step on the key went through, so under heavy
+// contention a step fails rather than spinning.
+const bucketCASAttempts = 16
+
+// bucketStep applies one GCRA step: gets the TAT with its CAS id, computes
+// the step, and stores it with CompareAndSwap (Add when the key is missing),
+// retrying a bounded number of times when another writer got there first.
+func (b *Backend) bucketStep(ctx context.Context, op *engine.Increment) error {
+	for attempt := 0; attempt < bucketCASAttempts; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		it, err := b.client.Get(op.Key)
+		b.record(err)
+		var tat int64
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			it = nil
+		case err != nil:
+			return fmt.Errorf("get: %w", err)
+		default:
+			n, perr := parseCounter(it.Value)
+			if perr != nil {
+				return perr
+			}
+			tat = int64(min(n, math.MaxInt64))
+		}
+		op.After = uint64(tat)
+		next, ok := engine.TokenBucketStep(tat, op)
+		if !ok || op.Hits == 0 {
+			return nil
+		}
+		value := []byte(strconv.FormatInt(next, 10))
+		exp := b.expiration(engine.TokenBucketTTL(next, op.Now))
+		if it == nil {
+			err = b.client.Add(&memcache.Item{Key: op.Key, Value: value, Expiration: exp})
+		} else {
+			it.Value, it.Expiration = value, exp
+			err = b.client.CompareAndSwap(it)
+		}
+		b.record(err)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
+			continue // someone else stepped (or the key expired) in between: read again
+		default:
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	return fmt.Errorf("gave up after %d compare-and-swap conflicts", bucketCASAttempts)
 }
 
 // parseCounter reads a stored counter. memcached keeps incremented values as

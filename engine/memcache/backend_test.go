@@ -471,3 +471,54 @@ func TestSRV(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestBucketStepsCompareAndSwap: replicas (here 4 goroutines, each its own
+// backend) stepping one bucket at once lose CAS races and retry; the bucket
+// admits exactly its burst, and a read (OpGet) returns a counter unchanged.
+func TestBucketStepsCompareAndSwap(t *testing.T) {
+	m := testenv.StartMemcached(t)
+	now := time.Now().UnixMicro()
+	const replicas, perReplica, burst = 4, 100, 150
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		admitted int
+		firstErr error
+	)
+	for range replicas {
+		b := newBackend(t, options(m.Addr))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perReplica {
+				// An hour per token: nothing comes back during the test.
+				batch := []engine.Increment{{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 3600e6, Burst: burst}}
+				err := b.IncrementBatch(testCtx(t), batch)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				// After is the TAT the step found; the engine decides from it.
+				if _, ok := engine.TokenBucketStep(int64(batch[0].After), &batch[0]); err == nil && ok {
+					admitted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	if admitted != burst {
+		t.Fatalf("%d steps admitted, want the burst %d", admitted, burst)
+	}
+	b := newBackend(t, options(m.Addr))
+	batch := []engine.Increment{{Key: "bucket", Kind: engine.OpGet}, {Key: "absent", Kind: engine.OpGet}}
+	if err := b.IncrementBatch(testCtx(t), batch); err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(now + burst*3600e6); batch[0].After != want || batch[1].After != 0 {
+		t.Fatalf("reads: %d %d, want %d 0", batch[0].After, batch[1].After, want)
+	}
+}

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,8 +152,10 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 	now := b.clock().UnixNano()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var charged []string
 	if b.budget != nil {
-		if err := b.reserveNew(batch, now); err != nil {
+		var err error
+		if charged, err = b.reserveNew(batch, now); err != nil {
 			return err
 		}
 	}
@@ -162,10 +165,26 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 		if e.expires <= now {
 			e.n = 0
 		}
+		switch inc.Kind {
+		case engine.OpGet:
+			inc.After = e.n
+			continue
+		case engine.OpTokenBucket:
+			inc.After = e.n
+			if tat, ok := engine.TokenBucketStep(int64(e.n), inc); ok && inc.Hits > 0 {
+				b.m[inc.Key] = entry{n: uint64(tat), expires: now + int64(engine.TokenBucketTTL(tat, inc.Now))}
+			}
+			continue
+		}
 		e.n += inc.Hits
 		e.expires = now + int64(inc.TTL)
 		b.m[inc.Key] = e
 		inc.After = e.n
+	}
+	for _, k := range charged {
+		if _, ok := b.m[k]; !ok { // a step that stored nothing (a bucket that refused)
+			b.budget.release(cost(k))
+		}
 	}
 	b.sinceSweep += len(batch)
 	if b.sinceSweep >= max(len(b.m), 1024) {
@@ -174,29 +193,49 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 	return nil
 }
 
-// reserveNew charges the budget for the keys of batch not held yet.
-func (b *Backend) reserveNew(batch []engine.Increment, now int64) error {
-	var need int64
-	for i := range batch {
-		if _, ok := b.m[batch[i].Key]; !ok {
-			need += cost(batch[i].Key)
-		}
+// newKeys are the keys of batch not held yet that an op may create (a read
+// creates nothing), each once.
+func (b *Backend) newKeys(batch []engine.Increment) (keys []string, need int64) {
+	var seen map[string]bool // a key can come twice, with two kinds; only in big batches is a map cheaper
+	if len(batch) > 32 {
+		seen = make(map[string]bool)
 	}
+	for i := range batch {
+		k := batch[i].Key
+		if batch[i].Kind == engine.OpGet {
+			continue
+		}
+		if _, ok := b.m[k]; ok {
+			continue
+		}
+		if seen != nil {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		} else if slices.Contains(keys, k) {
+			continue
+		}
+		keys = append(keys, k)
+		need += cost(k)
+	}
+	return keys, need
+}
+
+// reserveNew charges the budget for the counters batch may create and
+// returns their keys.
+func (b *Backend) reserveNew(batch []engine.Increment, now int64) ([]string, error) {
+	keys, need := b.newKeys(batch)
 	if need == 0 || b.budget.reserve(need) {
-		return nil
+		return keys, nil
 	}
 	// Full: expired counters may be what fills it.
 	b.sweep(now)
-	need = 0
-	for i := range batch {
-		if _, ok := b.m[batch[i].Key]; !ok {
-			need += cost(batch[i].Key)
-		}
-	}
+	keys, need = b.newKeys(batch)
 	if need == 0 || b.budget.reserve(need) {
-		return nil
+		return keys, nil
 	}
-	return fmt.Errorf("%w: %d of %d bytes hold live counters, %d more needed (SLUICE_MEMORY_MAX_BYTES)",
+	return nil, fmt.Errorf("%w: %d of %d bytes hold live counters, %d more needed (SLUICE_MEMORY_MAX_BYTES)",
 		ErrFull, b.budget.Used(), b.budget.max, need)
 }
 

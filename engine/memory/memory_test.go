@@ -116,3 +116,30 @@ func TestKeyLimit(t *testing.T) {
 		t.Error("default limit not enforced")
 	}
 }
+
+// Reads and bucket steps that store nothing are not charged; a key that
+// comes twice in a batch (two kinds) is charged once.
+func TestBudgetChargesOnlyStoredCounters(t *testing.T) {
+	clk := &clock{t: time.Unix(1795313464, 0)}
+	budget := memory.NewBudget(1 << 20)
+	b := memory.NewWithOptions(memory.Options{Clock: clk.Now, Budget: budget})
+	defer b.Close()
+	batch := []engine.Increment{{Key: "read-only", Kind: engine.OpGet}}
+	if err := b.IncrementBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if budget.Used() != 0 || b.Len() != 0 {
+		t.Fatalf("a read of a missing counter charged %d bytes, holds %d", budget.Used(), b.Len())
+	}
+	batch = []engine.Increment{{Key: "k", Kind: engine.OpGet}, {Key: "k", Hits: 1, TTL: time.Minute}}
+	if err := b.IncrementBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	one := budget.Used()
+	if _, err := inc(b, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if one == 0 || budget.Used() != 2*one-int64(len("k"))+int64(len("k2")) {
+		t.Errorf("charges: %d for k (twice in its batch), %d with k2", one, budget.Used())
+	}
+}

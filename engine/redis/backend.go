@@ -176,15 +176,19 @@ func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.Univers
 	}
 }
 
-// IncrementBatch sends INCRBY key hits + EXPIRE key ttl for every increment
-// in one pipeline (several when PipelineLimit is smaller than the batch) and
-// fills After from the INCRBY replies. If a later pipeline of a split batch
-// fails, the earlier ones have been applied already.
+// IncrementBatch sends, in one pipeline (several when PipelineLimit is
+// smaller than the batch), INCRBY key hits + EXPIRE key ttl for every
+// increment, GET for every read and EVALSHA of the token bucket script for
+// every bucket step, and fills After from the replies. If a later pipeline of
+// a split batch fails, the earlier ones have been applied already.
 func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
 	for i := range batch {
+		if batch[i].Kind != engine.OpIncrement {
+			continue
+		}
 		if batch[i].Hits > math.MaxInt64 {
 			return fmt.Errorf("redis: increment %q: hits %d exceed INCRBY's int64 range", batch[i].Key, batch[i].Hits)
 		}
@@ -196,23 +200,113 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 	if b.keysPerPipe > 0 && b.keysPerPipe < per {
 		per = b.keysPerPipe
 	}
-	incrs := make([]*goredis.IntCmd, per)
+	cmds := make([]goredis.Cmder, per)
 	for start := 0; start < len(batch); start += per {
 		chunk := batch[start:min(start+per, len(batch))]
 		pipe := b.client.Pipeline()
 		for i := range chunk {
-			incrs[i] = pipe.IncrBy(ctx, chunk[i].Key, int64(chunk[i].Hits))
-			pipe.Expire(ctx, chunk[i].Key, ttlSeconds(chunk[i].TTL))
+			op := &chunk[i]
+			switch op.Kind {
+			case engine.OpGet:
+				cmds[i] = pipe.Get(ctx, op.Key)
+			case engine.OpTokenBucket:
+				cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
+			default:
+				cmds[i] = pipe.IncrBy(ctx, op.Key, int64(op.Hits))
+				pipe.Expire(ctx, op.Key, ttlSeconds(op.TTL))
+			}
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("redis: pipeline INCRBY+EXPIRE of keys %d..%d of %d: %w", start, start+len(chunk)-1, len(batch), err)
+		_, err := pipe.Exec(ctx)
+		if err != nil && (!expected(err) || !onlyExpectedErrors(cmds[:len(chunk)])) {
+			return fmt.Errorf("redis: pipeline of keys %d..%d of %d: %w", start, start+len(chunk)-1, len(batch), err)
+		}
+		if err := b.rerunUnloaded(ctx, chunk, cmds); err != nil {
+			return fmt.Errorf("redis: token bucket script: %w", err)
 		}
 		for i := range chunk {
+			var v int64
+			switch c := cmds[i].(type) {
+			case *goredis.IntCmd:
+				v = c.Val()
+			case *goredis.StringCmd:
+				if c.Err() == nil { // redis.Nil: a missing counter reads as zero
+					if v, err = c.Int64(); err != nil {
+						return fmt.Errorf("redis: GET %q: %w", chunk[i].Key, err)
+					}
+				}
+			case *goredis.Cmd:
+				if v, err = c.Int64(); err != nil {
+					return fmt.Errorf("redis: token bucket %q: %w", chunk[i].Key, err)
+				}
+			}
 			// A counter someone decremented below zero reads as zero.
-			chunk[i].After = uint64(max(incrs[i].Val(), 0))
+			chunk[i].After = uint64(max(v, 0))
 		}
 	}
 	return nil
+}
+
+// bucketScript is one GCRA step, engine.TokenBucketStep in Lua: KEYS[1] holds
+// the TAT in unix microseconds; ARGV are now, interval, burst and hits; the key
+// expires as engine.TokenBucketTTL says. It
+// returns the TAT it found (0 when missing). Microseconds keep every value
+// below 2^53, exact in Lua's doubles; '%d' writes the TAT without an exponent.
+var bucketScript = goredis.NewScript(bucketLua)
+
+const bucketLua = `
+local v = redis.call('GET', KEYS[1])
+local tat = 0
+if v then tat = tonumber(v) or 0 end
+local now, interval, burst, hits = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if hits > 0 and hits <= burst then
+  local base = tat
+  if now > base then base = now end
+  local nxt = base + hits * interval
+  if nxt - now <= burst * interval then
+    redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', math.floor((nxt - now) / 1000) + 60000)
+  end
+end
+return tat
+`
+
+func bucketArgs(op *engine.Increment) []any {
+	return []any{op.Now, op.Interval, op.Burst, op.Hits}
+}
+
+// onlyExpectedErrors: a missing key (GET) and a script the server has not
+// loaded yet (NOSCRIPT, rerun below) are answers, not failures.
+func onlyExpectedErrors(cmds []goredis.Cmder) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !expected(err) {
+			return false
+		}
+	}
+	return true
+}
+
+func expected(err error) bool {
+	return errors.Is(err, goredis.Nil) || goredis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// rerunUnloaded sends again, in order and with the script's text (EVAL, which
+// also loads it), the bucket steps a server refused with NOSCRIPT: after a
+// restart, a failover or SCRIPT FLUSH. NOSCRIPT means the step did not run.
+func (b *Backend) rerunUnloaded(ctx context.Context, chunk []engine.Increment, cmds []goredis.Cmder) error {
+	var pipe goredis.Pipeliner
+	for i := range chunk {
+		if chunk[i].Kind != engine.OpTokenBucket || !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			continue
+		}
+		if pipe == nil {
+			pipe = b.client.Pipeline()
+		}
+		cmds[i] = pipe.Eval(ctx, bucketLua, []string{chunk[i].Key}, bucketArgs(&chunk[i])...)
+	}
+	if pipe == nil {
+		return nil
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // ttlSeconds rounds up to whole seconds: a key must never expire before

@@ -510,3 +510,45 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("counter on the new primary = %d, %v; want the last After %d", got, err, lastAfter)
 	}
 }
+
+// TestReadsAndBucketSteps: GET of a missing key is 0 and changes nothing;
+// bucket steps on one key apply in batch order; after SCRIPT FLUSH (a
+// restart or failover loses loaded scripts) the NOSCRIPT steps are rerun
+// once, in order, and count once.
+func TestReadsAndBucketSteps(t *testing.T) {
+	ctx := testCtx(t)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	b := newBackend(t, singleOptions(r))
+	c := r.Client(t)
+	now := time.Now().UnixMicro()
+	step := func() engine.Increment {
+		return engine.Increment{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 1000, Burst: 2}
+	}
+	for round, flush := range []bool{false, true} {
+		if flush {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			now += 10_000 // the bucket is full again
+		}
+		batch := []engine.Increment{{Key: "missing", Kind: engine.OpGet}, step(), step(), step()}
+		if err := b.IncrementBatch(ctx, batch); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		found := []uint64{batch[1].After, batch[2].After, batch[3].After}
+		// First step finds the old TAT (0, or one that is past), the second
+		// the first's, the third the second's and is refused (burst 2).
+		if batch[0].After != 0 || found[1] != uint64(now+1000) || found[2] != uint64(now+2000) {
+			t.Fatalf("round %d: GET %d, steps found %v", round, batch[0].After, found)
+		}
+		if v, err := c.Get(ctx, "bucket").Int64(); err != nil || v != now+2000 {
+			t.Fatalf("round %d: stored TAT %d, %v; want %d", round, v, err, now+2000)
+		}
+		if n, _ := c.Exists(ctx, "missing").Result(); n != 0 {
+			t.Fatal("GET created the key")
+		}
+	}
+	if ttl := c.PTTL(ctx, "bucket").Val(); ttl <= time.Minute || ttl > time.Minute+time.Second {
+		t.Fatalf("bucket PTTL %v, want the 2 ms owed + a minute", ttl)
+	}
+}

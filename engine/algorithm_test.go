@@ -1,0 +1,216 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+func TestAlgorithmConfig(t *testing.T) {
+	bad := []struct{ rateLimit, want string }{
+		{"{unit: second, requests_per_unit: 1, algorithm: leaky_bucket}", "invalid rate limit algorithm 'leaky_bucket' (want fixed_window, sliding_window or token_bucket)"},
+		{"{unit: second, requests_per_unit: 1, burst: 4}", "burst is only valid with algorithm token_bucket, not fixed_window"},
+		{"{unit: second, requests_per_unit: 1, algorithm: sliding_window, burst: 4}", "burst is only valid with algorithm token_bucket, not sliding_window"},
+		{"{unlimited: true, algorithm: token_bucket}", "should not specify rate limit algorithm when unlimited"},
+	}
+	for _, tc := range bad {
+		_, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: " + tc.rateLimit + "\n")}}, engine.ConfigOptions{})
+		if err == nil || err.Error() != "f.yaml: "+tc.want {
+			t.Errorf("%s: error %v, want %q", tc.rateLimit, err, tc.want)
+		}
+	}
+	f := newFixture(t, nil, "algorithms.yaml")
+	want := `algo.fw: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false
+algo.sw: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false, algorithm: sliding_window
+algo.swquota: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: true, algorithm: sliding_window
+algo.tb: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 3
+algo.tbquota: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: true, algorithm: token_bucket, burst: 1
+algo.tbshadow: unit=SECOND requests_per_unit=1, shadow_mode: true, quota_mode: false, algorithm: token_bucket, burst: 1
+`
+	if got := f.svc.Config().Dump(); got != want {
+		t.Fatalf("dump:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func headerMap(r *engine.Response) string {
+	var parts []string
+	for _, h := range r.Headers {
+		parts = append(parts, h.Key+"="+h.Value)
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestTokenBucketDecisions(t *testing.T) {
+	f := newFixture(t, func(o *engine.Options) { o.Headers.Enabled = true }, "algorithms.yaml")
+	r := func() *engine.Request { return req("algo", kv("tb", "x")) }
+	type step struct {
+		advance   time.Duration
+		code      engine.Code
+		remaining uint32
+		reset     time.Duration
+		headers   string
+	}
+	steps := []step{
+		{0, engine.CodeOK, 2, time.Second, "RateLimit-Limit=1 RateLimit-Remaining=2 RateLimit-Reset=1"},
+		{0, engine.CodeOK, 1, time.Second, "RateLimit-Limit=1 RateLimit-Remaining=1 RateLimit-Reset=1"},
+		{0, engine.CodeOK, 0, time.Second, "RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=1"},
+		{0, engine.CodeOverLimit, 0, time.Second, "RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=1"},
+		{600 * time.Millisecond, engine.CodeOverLimit, 0, 400 * time.Millisecond, "RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=1"},
+		// The refused requests took nothing: one token is back after 1 s.
+		{400 * time.Millisecond, engine.CodeOK, 0, time.Second, "RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=1"},
+		// After 3.5 s idle the bucket is full again: 2 left after this one.
+		{3500 * time.Millisecond, engine.CodeOK, 2, time.Second, "RateLimit-Limit=1 RateLimit-Remaining=2 RateLimit-Reset=1"},
+		// Half a token back, one taken: 1.5 tokens owed, 1 left, 0.5 s to the next.
+		{500 * time.Millisecond, engine.CodeOK, 1, 500 * time.Millisecond, "RateLimit-Limit=1 RateLimit-Remaining=1 RateLimit-Reset=1"},
+	}
+	for i, s := range steps {
+		f.clock.Add(s.advance)
+		resp := f.do(t, r())
+		st := resp.Statuses[0]
+		if st.Code != s.code || st.LimitRemaining != s.remaining || st.DurationUntilReset != s.reset || headerMap(resp) != s.headers {
+			t.Fatalf("step %d: %v remaining %d reset %v headers %q; want %v %d %v %q", i, st.Code, st.LimitRemaining, st.DurationUntilReset, headerMap(resp), s.code, s.remaining, s.reset, s.headers)
+		}
+	}
+	ops := f.counter.ops[0]
+	if len(ops) != 1 || ops[0].Key != "algo_tb_x_tb" || ops[0].Kind != engine.OpTokenBucket || ops[0].Interval != 1e6 || ops[0].Burst != 3 {
+		t.Fatalf("op %+v", ops)
+	}
+	// Stats are the usual counters: 6 within, 2 over.
+	if got := f.stats.Counter("ratelimit.service.rate_limit.algo.tb.within_limit").Value(); got != 6 {
+		t.Errorf("within_limit %d", got)
+	}
+	if got := f.stats.Counter("ratelimit.service.rate_limit.algo.tb.over_limit").Value(); got != 2 {
+		t.Errorf("over_limit %d", got)
+	}
+}
+
+func TestTokenBucketWithEngineFeatures(t *testing.T) {
+	t.Run("hits_addend 0 checks without taking", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		r := req("algo", kv("tb", "x"))
+		r.Descriptors[0].HitsAddend = u64(0)
+		for range 5 {
+			if st := f.do(t, r).Statuses[0]; st.Code != engine.CodeOK || st.LimitRemaining != 3 {
+				t.Fatalf("%+v", st)
+			}
+		}
+		r.Descriptors[0].HitsAddend = u64(3)
+		if st := f.do(t, r).Statuses[0]; st.Code != engine.CodeOK || st.LimitRemaining != 0 {
+			t.Fatalf("3 hits: %+v", st)
+		}
+	})
+	t.Run("shadow mode answers OK and counts shadow_mode", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		for range 2 {
+			f.do(t, req("algo", kv("tbshadow", "x")))
+		}
+		if resp := f.do(t, req("algo", kv("tbshadow", "x"))); resp.OverallCode != engine.CodeOK {
+			t.Fatal(showAll(resp))
+		}
+		if got := f.stats.Counter("ratelimit.service.rate_limit.algo.tbshadow.shadow_mode").Value(); got != 2 {
+			t.Fatalf("shadow_mode %d", got)
+		}
+	})
+	t.Run("a request override keeps the rule's algorithm", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		r := req("algo", kv("tb", "x"))
+		r.Descriptors[0].Limit = &engine.LimitOverride{RequestsPerUnit: 4, Unit: engine.UnitSecond}
+		f.do(t, r)
+		if op := f.counter.ops[0][0]; op.Kind != engine.OpTokenBucket || op.Interval != 250000 || op.Burst != 3 {
+			t.Fatalf("override op %+v", op)
+		}
+	})
+	t.Run("local over-limit cache holds the key until a token is back", func(t *testing.T) {
+		lc := &mapCache{m: map[string]time.Duration{}}
+		f := newFixture(t, func(o *engine.Options) { o.LocalCache = lc }, "algorithms.yaml")
+		for range 4 {
+			f.do(t, req("algo", kv("tb", "x")))
+		}
+		if lc.m["algo_tb_x_tb"] != time.Second {
+			t.Fatalf("cache %v", lc.m)
+		}
+		calls := f.counter.calls
+		if st := f.do(t, req("algo", kv("tb", "x"))).Statuses[0]; st.Code != engine.CodeOverLimit || f.counter.calls != calls {
+			t.Fatalf("cached key: %+v, calls %d → %d", st, calls, f.counter.calls)
+		}
+	})
+	t.Run("stop-increment mode takes no token from the other descriptors of a refused request", func(t *testing.T) {
+		f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = true }, "algorithms.yaml")
+		f.do(t, req("algo", kv("tbshadow", "y"))) // shadow: the bucket of y is now empty
+		for i := range 3 {
+			resp := f.do(t, req("algo", kv("tb", "x"), kv("tbshadow", "y")))
+			if st := resp.Statuses[1]; st.Code != engine.CodeOK { // shadow mode
+				t.Fatalf("%d: %s", i, showAll(resp))
+			}
+		}
+		// Nothing was taken from x: its bucket is full.
+		r := req("algo", kv("tb", "x"))
+		r.Descriptors[0].HitsAddend = u64(0)
+		if st := f.do(t, r).Statuses[0]; st.LimitRemaining != 3 {
+			t.Fatalf("x after refused requests: %+v", st)
+		}
+	})
+}
+
+func TestSlidingWindowDecisions(t *testing.T) {
+	f := newFixture(t, nil, "algorithms.yaml") // t0 is 4 s into a minute
+	r := func() *engine.Request { return req("algo", kv("sw", "x")) }
+	for i := range 11 {
+		st := f.do(t, r()).Statuses[0]
+		if want := engine.CodeOK; i == 10 {
+			if st.Code != engine.CodeOverLimit {
+				t.Fatalf("11th: %+v", st)
+			}
+		} else if st.Code != want || st.LimitRemaining != uint32(9-i) || st.DurationUntilReset != 56*time.Second {
+			t.Fatalf("%d: %+v", i, st)
+		}
+	}
+	// 30 s into the next minute: 11 × 0.5 = 5 (rounded down) of the last
+	// window still count, so 5 more fit.
+	f.clock.Add(56*time.Second + 30*time.Second)
+	for i := range 6 {
+		st := f.do(t, r()).Statuses[0]
+		if i < 5 && (st.Code != engine.CodeOK || st.LimitRemaining != uint32(4-i)) {
+			t.Fatalf("next window %d: %+v", i, st)
+		}
+		if i == 5 {
+			// Over: the estimate 11×left/60 + 6 is within 10 once left ≤ 21.8 s, in 8.18 s.
+			if st.Code != engine.CodeOverLimit || st.DurationUntilReset.Round(10*time.Millisecond) != 8180*time.Millisecond {
+				t.Fatalf("next window over: %+v", st)
+			}
+		}
+	}
+	last := f.counter.ops[len(f.counter.ops)-1]
+	if len(last) != 2 || last[0].Kind != engine.OpIncrement || last[0].TTL != 120*time.Second ||
+		last[1].Kind != engine.OpGet || last[1].Key != "algo_sw_x_1795313460" {
+		t.Fatalf("ops %+v", last)
+	}
+}
+
+func TestAlgorithmsQuotaModeAndLocalCache(t *testing.T) {
+	t.Run("quota mode: over on one quota descriptor is OK while another passes", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		f.do(t, req("algo", kv("swquota", "x")))
+		resp := f.do(t, req("algo", kv("swquota", "x"), kv("tbquota", "x")))
+		if resp.OverallCode != engine.CodeOK || resp.Statuses[0].Code != engine.CodeOverLimit || resp.Statuses[1].Code != engine.CodeOK {
+			t.Fatal(showAll(resp))
+		}
+		// Both over: the request is over.
+		if resp := f.do(t, req("algo", kv("swquota", "x"), kv("tbquota", "x"))); resp.OverallCode != engine.CodeOverLimit {
+			t.Fatal(showAll(resp))
+		}
+	})
+	t.Run("sliding window: the local cache holds the key until the estimate is within the limit", func(t *testing.T) {
+		lc := &mapCache{m: map[string]time.Duration{}}
+		f := newFixture(t, func(o *engine.Options) { o.LocalCache = lc }, "algorithms.yaml")
+		for range 11 {
+			f.do(t, req("algo", kv("sw", "x")))
+		}
+		// In the window's own minute the count only grows: until its end, 56 s.
+		if got := lc.m["algo_sw_x_1795313460"]; got != 56*time.Second {
+			t.Fatalf("cache %v", lc.m)
+		}
+	})
+}
