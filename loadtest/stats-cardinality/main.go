@@ -75,7 +75,7 @@ func run(o options) ([]string, error) {
 	cfg.LogLevel = "info" // reloads are counted from the log
 	// No sink, but flushes (and with them the release of dropped stats) every 500 ms.
 	cfg.Env = []string{"DISABLE_STATS=true", "STATS_FLUSH_INTERVAL=500ms"}
-	cfg.StartTimeout = time.Minute
+	cfg.StartTimeout = 3 * time.Minute // 50,000 rules load slowly on a busy machine
 	const file = "churn.yaml"
 	if err := harness.WriteRules(cfg, file, rules(0, o.rules)); err != nil {
 		return nil, err
