@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/sluice
 RUNDIR  := var/run
 
-.PHONY: build run test test-deps test-stress bench bench-full lint clean
+.PHONY: build run test test-deps test-stress bench bench-full bench-readme lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -36,6 +36,10 @@ bench: build
 
 bench-full: build
 	$(GO) run ./bench
+
+# Put bench/results/latest.md (from make bench or bench-full) into README.md.
+bench-readme:
+	$(GO) run ./bench -readme README.md
 
 # staticcheck is installed like the test servers: once, pinned, when missing.
 STATICCHECK_VERSION ?= v0.8.2

@@ -7,10 +7,12 @@ package actors
 //     sends each shard one incrementMsg. Every item carries the caller's reply
 //     channel (buffered for all of its items, so nobody ever blocks on it).
 //  2. The shard appends the items to the pending batch of their backend (main,
-//     or per-second for SECOND rules when configured). If that backend has no
-//     call in flight it flushes at once; otherwise the items wait, and
-//     everything that piles up during the call leaves together when it ends.
-//     So the batch size follows the load, with no timer on the hot path.
+//     or per-second for SECOND rules when configured). While fewer than
+//     MaxInFlight calls of that backend are outstanding it flushes at once, so
+//     at low load a decision costs one round trip and waits for nobody. Only
+//     when all MaxInFlight calls are busy do items wait, and everything that
+//     piled up leaves together as soon as one call ends (group commit). So the
+//     batch size follows the load, with no timer on the hot path.
 //  3. A flush coalesces equal keys of one kind (N hits on one key = one
 //     INCRBY N; N reads of one key = one GET; token bucket steps are never
 //     merged, they keep their arrival order) and makes ONE backend call. Inline backends (memory) run inside the shard; network
@@ -57,7 +59,10 @@ type Options struct {
 	// PerSecond, when set, returns the backend for SECOND rules.
 	PerSecond func(shard int) engine.Backend
 	// MaxInFlight is how many backend calls a shard may have outstanding per
-	// backend; default 1, which gives the most batching.
+	// backend before new increments wait for one to end (group commit).
+	// Default 1, which gives the most batching but makes every decision at low
+	// load wait behind the call in flight; the server derives it from the
+	// backend's connection pool so that calls never queue for a connection.
 	MaxInFlight int
 	// PipelineWindow is the longest a shard holds a new batch open to let it
 	// grow before sending (KVSTORE_PIPELINE_WINDOW); 0 sends at once.
@@ -163,40 +168,75 @@ type item struct {
 
 type incrementMsg struct{ items []item }
 
-// Increment implements engine.Counter.
+// call is what one Increment needs, pooled: a decision at low load would
+// otherwise allocate a channel, a message, its items and a timer.
+type call struct {
+	reply chan error
+	msg   incrementMsg
+	one   [1]item
+	timer *time.Timer
+}
+
+var calls = sync.Pool{New: func() any { return &call{reply: make(chan error, 4)} }}
+
+// WaitBound implements engine.WaitBounder: Increment answers within the call
+// timeout, so the engine need not set a deadline of its own.
+func (r *Router) WaitBound() time.Duration { return r.o.CallTimeout }
+
+// Increment implements engine.Counter. It returns within the call timeout
+// (context.DeadlineExceeded) even if a backend call hangs.
 func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	reply := make(chan error, len(ops))
+	c := calls.Get().(*call)
+	if cap(c.reply) < len(ops) {
+		c.reply = make(chan error, len(ops))
+	}
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
+		calls.Put(c)
 		return ErrClosed
 	}
 	if len(ops) == 1 {
-		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &incrementMsg{items: []item{{&ops[0], reply}}})
+		c.one[0] = item{&ops[0], c.reply}
+		c.msg.items = c.one[:]
+		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &c.msg)
 	} else {
-		r.sendGrouped(ops, reply)
+		r.sendGrouped(ops, c.reply)
 	}
 	r.mu.RUnlock()
 
+	if c.timer == nil {
+		c.timer = time.NewTimer(r.o.CallTimeout)
+	} else {
+		c.timer.Reset(r.o.CallTimeout)
+	}
 	var first error
 	for range ops {
 		select {
-		case err := <-reply:
+		case err := <-c.reply:
 			if err != nil && first == nil {
 				first = err
 			}
 		case <-ctx.Done():
+			// Answers still to come would land in a reused channel: drop c.
+			c.timer.Stop()
 			return fmt.Errorf("waiting for rate limit counters: %w", ctx.Err())
+		case <-c.timer.C:
+			return fmt.Errorf("waiting for rate limit counters: %w", context.DeadlineExceeded)
 		}
 	}
+	c.timer.Stop()
+	c.one[0] = item{}
+	c.msg.items = nil
+	calls.Put(c)
 	return first
 }
 
 // sendGrouped sends one message per shard touched by ops.
-func (r *Router) sendGrouped(ops []engine.Increment, reply chan<- error) {
+func (r *Router) sendGrouped(ops []engine.Increment, reply chan error) {
 	shardOf := make([]int, len(ops))
 	for i := range ops {
 		shardOf[i] = r.ShardOf(ops[i].Key)

@@ -60,19 +60,22 @@ func (b *slowBackend) Close() error { return nil }
 func TestExactness(t *testing.T) {
 	const callers, limit = 20000, 10000
 	for _, tc := range []struct {
-		name    string
-		backend func() engine.Backend
-		keys    int
+		name     string
+		backend  func() engine.Backend
+		keys     int
+		inFlight int
 	}{
-		{"memory one key", func() engine.Backend { return memory.New(nil) }, 1},
-		{"memory 1000 keys", func() engine.Backend { return memory.New(nil) }, 1000},
-		{"batched one key", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1},
-		{"batched 1000 keys", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1000},
+		{"memory one key", func() engine.Backend { return memory.New(nil) }, 1, 0},
+		{"memory 1000 keys", func() engine.Backend { return memory.New(nil) }, 1000, 0},
+		{"batched one key", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1, 0},
+		{"batched 1000 keys", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1000, 0},
+		{"4 calls in flight one key", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1, 4},
+		{"4 calls in flight 1000 keys", func() engine.Backend { return &slowBackend{mem: memory.New(nil)} }, 1000, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			shared := tc.backend()
 			_, isMem := shared.(*memory.Backend)
-			r, err := actors.New(actors.Options{Shards: 8, Backend: func(int) engine.Backend {
+			r, err := actors.New(actors.Options{Shards: 8, MaxInFlight: tc.inFlight, Backend: func(int) engine.Backend {
 				if isMem {
 					return tc.backend()
 				}
@@ -164,6 +167,66 @@ func TestBatchingAndCoalescing(t *testing.T) {
 	}
 }
 
+// TestGroupCommit: with MaxInFlight calls allowed, increments go out at once,
+// each in its own call, until that many are outstanding; only then do they
+// pile up, and the pile leaves as one batch when any call ends.
+func TestGroupCommit(t *testing.T) {
+	const inFlight = 3
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+
+	results := make(chan uint64, 10)
+	send := func(key string) {
+		ops := []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}}
+		if err := r.Increment(context.Background(), ops); err != nil {
+			t.Error(err)
+		}
+		results <- ops[0].After
+	}
+	for i := 1; i <= inFlight; i++ {
+		go send("hot")
+		// Each is sent without waiting for the calls already out.
+		waitFor(t, func() bool { return b.calls.Load() == int64(i) && r.Pending(0) == 0 })
+	}
+	for i := 1; i <= 4; i++ {
+		go send("hot")
+		waitFor(t, func() bool { return r.Pending(0) == i })
+	}
+	if got := b.calls.Load(); got != inFlight {
+		t.Fatalf("%d calls with %d allowed in flight", got, inFlight)
+	}
+	b.gate <- struct{}{} // one call ends: the pile leaves as one call
+	waitFor(t, func() bool { return b.calls.Load() == inFlight+1 && r.Pending(0) == 0 })
+	for i := 0; i < inFlight; i++ {
+		b.gate <- struct{}{}
+	}
+	got := map[uint64]bool{}
+	for i := 0; i < inFlight+4; i++ {
+		got[<-results] = true
+	}
+	for want := uint64(1); want <= inFlight+4; want++ {
+		if !got[want] {
+			t.Errorf("missing count %d in %v: counts must be distinct and complete", want, got)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.batches); n != inFlight+1 {
+		t.Fatalf("%d calls, want %d", n, inFlight+1)
+	}
+	var coalesced bool
+	for _, batch := range b.batches {
+		coalesced = coalesced || (len(batch) == 1 && batch[0].Hits == 4)
+	}
+	if !coalesced {
+		t.Fatalf("batches %+v: want the four that piled up as one increment of 4", b.batches)
+	}
+}
+
 func TestPerSecondLane(t *testing.T) {
 	main := &slowBackend{mem: memory.New(nil)}
 	sec := &slowBackend{mem: memory.New(nil)}
@@ -206,8 +269,16 @@ func TestBackendErrorReachesEveryWaiter(t *testing.T) {
 }
 
 func TestShutdownAnswersEveryWaiter(t *testing.T) {
+	for _, inFlight := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d in flight", inFlight), func(t *testing.T) {
+			testShutdownAnswersEveryWaiter(t, inFlight)
+		})
+	}
+}
+
+func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
-	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +286,7 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}) }()
 	}
-	waitFor(t, func() bool { return b.calls.Load() == 1 && r.Pending(0) == 19 })
+	waitFor(t, func() bool { return b.calls.Load() == int64(inFlight) && r.Pending(0) == 20-inFlight })
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +301,7 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 			t.Errorf("unexpected answer %v", err)
 		}
 	}
-	if closed != 19 || cancelled != 1 {
+	if closed != 20-inFlight || cancelled != inFlight {
 		t.Fatalf("closed %d cancelled %d", closed, cancelled)
 	}
 	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k"}}); !errors.Is(err, actors.ErrClosed) {
@@ -343,5 +414,31 @@ func TestShardRestartAnswersWaiters(t *testing.T) {
 	ops := []engine.Increment{{Key: "k", Hits: 1}}
 	if err := r.Increment(ctx, ops); err != nil || ops[0].After != 1 {
 		t.Fatalf("after restart: %v, count %d", err, ops[0].After)
+	}
+}
+
+// TestIncrementReturnsWithinCallTimeout: a caller without a deadline of its
+// own is answered within the call timeout even when the backend hangs (the
+// engine relies on it: WaitBound).
+func TestIncrementReturnsWithinCallTimeout(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }, CallTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.WaitBound(); got != 50*time.Millisecond {
+		t.Fatalf("WaitBound %v", got)
+	}
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error", err)
+	}
+	close(b.gate)
+	// The router still works, and pooled state from the abandoned call is not reused.
+	for i := 0; i < 3; i++ {
+		ops := []engine.Increment{{Key: "fresh", Hits: 1, TTL: time.Minute}}
+		if err := r.Increment(context.Background(), ops); err != nil || ops[0].After != uint64(i+1) {
+			t.Fatalf("after a timeout, increment %d: %v, count %d", i+1, err, ops[0].After)
+		}
 	}
 }

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -28,7 +31,11 @@ type flags struct {
 	peerEnv   string
 	duration  time.Duration
 	noopServe string
+	noopDebug string
+	readme    string
 	odata     bool
+	scaleOut  bool
+	compare   string
 }
 
 func main() {
@@ -39,15 +46,25 @@ func main() {
 	flag.StringVar(&f.peerAddr, "peer-addr", "", "gRPC address of another rate limit service to compare (already running, rules for domain \"bench\" loaded)")
 	flag.StringVar(&f.peerCmd, "peer-cmd", "", "command that starts another rate limit service; it gets REDIS_URL, GRPC_PORT and the rules via RUNTIME_* in its environment")
 	flag.StringVar(&f.peerEnv, "peer-env", "", "extra environment for -peer-cmd, k=v,k2=v2")
-	flag.DurationVar(&f.duration, "duration", 0, "measured time per run (default 3s quick, 10s full)")
+	flag.DurationVar(&f.duration, "duration", 0, "measured time per run (default 2s quick, 10s full)")
 	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
+	flag.BoolVar(&f.scaleOut, "scale-out", true, "also measure replicas sharing one Redis and a Redis Cluster, and their exactness")
+	flag.StringVar(&f.compare, "compare", "", "a second sluice binary measured in the same run (A/B), rows labelled sluice@<file name>")
+	flag.StringVar(&f.readme, "readme", "", "only put the -out results into this README's benchmark section (make bench-readme)")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
+	flag.StringVar(&f.noopDebug, "noop-debug", "", "internal: serve the no-op's memory statistics (/stats) on this address")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
 
+	if f.readme != "" {
+		if err := spliceReadme(f.readme, f.out); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if f.noopServe != "" {
-		if err := serveNoop(f.noopServe); err != nil {
+		if err := serveNoop(f.noopServe, f.noopDebug); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -55,7 +72,7 @@ func main() {
 	if f.duration == 0 {
 		f.duration = 10 * time.Second
 		if f.quick {
-			f.duration = 3 * time.Second
+			f.duration = 2 * time.Second
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -76,10 +93,25 @@ func (noopServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rl
 	return okResponse, nil
 }
 
-func serveNoop(addr string) error {
+func serveNoop(addr, debugAddr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
+	}
+	if debugAddr != "" {
+		// The same line sluice's debug port serves, so measure reads both alike.
+		mux := http.NewServeMux()
+		mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			b, _ := json.Marshal(struct{ Mallocs uint64 }{ms.Mallocs})
+			fmt.Fprintf(w, "memstats: %s\n", b)
+		})
+		dl, err := net.Listen("tcp", debugAddr)
+		if err != nil {
+			return err
+		}
+		go http.Serve(dl, mux) // ends with the process
 	}
 	g := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(g, noopServer{})

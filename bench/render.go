@@ -13,17 +13,17 @@ func render(rows []row, eng engineResult, took time.Duration) string {
 		machine(), gitCommit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), fmtDur(rows[0].res.Elapsed), took.Round(time.Second))
 	fmt.Fprintf(&b, "Engine alone (in process, memory backend, %d callers, 1,000 keys): **%s decisions/s**, %.1f allocations per decision.\n\n",
 		eng.callers, fmtRate(float64(eng.decisions)/eng.elapsed.Seconds()), eng.allocs)
-	b.WriteString("| system | backend | workload | decisions/s | × no-op | p50 | p99 | p99.9 | errors | server CPU ms/1k | Redis CPU ms/1k | server allocs/decision | Redis cmds/decision | Redis round trips/decision |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| system | backend | workload | decisions/s | × no-op | p50 | p99 | p99.9 | errors | server CPU ms/1k | Redis CPU ms/1k | server allocs/decision | Redis cmds/decision | Redis round trips/decision | driver CPU ms/1k |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		ratio := "1.00"
 		if r.baseline > 0 {
 			ratio = fmt.Sprintf("%.2f", r.res.rate()/r.baseline)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n",
 			r.system, r.backend, r.w, fmtRate(r.res.rate()), ratio,
 			fmtDur(r.res.P50), fmtDur(r.res.P99), fmtDur(r.res.P999), r.res.Errors,
-			num(r.cpuMs, 1), num(r.redisMs, 1), num(r.allocs, 1), num(r.cmds, 3), num(r.trips, 3))
+			num(r.cpuMs, 1), num(r.redisMs, 1), num(r.allocs, 1), num(r.cmds, 3), num(r.trips, 3), num(r.res.DriverMs, 1))
 	}
 	for _, r := range rows {
 		if r.note != "" {
@@ -33,7 +33,8 @@ func render(rows []row, eng engineResult, took time.Duration) string {
 	b.WriteString("\n\nHow to read it: decisions/s is ShouldRateLimit calls answered per second by a closed loop of callers over 4 gRPC connections; " +
 		"× no-op divides it by a server that answers OK without any work at the same workload, the ceiling of gRPC on this machine. " +
 		"CPU is what the server (and Redis) processes used per 1,000 decisions, from /proc. Round trips are the pipelines Redis read (INFO total_reads_processed): " +
-		"below 1 means the shards batched many decisions into one call.\n")
+		"below 1 means the shards batched many decisions into one call. Driver CPU is what the load driver itself (this program) spent per 1,000 calls: " +
+		"it shares the machine with the server, so the lighter it is the more the figures are the server's.\n")
 	return b.String()
 }
 

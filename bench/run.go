@@ -23,6 +23,7 @@ descriptors:
   - {key: k0, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
   - {key: k1, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
   - {key: k2, rate_limit: {unit: hour, requests_per_unit: 1000000000}}
+  - {key: exact, rate_limit: {unit: hour, requests_per_unit: 10000}}
 `
 
 // rules are sluice's: the same, plus one rule per algorithm of sluice's
@@ -72,18 +73,19 @@ func run(ctx context.Context, f flags) error {
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
-	workloads := []workload{
-		{Callers: 50, Conns: 4, Keys: 1000, Descriptors: 1},
-		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1},
-		{Callers: 50, Conns: 4, Keys: 1, Descriptors: 1},
-		{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1},
-		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 3},
-		// The same load as the 200-caller, 1,000-key row, per algorithm; and
-		// the hot key for the bucket, whose steps are never merged.
-		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "sliding_window"},
-		{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "token_bucket"},
-		{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1, Algo: "token_bucket"},
+	var workloads []workload
+	for _, callers := range []int{10, 50, 200} {
+		for _, shape := range []struct{ keys, desc int }{{1000, 1}, {1, 1}, {1000, 3}} {
+			workloads = append(workloads, workload{Callers: callers, Conns: 4, Keys: shape.keys, Descriptors: shape.desc})
+		}
 	}
+	// The same load as the 200-caller, 1,000-key row, per algorithm; and
+	// the hot key for the bucket, whose steps are never merged.
+	workloads = append(workloads,
+		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "sliding_window"},
+		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "token_bucket"},
+		workload{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1, Algo: "token_bucket"},
+	)
 	warmup := time.Second
 	if f.quick {
 		warmup = 500 * time.Millisecond
@@ -137,6 +139,16 @@ func run(ctx context.Context, f flags) error {
 			return startSluice(f.sluice, work, runtimeRoot, "redis", redis.Addr)
 		}, true},
 	}
+	if f.compare != "" {
+		name := "sluice@" + filepath.Base(f.compare)
+		targets = append(targets,
+			target{name, "memory", func() (*process, error) {
+				return startSluice(f.compare, work, runtimeRoot, "memory", "")
+			}, false},
+			target{name, "redis", func() (*process, error) {
+				return startSluice(f.compare, work, runtimeRoot, "redis", redis.Addr)
+			}, true})
+	}
 	if f.peerAddr != "" {
 		targets = append(targets, target{"peer", "(as configured)", func() (*process, error) {
 			return &process{name: "peer", addr: f.peerAddr}, nil
@@ -177,6 +189,14 @@ func run(ctx context.Context, f flags) error {
 		}
 		p.stop()
 	}
+	var scaleTable string
+	if f.scaleOut {
+		rows, err := scaleOut(ctx, tb, f.sluice, work, runtimeRoot, warmup, f.duration)
+		if err != nil {
+			return fmt.Errorf("scale-out: %w", err)
+		}
+		scaleTable = renderScaleOut(rows)
+	}
 	var odataTable string
 	if f.odata {
 		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50}
@@ -187,7 +207,7 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("odata: %w", err)
 		}
 	}
-	table := render(rows, eng, time.Since(start)) + "\n" + odataTable
+	table := render(rows, eng, time.Since(start)) + "\n" + scaleTable + odataTable
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
@@ -207,11 +227,20 @@ func startNoop(work string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	return startProcess("noop", []string{self, "-noop-serve", addr}, nil, addr, work)
+	dport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr, debug := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", dport)
+	p, err := startProcess("noop", []string{self, "-noop-serve", addr, "-noop-debug", debug}, nil, addr, work)
+	if err != nil {
+		return nil, err
+	}
+	p.debug = debug
+	return p, nil
 }
 
-func startSluice(bin, work, runtimeRoot, backend, redisAddr string) (*process, error) {
+func startSluice(bin, work, runtimeRoot, backend, redisAddr string, extraEnv ...string) (*process, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -227,8 +256,9 @@ func startSluice(bin, work, runtimeRoot, backend, redisAddr string) (*process, e
 		"RUNTIME_ROOT=" + runtimeRoot, "RUNTIME_SUBDIRECTORY=bench", "RUNTIME_WATCH_ROOT=false",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
 	}
+	env = append(env, extraEnv...)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	p, err := startProcess("sluice-"+backend, []string{bin, "ratelimit"}, env, addr, work)
+	p, err := startProcess(fmt.Sprintf("sluice-%s-%d", backend, ports[0]), []string{bin, "ratelimit"}, env, addr, work)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +310,7 @@ func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration
 			s0.mallocs, _ = mallocs(p.debug)
 		}
 	})
-	res, err := drive(p.addr, w, warmup, d)
+	res, err := drive([]string{p.addr}, w, warmup, d)
 	timer.Stop()
 	if err != nil {
 		return row{}, err

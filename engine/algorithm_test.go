@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +212,52 @@ func TestAlgorithmsQuotaModeAndLocalCache(t *testing.T) {
 		// In the window's own minute the count only grows: until its end, 56 s.
 		if got := lc.m["algo_sw_x_1795313460"]; got != 56*time.Second {
 			t.Fatalf("cache %v", lc.m)
+		}
+	})
+}
+
+// FuzzAlgorithmDecisions: any rule and request numbers decide without a
+// panic or an overflow: a token bucket never reports more tokens left than
+// it holds, and admits nothing larger than its burst.
+func FuzzAlgorithmDecisions(f *testing.F) {
+	f.Add(uint8(2), uint32(2), uint32(4), uint8(1), uint64(1), int64(300e6))
+	f.Add(uint8(2), uint32(0), uint32(0), uint8(6), uint64(0), int64(0))
+	f.Add(uint8(2), uint32(4e9), uint32(4e9), uint8(6), uint64(1<<63), int64(-1))
+	f.Add(uint8(1), uint32(1), uint32(0), uint8(5), uint64(1<<40), int64(1e15))
+	f.Fuzz(func(t *testing.T, algo uint8, rpu, burst uint32, unit uint8, hits uint64, advance int64) {
+		a := engine.Algorithm(algo % 3)
+		rl := &engine.RateLimitConfig{Unit: engine.Unit(1 + unit%7).String(), RequestsPerUnit: rpu, Algorithm: a.String()}
+		if a == engine.TokenBucket {
+			rl.Burst = burst
+		}
+		cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f", Domain: &engine.DomainConfig{Domain: "d",
+			Descriptors: []engine.DescriptorConfig{{Key: "k", RateLimit: rl}}}}}, engine.ConfigOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx := newFixture(t, nil)
+		fx.svc.SetConfig(cfg)
+		for range 3 {
+			r := req("d", kv("k", "v"))
+			r.Descriptors[0].HitsAddend = &hits
+			resp, err := fx.svc.ShouldRateLimit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := resp.Statuses[0]
+			if a == engine.TokenBucket {
+				cap := uint64(burst)
+				if cap == 0 || rpu == 0 {
+					cap = uint64(rpu)
+				}
+				if uint64(st.LimitRemaining) > cap || st.Code == engine.CodeOK && hits > cap {
+					t.Fatalf("bucket rpu %d burst %d hits %d: %+v", rpu, burst, hits, st)
+				}
+			}
+			if st.DurationUntilReset < 0 {
+				t.Fatalf("negative reset %+v", st)
+			}
+			fx.clock.Add(time.Duration(advance % int64(365*24*time.Hour)))
 		}
 	})
 }

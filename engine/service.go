@@ -22,6 +22,13 @@ type Counter interface {
 	Increment(ctx context.Context, ops []Increment) error
 }
 
+// WaitBounder is implemented by Counters that answer every Increment within
+// WaitBound by themselves; the engine then sets no deadline of its own when
+// that bound is within its Timeout (a timer and a context fewer per decision).
+type WaitBounder interface {
+	WaitBound() time.Duration
+}
+
 // OverLimitCache remembers keys that went over their limit, until their window
 // ends, so they are answered without a backend call (LOCAL_CACHE_SIZE_IN_BYTES).
 type OverLimitCache interface {
@@ -170,6 +177,13 @@ type limitInfo struct {
 	limitN uint64
 }
 
+// decision is the memory of a request with up to three descriptors.
+type decision struct {
+	resp     Response
+	statuses [3]DescriptorStatus
+	ops      [3]Increment
+}
+
 // ShouldRateLimit decides one request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
 	if req.Domain == "" {
@@ -192,7 +206,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		}
 	}
 
-	infos := make([]limitInfo, len(req.Descriptors))
+	// A typical request has one to three descriptors: its working state lives
+	// on the stack, and its response and counter operations share one allocation.
+	var infoBuf [4]limitInfo
+	var infos []limitInfo
+	if len(req.Descriptors) <= len(infoBuf) {
+		infos = infoBuf[:len(req.Descriptors)]
+	} else {
+		infos = make([]limitInfo, len(req.Descriptors))
+	}
+	var d *decision
+	if len(infos) <= len(d.ops) {
+		d = new(decision)
+	}
 	for i := range req.Descriptors {
 		m, found := cfg.getLimit(req.Domain, &req.Descriptors[i])
 		if !found {
@@ -206,7 +232,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 
 	now := s.o.Clock()
 	unix := now.Unix()
-	ops := make([]Increment, 0, len(infos))
+	var ops []Increment
+	if d != nil {
+		ops = d.ops[:0:len(infos)]
+	} else {
+		ops = make([]Increment, 0, len(infos))
+	}
 	for i := range infos {
 		in := &infos[i]
 		l := in.m.limit
@@ -259,7 +290,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		}
 	}
 
-	resp := &Response{Statuses: make([]DescriptorStatus, len(infos))}
+	var resp *Response
+	if d != nil {
+		resp = &d.resp
+		resp.Statuses = d.statuses[:len(infos):len(infos)]
+	} else {
+		resp = &Response{Statuses: make([]DescriptorStatus, len(infos))}
+	}
 	var failedRL, failedQuota, totalQuota int
 	for i := range infos {
 		st := s.decide(&infos[i], now)
@@ -300,7 +337,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment, now time.Time) error {
 	// Envoy sends its own (shorter) deadline with every call; only bound the
 	// wait ourselves when the caller did not, which saves a timer per decision.
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.o.Timeout {
+	bounded := false
+	if wb, ok := s.o.Counter.(WaitBounder); ok {
+		bounded = wb.WaitBound() <= s.o.Timeout
+	}
+	if dl, ok := ctx.Deadline(); !bounded && (!ok || time.Until(dl) > s.o.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
 		defer cancel()

@@ -401,3 +401,41 @@ func TestContextDeadlineBoundsTheWait(t *testing.T) {
 type counterFunc func(context.Context, []engine.Increment) error
 
 func (f counterFunc) Increment(ctx context.Context, ops []engine.Increment) error { return f(ctx, ops) }
+
+// deadlineCounter records whether the engine gave its calls a deadline.
+type deadlineCounter struct {
+	backendCounter
+	bound       time.Duration
+	hadDeadline bool
+}
+
+func (c *deadlineCounter) WaitBound() time.Duration { return c.bound }
+func (c *deadlineCounter) Increment(ctx context.Context, ops []engine.Increment) error {
+	_, c.hadDeadline = ctx.Deadline()
+	return c.backendCounter.Increment(ctx, ops)
+}
+
+// TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait: a counter that answers
+// within the engine's timeout by itself (the actors Router) gets no deadline
+// (no timer per decision); one that might wait longer does.
+func TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait(t *testing.T) {
+	for _, tc := range []struct {
+		bound        time.Duration
+		wantDeadline bool
+	}{
+		{time.Second, false},
+		{500 * time.Millisecond, false},
+		{2 * time.Second, true},
+	} {
+		var dc *deadlineCounter
+		f := newFixture(t, func(o *engine.Options) {
+			dc = &deadlineCounter{backendCounter: backendCounter{b: newMemory(&clock{t: t0})}, bound: tc.bound}
+			o.Counter = dc
+			o.Timeout = time.Second
+		}, "probe.yaml")
+		f.do(t, req("probe", kv("k", "two")))
+		if dc.calls != 1 || dc.hadDeadline != tc.wantDeadline {
+			t.Errorf("bound %v: %d calls, deadline %v, want %v", tc.bound, dc.calls, dc.hadDeadline, tc.wantDeadline)
+		}
+	}
+}

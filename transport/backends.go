@@ -24,6 +24,9 @@ type backends struct {
 	// window and keysPerCall shape the shards' batches (pipeline window and limit).
 	window      time.Duration
 	keysPerCall int
+	// conns is how many calls the store takes at once without queueing for a
+	// connection (per node); 0 for inline stores.
+	conns int
 
 	mu     sync.Mutex
 	owned  []engine.Backend
@@ -98,6 +101,10 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 			b.health = append(b.health, sec)
 		}
 		b.window, b.keysPerCall = s.Backend.Redis.PipelineWindow, s.Backend.Redis.PipelineLimit/2
+		b.conns = s.Backend.Redis.Options.PoolSize
+		if s.Backend.PerSecond {
+			b.conns = min(b.conns, s.Backend.RedisPerSecond.Options.PoolSize)
+		}
 		return b, nil
 	case "memcache":
 		o := s.Backend.Memcache
@@ -109,6 +116,9 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 		b.own(mc)
 		b.main = func(int) engine.Backend { return mc }
 		b.validator = mc
+		// gomemcache closes connections beyond the idle limit after each use,
+		// so more calls than that would churn connections.
+		b.conns = o.MaxIdleConns
 		b.health = append(b.health, mc) // the reference's memcache health is stuck; ours follows the nodes
 		return b, nil
 	}

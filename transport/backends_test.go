@@ -96,11 +96,11 @@ func TestPerSecondRedis(t *testing.T) {
 	}
 }
 
-// exactness runs the 20,000-on-10,000 check through a server's engine.
-func exactness(t *testing.T, h *harness, keys int) {
+// exactness runs the 20,000-on-10,000 check through the engines of servers
+// that share their counters, decision i on server i % len(hs).
+func exactness(t *testing.T, keys int, hs ...*harness) {
 	t.Helper()
 	const total, limit = 20000, 10000
-	svc := h.srv.Engine()
 	okPerKey := make([]atomic.Int64, keys)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 200)
@@ -112,7 +112,7 @@ func exactness(t *testing.T, h *harness, keys int) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			k := i % keys
-			resp, err := svc.ShouldRateLimit(context.Background(), &engine.Request{Domain: "x",
+			resp, err := hs[i%len(hs)].srv.Engine().ShouldRateLimit(context.Background(), &engine.Request{Domain: "x",
 				Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "k", Value: fmt.Sprint(k)}}}}})
 			if err != nil {
 				if failed.Add(1) == 1 {
@@ -163,11 +163,54 @@ func TestExactnessOnRedis(t *testing.T) {
 		t.Run(tp.name, func(t *testing.T) {
 			env := tp.env(t)
 			env["BACKEND_TYPE"] = "redis"
+			// Counts are the point here, not latency: under -race on a shared
+			// machine a decision may wait longer than the default second.
+			env["SLUICE_BACKEND_TIMEOUT"] = "30s"
 			for _, keys := range []int{1, 1000} {
 				env["CACHE_KEY_PREFIX"] = fmt.Sprintf("run%d:", keys) // each round its own counters
 				h := start(t, env, exactRules(keys))
-				exactness(t, h, keys)
+				exactness(t, keys, h)
 				h.stop(t)
+			}
+		})
+	}
+}
+
+// TestExactnessAcrossReplicas: replicas sharing one Redis, or one Redis
+// Cluster, hand out exactly the limit between them: 20,000 concurrent
+// decisions on a limit of 10,000 spread over the replicas give 10,000 OK.
+func TestExactnessAcrossReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis and a Redis Cluster")
+	}
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		env      func(t *testing.T) map[string]string
+	}{
+		{"2 replicas, one redis", 2, func(t *testing.T) map[string]string {
+			r := testenv.StartRedis(t, testenv.RedisOptions{})
+			return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr}
+		}},
+		{"3 replicas, 3-primary cluster", 3, func(t *testing.T) map[string]string {
+			c := testenv.StartRedisCluster(t, 3)
+			return map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(c.Addrs, ",")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tc.env(t)
+			env["BACKEND_TYPE"] = "redis"
+			env["SLUICE_BACKEND_TIMEOUT"] = "30s" // as in TestExactnessOnRedis
+			for _, keys := range []int{1, 1000} {
+				env["CACHE_KEY_PREFIX"] = fmt.Sprintf("run%d:", keys)
+				var hs []*harness
+				for i := 0; i < tc.replicas; i++ {
+					hs = append(hs, start(t, env, exactRules(keys)))
+				}
+				exactness(t, keys, hs...)
+				for _, h := range hs {
+					h.stop(t)
+				}
 			}
 		})
 	}

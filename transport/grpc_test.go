@@ -272,7 +272,7 @@ func TestGracefulStopAnswersInFlight(t *testing.T) {
 func TestExactness(t *testing.T) {
 	for _, keys := range []int{1, 1000} {
 		t.Run(fmt.Sprint(keys, " keys"), func(t *testing.T) {
-			exactness(t, start(t, nil, exactRules(keys)), keys)
+			exactness(t, keys, start(t, nil, exactRules(keys)))
 		})
 	}
 }

@@ -3,8 +3,10 @@ package transport
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,7 +22,19 @@ type Decider interface {
 type rlsServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	decider Decider
-	errs    *errorLog
+	log     *slog.Logger
+	errs    *errorLog // failed decisions, one line per interval
+	// info and handler are what the hand-coded handler gives interceptors,
+	// made once instead of per call.
+	info    *grpc.UnaryServerInfo
+	handler grpc.UnaryHandler
+}
+
+func newRLSServer(d Decider, log *slog.Logger, errs *errorLog) *rlsServer {
+	s := &rlsServer{decider: d, log: log, errs: errs}
+	s.info = &grpc.UnaryServerInfo{Server: s, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	s.handler = func(ctx context.Context, req any) (any, error) { return s.wireDecide(ctx, req.(*wireRequest)) }
+	return s
 }
 
 // ShouldRateLimit implements the RLS v3 call. Errors keep the reference's

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -118,15 +117,15 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 
 	shards := s.Limiter.Shards
 	if shards == 0 && s.Backend.Type != "memory" {
-		// With one call in flight per shard, the shard count is the backend's
-		// concurrency: fewer shards make bigger batches and fewer round trips,
-		// and a network backend's latency hides the lost parallelism.
+		// Fewer shards make bigger batches and fewer round trips; a network
+		// backend's latency hides the lost parallelism.
 		shards = runtime.GOMAXPROCS(0)
 	}
 	router, err := actors.New(actors.Options{
 		Shards:      shards,
 		Backend:     back.main,
 		PerSecond:   back.perSecond,
+		MaxInFlight: maxInFlight(s.Limiter.MaxInFlight, back.conns, shards),
 		CallTimeout: s.Limiter.BackendTimeout,
 		// The reference's pipeline variables bound a shard's batches.
 		PipelineWindow: back.window,
@@ -343,6 +342,19 @@ func (s *Server) shutdown() {
 	}
 }
 
+// maxInFlight is how many backend calls one shard may have outstanding: the
+// configured value, or the connection pool shared out among the shards, so a
+// decision at low load is sent at once and calls never queue for a connection.
+func maxInFlight(configured, conns, shards int) int {
+	if configured > 0 {
+		return configured
+	}
+	if conns <= 0 || shards <= 0 {
+		return 1
+	}
+	return max(1, conns/shards)
+}
+
 func (s *Server) newGRPCServer() *grpc.Server {
 	l := s.s.Listen
 	opts := []grpc.ServerOption{
@@ -351,10 +363,13 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		}),
 		grpc.ChainUnaryInterceptor(s.statsInterceptor),
+		// RLS messages are coded by hand (wire.go); the rest by protobuf.
+		grpc.ForceServerCodecV2(newRLSCodec()),
 	}
 	opts = append(opts, s.o.GRPCServerOptions...)
 	g := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(g, &rlsServer{decider: s.decider(), errs: s.errs})
+	rls := newRLSServer(s.decider(), s.log, s.errs)
+	g.RegisterService(rls.serviceDesc(), rls)
 	healthpb.RegisterHealthServer(g, s.ghs)
 	return g
 }

@@ -144,10 +144,11 @@ type LimiterSettings struct {
 	QuotaMode            bool
 	DynamicMetadata      bool
 	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
+	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
+	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards
 	// StatsMaxDynamic bounds the statistics names requests create (unknown
 	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
 	StatsMaxDynamic int
-	Shards          int // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
 }
 
 // BackendSettings choose and configure the counter store.
@@ -250,6 +251,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		BackendTimeout:  e.Duration("SLUICE_BACKEND_TIMEOUT", time.Second),
 		StatsMaxDynamic: e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
 		Shards:          e.Int("SLUICE_SHARDS", 0),
+		MaxInFlight:     e.Int("SLUICE_MAX_IN_FLIGHT", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
 	s.Backend.Memory = MemorySettings{
@@ -398,6 +400,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
+	}
+	if s.Limiter.Shards < 0 || s.Limiter.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_SHARDS (%d) and SLUICE_MAX_IN_FLIGHT (%d) must not be negative", s.Limiter.Shards, s.Limiter.MaxInFlight))
 	}
 	errs = append(errs, s.validateOps()...)
 	return errors.Join(errs...)
