@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/sluice
 RUNDIR  := var/run
 
-.PHONY: build run test test-deps test-stress bench bench-full bench-readme lint clean
+.PHONY: build run test test-deps test-npm test-stress bench bench-full bench-readme lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -20,9 +20,20 @@ run: build
 test-deps:
 	@scripts/test-deps.sh
 
+# The generic OData client from npm that odata/npmclient_test.go drives,
+# pinned by its package-lock.json; installed once. Without npm the test
+# skips loudly (and fails under SLUICE_REQUIRE_SERVERS=1).
+NPM_CLIENT := odata/testdata/npmclient
+test-npm:
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "test-npm: npm is not installed: the generic OData client test cannot run" >&2; \
+	elif [ ! -f $(NPM_CLIENT)/node_modules/ts-odatajs/package.json ]; then \
+	  cd $(NPM_CLIENT) && npm ci --no-audit --no-fund; \
+	fi
+
 # Every test, with the race detector, against real servers (a missing server
 # fails instead of skipping).
-test: test-deps
+test: test-deps test-npm
 	SLUICE_REQUIRE_SERVERS=1 $(GO) test -race -timeout 30m ./...
 
 # The suite again while busy loops (2 per CPU, each ended after 30 min at the

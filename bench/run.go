@@ -199,9 +199,9 @@ func run(ctx context.Context, f flags) error {
 	}
 	var odataTable string
 	if f.odata {
-		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50}
+		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50, codingRuns: 20}
 		if f.quick {
-			sz = odataSizes{rows: 200_000, pages: 20, passes: 3, clientPages: 5}
+			sz = odataSizes{rows: 200_000, pages: 20, passes: 3, clientPages: 5, codingRuns: 8}
 		}
 		if odataTable, err = benchOData(ctx, tb, f.sluice, work, sz); err != nil {
 			return fmt.Errorf("odata: %w", err)

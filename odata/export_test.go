@@ -1,7 +1,19 @@
 package odata
 
-import "github.com/sluicehq/sluice/engine"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
 
 // LocalLimiterService exposes the engine behind a LocalLimiter, so a test
 // can serve the same rule over gRPC as a remote rate limit service.
 func LocalLimiterService(l *LocalLimiter) *engine.Service { return l.svc }
+
+// SetAccessLogClock replaces the clock of a server's access-log budget, so
+// a test can hold time still during a flood and then move it.
+func SetAccessLogClock(s *Server, now func() time.Time) {
+	s.access.mu.Lock()
+	s.access.now, s.access.last = now, now()
+	s.access.mu.Unlock()
+}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+	brotli "github.com/molecule-man/go-brrr"
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -159,14 +161,7 @@ func do(t *testing.T, c *http.Client, method, url string, headers ...string) res
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
-	var r io.Reader = resp.Body
-	if resp.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = zr
-	}
+	r := decodeBody(t, resp.Header.Get("Content-Encoding"), resp.Body)
 	body, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatalf("%s %s: reading body: %v", method, url, err)
@@ -585,4 +580,31 @@ func datasetRow(d *sqlstore.Dataset) map[string]any {
 		"TopicCategoryCode": arr(d.TopicCategoryCode), "Keywords": arr(d.Keywords),
 		"CreateTimestamp": d.CreateTimestamp, "PublishedTimestamp": d.PublishedTimestamp, "TemporalExtent": extent,
 	}
+}
+
+// decodeBody undoes one content coding, as a client does; an unknown
+// coding fails the test.
+func decodeBody(t *testing.T, coding string, body io.Reader) io.Reader {
+	t.Helper()
+	switch coding {
+	case "":
+		return body
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return zr
+	case "br":
+		return brotli.NewReader(body)
+	case "zstd":
+		zr, err := zstd.NewReader(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(zr.Close)
+		return zr
+	}
+	t.Fatalf("unexpected Content-Encoding %q", coding)
+	return nil
 }

@@ -31,9 +31,12 @@ type Options struct {
 	StallTimeout time.Duration
 	// Gzip answers gzip to clients that accept it.
 	Gzip bool
-	// Brotli answers br to clients that accept it. Off by default: clients
-	// send Accept-Encoding: br without always being able to decode it.
+	// Brotli answers br to clients that accept it (on by default: the
+	// Python, JavaScript and shell clients advertise br, and brotli's level
+	// 3 costs less CPU than gzip's default for a smaller page).
 	Brotli bool
+	// Zstd answers zstd to clients that accept it.
+	Zstd bool
 	// CORSOrigins are the browser origins (scheme://host[:port]) allowed to
 	// call without a key; "*" is not accepted, origins are listed.
 	CORSOrigins []string
@@ -45,10 +48,18 @@ type Options struct {
 	FailOpen bool
 	// Logger receives request failures; nil discards them.
 	Logger *slog.Logger
+	// AccessLog receives one line per request (status, method, path and
+	// query, caller as key id or origin — never the secret —, rows, bytes,
+	// duration); nil: no access log.
+	AccessLog *slog.Logger
+	// AccessLogPerSecond bounds the access log: at most this many lines a
+	// second on average (bursts of as many); the lines over it are counted
+	// and the count is written on the next line as "suppressed".
+	AccessLogPerSecond int
 }
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
-// a 64 MiB page cap, a 30 s budget, gzip on, brotli off, sequential
+// a 64 MiB page cap, a 30 s budget, br, zstd and gzip on, sequential
 // requests per key.
 func DefaultOptions() Options {
 	return Options{
@@ -58,8 +69,12 @@ func DefaultOptions() Options {
 		QueryTimeout: 30 * time.Second,
 		StallTimeout: 60 * time.Second,
 		Gzip:         true,
+		Brotli:       true,
+		Zstd:         true,
 		Sequential:   true,
 		FailOpen:     true,
+
+		AccessLogPerSecond: 100,
 	}
 }
 
@@ -74,6 +89,8 @@ func (o Options) Validate() error {
 		return errors.New("odata: QueryTimeout must be positive")
 	case o.StallTimeout <= 0:
 		return errors.New("odata: StallTimeout must be positive")
+	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
+		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}
 	if o.PublicURL != "" {
 		u, err := url.Parse(o.PublicURL)

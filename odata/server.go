@@ -13,10 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-	brotli "github.com/molecule-man/go-brrr"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/odata/query"
@@ -32,7 +31,10 @@ type Server struct {
 	log     *slog.Logger
 	origins map[string]bool
 	leases  *leases
+	access  *accessLog // nil without Options.AccessLog
 	http    *fasthttp.Server
+	// csdlXML and csdlJSON are the $metadata documents, built once.
+	csdlXML, csdlJSON []byte
 
 	// base is canceled by a forced shutdown: it ends database work still
 	// running for responses that did not finish in time.
@@ -60,13 +62,15 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, store: store, keys: keys, limiter: limiter, log: log,
-		origins: map[string]bool{}, leases: newLeases(), conns: map[*stallConn]struct{}{}}
+		origins: map[string]bool{}, leases: newLeases(), conns: map[*stallConn]struct{}{},
+		csdlXML: metadataXML(), csdlJSON: metadataJSON(),
+		access: newAccessLog(opts.AccessLog, opts.AccessLogPerSecond, nil)}
 	for _, o := range opts.CORSOrigins {
 		s.origins[strings.ToLower(o)] = true
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.http = &fasthttp.Server{
-		Handler:                      s.handle,
+		Handler:                      s.handleLogged,
 		Name:                         "sluice",
 		ReadTimeout:                  30 * time.Second,
 		IdleTimeout:                  90 * time.Second,
@@ -170,35 +174,80 @@ const controlTimeout = 10 * time.Second
 
 var (
 	jsonType      = "application/json; charset=utf-8"
+	csvType       = "text/csv; charset=utf-8; header=present"
 	bodyNullMsg   = []byte(`{"message":null}`)
 	bodyUnauth    = []byte(`{"message":"Unauthorized"}`)
 	bodyForbidden = []byte(`{"message":"Forbidden"}`)
 	bodyTooMany   = []byte(`{"message":"Too Many Requests"}`)
 )
 
-func (s *Server) route(path []byte) (coll *query.Collection, isRoot, ok bool) {
-	rest, found := bytes.CutPrefix(path, []byte(s.opts.Root))
-	if !found {
-		return nil, false, false
-	}
-	if len(rest) == 0 || string(rest) == "/" {
-		return nil, true, true
-	}
-	if rest[0] != '/' {
-		return nil, false, false
-	}
-	c, ok := query.Collections[string(rest[1:])]
-	return c, false, ok
+// targetKind is what a path under Root names.
+type targetKind uint8
+
+const (
+	targetCollection targetKind = iota // /Observations
+	targetRoot                         // / (the service document)
+	targetMetadata                     // /$metadata
+	targetCount                        // /Observations/$count
+	targetEntity                       // /Observations(1), /Metadata('<uuid>')
+)
+
+type target struct {
+	kind targetKind
+	coll *query.Collection
+	key  string // targetEntity: the text between the parentheses
 }
 
-func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	coll, isRoot, ok := s.route(ctx.Path())
+func (s *Server) route(path []byte) (target, bool) {
+	rest, found := bytes.CutPrefix(path, []byte(s.opts.Root))
+	if !found {
+		return target{}, false
+	}
+	if len(rest) == 0 || string(rest) == "/" {
+		return target{kind: targetRoot}, true
+	}
+	if rest[0] != '/' {
+		return target{}, false
+	}
+	seg := string(rest[1:])
+	if seg == "$metadata" {
+		return target{kind: targetMetadata}, true
+	}
+	t := target{kind: targetCollection}
+	if name, ok := strings.CutSuffix(seg, "/$count"); ok {
+		t.kind, seg = targetCount, name
+	} else if open := strings.IndexByte(seg, '('); open > 0 && strings.HasSuffix(seg, ")") {
+		t.kind, t.key, seg = targetEntity, seg[open+1:len(seg)-1], seg[:open]
+	}
+	c, ok := query.Collections[seg]
+	t.coll = c
+	return t, ok
+}
+
+// handleLogged handles a request and writes its access-log line; a page
+// streamed after the handler returns is logged when its body closes.
+func (s *Server) handleLogged(ctx *fasthttp.RequestCtx) {
+	if s.access == nil {
+		s.handle(ctx, &accessRecord{})
+		return
+	}
+	rec := newAccessRecord(ctx)
+	s.handle(ctx, &rec)
+	if _, streamed := ctx.Response.BodyStream().(*pageBody); streamed {
+		return
+	}
+	s.access.write(&rec, ctx.Response.StatusCode(), int64(len(ctx.Response.Body())))
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
+	ctx.Response.Header.Set("OData-Version", "4.0")
+	t, ok := s.route(ctx.Path())
 	origin := string(ctx.Request.Header.Peek("Origin"))
 	browser := origin != "" && s.origins[strings.ToLower(origin)]
 	if browser {
 		h := &ctx.Response.Header
 		h.Set("Access-Control-Allow-Origin", origin)
-		h.Set("Access-Control-Expose-Headers", "Link, Retry-After")
+		h.Set("Access-Control-Expose-Headers", "Link, Retry-After, OData-Version")
 		h.Add("Vary", "Origin")
 	}
 	if !ok {
@@ -226,6 +275,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	rec.caller = caller
 	if s.opts.Sequential {
 		if !s.leases.acquire(caller) {
 			s.tooMany(ctx, time.Second)
@@ -242,21 +292,39 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
-	if isRoot {
+	switch t.kind {
+	case targetRoot:
 		s.serviceDocument(ctx)
 		return
-	}
-	q, err := query.Parse(coll, params)
-	if err != nil {
-		var qe *query.Error
-		if errors.As(err, &qe) {
-			s.fail(ctx, fasthttp.StatusBadRequest, qe.Detail)
-			return
+	case targetMetadata:
+		s.metadata(ctx, params)
+		return
+	case targetEntity:
+		if s.entity(ctx, t, params) {
+			rec.rows = 1
 		}
-		s.internal(ctx, err)
 		return
 	}
-	streaming = s.serve(ctx, q, caller)
+	q, err := query.Parse(t.coll, params)
+	if err != nil {
+		s.badQuery(ctx, err)
+		return
+	}
+	if t.kind == targetCount {
+		s.countOnly(ctx, q)
+		return
+	}
+	streaming = s.serve(ctx, q, caller, rec)
+}
+
+// badQuery answers an error of query.Parse: 400 naming what is wrong.
+func (s *Server) badQuery(ctx *fasthttp.RequestCtx, err error) {
+	var qe *query.Error
+	if errors.As(err, &qe) {
+		s.fail(ctx, fasthttp.StatusBadRequest, qe.Detail)
+		return
+	}
+	s.internal(ctx, err)
 }
 
 // authenticate identifies the caller by API key, or by an allowed browser
@@ -337,7 +405,13 @@ func (s *Server) options(ctx *fasthttp.RequestCtx, origin string, browser bool) 
 }
 
 func (s *Server) serviceDocument(ctx *fasthttp.RequestCtx) {
-	b := []byte(`{"value":[`)
+	b := []byte(`{`)
+	if metadataLevel(ctx) != metadataNone {
+		b = append(b, `"@odata.context":`...)
+		b = appendJSONString(b, string(s.appendServiceRoot(nil, ctx))+"/$metadata")
+		b = append(b, ',')
+	}
+	b = append(b, `"value":[`...)
 	for i, name := range []string{"Metadata", "Locations", "Observations", "Records"} {
 		if i > 0 {
 			b = append(b, ',')
@@ -386,18 +460,29 @@ func (s *Server) dbFailed(ctx *fasthttp.RequestCtx, budget context.Context, err 
 
 // serve answers a valid query. It returns true when a body stream was
 // started, which then owns the caller's lease.
-func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) bool {
+func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, rec *accessRecord) bool {
 	budget, cancelBudget := context.WithTimeout(s.base, s.opts.QueryTimeout)
 	defer cancelBudget()
+	level := metadataLevel(ctx)
+	csv := wantsCSV(ctx, q)
+	var count []byte // an OData client's "@odata.count":n,
 	if q.Count {
 		n, err := s.store.Count(budget, q)
 		if err != nil {
 			s.dbFailed(ctx, budget, err)
 			return false
 		}
-		b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
-		s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
-		return false
+		if level != metadataMinimal || csv {
+			// DataStream's form: the count as a string, no rows (the
+			// Python client crashes on anything else).
+			b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
+			s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
+			return false
+		}
+		// A client that announced OData gets the standard inline count
+		// beside the rows.
+		count = strconv.AppendInt(append(count, `"@odata.count":`...), n, 10)
+		count = append(count, ',')
 	}
 	page, err := s.store.Probe(budget, q)
 	if err != nil {
@@ -408,7 +493,20 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) 
 	if page.More {
 		link = s.nextLink(ctx, q, page.Last)
 	}
-	if tooBig, err := s.overCap(budget, q, page, len(link)); err != nil {
+	var head []byte // what precedes the rows
+	if csv {
+		head = appendCSVHeader(nil, q)
+	} else {
+		head = append(head, '{')
+		if level == metadataMinimal {
+			head = append(head, `"@odata.context":`...)
+			head = appendJSONString(head, string(s.contextURL(ctx, q, "")))
+			head = append(head, ',')
+		}
+		head = append(head, count...)
+		head = append(head, `"value":[`...)
+	}
+	if tooBig, err := s.overCap(budget, q, page, len(link)+len(head)); err != nil {
 		s.dbFailed(ctx, budget, err)
 		return false
 	} else if tooBig {
@@ -418,7 +516,14 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) 
 	}
 
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentType(jsonType)
+	if csv {
+		ctx.SetContentType(csvType)
+	} else {
+		ctx.SetContentType(jsonType)
+	}
+	// The format follows Accept and the coding Accept-Encoding, also
+	// for HEAD, so caches keep the variants apart.
+	ctx.Response.Header.Add("Vary", "Accept, Accept-Encoding")
 	if link != nil {
 		ctx.Response.Header.Set("Link", "<"+string(link)+`>; rel="next"`)
 	}
@@ -450,8 +555,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string) 
 	if enc != "" {
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
-	ctx.Response.Header.Add("Vary", "Accept-Encoding")
-	body := &pageBody{s: s, q: q, cur: cur, link: link, enc: enc, cancel: cancelStream}
+	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, rec: *rec}
 	if s.opts.Sequential {
 		body.caller = caller
 	}
@@ -469,10 +573,17 @@ type pageBody struct {
 	s      *Server
 	q      *query.Query
 	cur    query.Cursor
+	head   []byte // the body before the first row
+	csv    bool   // rows as CSV lines; the link goes only in the Link header
 	link   []byte
 	enc    string
 	caller string // the lease to release, when Sequential
 	cancel context.CancelFunc
+	rec    accessRecord
+	// rows and sent (body bytes after compression) are counted while
+	// streaming, for the access log; atomic because the Read path streams
+	// on its own goroutine.
+	rows, sent atomic.Int64
 
 	once sync.Once
 	pr   *io.PipeReader // only when fasthttp reads instead of WriteTo
@@ -483,7 +594,8 @@ func (b *pageBody) SupportsBodyWriteTo() bool { return true }
 
 func (b *pageBody) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
-	err := b.s.stream(cw, b.enc, b.q, b.cur, b.link)
+	err := b.s.stream(cw, b.enc, b)
+	b.sent.Store(cw.n)
 	if err != nil {
 		b.s.log.Info("odata: response cut short", "collection", b.q.Collection.Name, "err", err)
 	}
@@ -515,6 +627,8 @@ func (b *pageBody) Close() error {
 		if b.caller != "" {
 			b.s.leases.release(b.caller)
 		}
+		b.rec.rows = b.rows.Load()
+		b.s.access.write(&b.rec, fasthttp.StatusOK, b.sent.Load())
 		b.s.streams.Done()
 	})
 	return nil
@@ -560,7 +674,17 @@ func rowOverhead(q *query.Query) int64 {
 }
 
 func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.Key) []byte {
-	var b []byte
+	b := s.appendServiceRoot(nil, ctx)
+	b = append(b, '/')
+	b = append(b, q.Collection.Name...)
+	b = append(b, '?')
+	return q.AppendNextQuery(b, last)
+}
+
+// appendServiceRoot appends the absolute URL of Root: from PublicURL, or
+// else the request's Host (https when the request came over TLS or
+// X-Forwarded-Proto says so).
+func (s *Server) appendServiceRoot(b []byte, ctx *fasthttp.RequestCtx) []byte {
 	if s.opts.PublicURL != "" {
 		b = append(b, strings.TrimSuffix(s.opts.PublicURL, "/")...)
 	} else {
@@ -571,45 +695,12 @@ func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.K
 		b = append(b, scheme...)
 		b = append(b, ctx.Host()...)
 	}
-	b = append(b, s.opts.Root...)
-	b = append(b, '/')
-	b = append(b, q.Collection.Name...)
-	b = append(b, '?')
-	return q.AppendNextQuery(b, last)
+	return append(b, s.opts.Root...)
 }
 
-// encoding picks the response coding from Accept-Encoding: br when enabled,
-// else gzip, else identity ("").
+// encoding picks the response coding from Accept-Encoding.
 func (s *Server) encoding(ctx *fasthttp.RequestCtx) string {
-	accept := string(ctx.Request.Header.Peek("Accept-Encoding"))
-	if accept == "" {
-		return ""
-	}
-	var br, gz bool
-	for _, part := range strings.Split(accept, ",") {
-		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		name = strings.ToLower(strings.TrimSpace(name))
-		if q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q="); ok {
-			if v, err := strconv.ParseFloat(q, 64); err == nil && v == 0 {
-				continue
-			}
-		}
-		switch name {
-		case "br":
-			br = true
-		case "gzip", "x-gzip":
-			gz = true
-		case "*":
-			gz = true
-		}
-	}
-	switch {
-	case br && s.opts.Brotli:
-		return "br"
-	case gz && s.opts.Gzip:
-		return "gzip"
-	}
-	return ""
+	return s.opts.negotiate(string(ctx.Request.Header.Peek("Accept-Encoding")))
 }
 
 // flushEvery is how much encoded JSON is collected before it is written:
@@ -621,38 +712,33 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, flushEvery+4096);
 // stream writes the body: rows as the cursor yields them, then the link.
 // Uncompressed JSON goes out in writes of about flushEvery bytes (one chunk
 // each); compressed output is gathered to the same size first.
-func (s *Server) stream(w io.Writer, enc string, q *query.Query, cur query.Cursor, link []byte) error {
+func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
+	q, cur, link := b.q, b.cur, b.link
 	out := w
 	var zbuf *bufio.Writer
-	var closer interface {
-		io.Writer
-		Close() error
-	}
-	if enc != "" {
+	var closer compressor
+	if enc != codingIdentity {
 		zbuf = bufio.NewWriterSize(w, flushEvery)
-		switch enc {
-		case "gzip":
-			zw, _ := gzip.NewWriterLevel(zbuf, gzip.BestSpeed) // the level is valid
-			out, closer = zw, zw
-		case "br":
-			bw, err := brotli.NewWriter(zbuf, 4)
-			if err != nil {
-				return err
-			}
-			out, closer = bw, bw
-		}
+		closer = getCompressor(enc, zbuf)
+		defer putCompressor(enc, closer)
+		out = closer
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	buf := append((*bp)[:0], `{"value":[`...)
+	buf := append((*bp)[:0], b.head...)
 	keys := fieldKeys(q)
 	first := true
 	for cur.Next() {
-		if !first {
-			buf = append(buf, ',')
+		b.rows.Add(1)
+		switch {
+		case b.csv:
+			buf = appendCSVRow(buf, q, cur.Values())
+		case first:
+			buf = appendRow(buf, q, keys, cur.Values())
+		default:
+			buf = appendRow(append(buf, ','), q, keys, cur.Values())
 		}
 		first = false
-		buf = appendRow(buf, q, keys, cur.Values())
 		if len(buf) >= flushEvery {
 			if _, err := out.Write(buf); err != nil {
 				return err
@@ -662,16 +748,20 @@ func (s *Server) stream(w io.Writer, enc string, q *query.Query, cur query.Curso
 	}
 	if err := cur.Err(); err != nil {
 		// Headers are gone: end without the closing bracket, so every
-		// client sees invalid JSON rather than a short page.
+		// client sees invalid JSON rather than a short page (and the
+		// failed body makes fasthttp drop the connection before the
+		// last chunk, which a CSV reader sees as a truncated body).
 		_, _ = out.Write(buf)
 		return fmt.Errorf("rows: %w", err)
 	}
-	buf = append(buf, ']')
-	if link != nil {
-		buf = append(buf, `,"@odata.nextLink":`...)
-		buf = appendJSONString(buf, string(link))
+	if !b.csv {
+		buf = append(buf, ']')
+		if link != nil {
+			buf = append(buf, `,"@odata.nextLink":`...)
+			buf = appendJSONString(buf, string(link))
+		}
+		buf = append(buf, '}')
 	}
-	buf = append(buf, '}')
 	*bp = buf[:0]
 	if _, err := out.Write(buf); err != nil {
 		return err

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start (redis-server, redis-sentinel,
-# memcached, PostgreSQL) when any is missing. Debian/Ubuntu, as root or with sudo.
+# memcached, PostgreSQL, and node/npm for the OData client test) when any is missing. Debian/Ubuntu, as root or with sudo.
 set -euo pipefail
 
 have_postgres() {
@@ -13,6 +13,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 have_postgres || missing+=(postgresql)
+# node and npm run the generic OData client test (make test-npm installs it).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/odata/csvimport"
 	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/sqlstore"
+	"github.com/sluicehq/sluice/transport"
 )
 
 func init() {
@@ -92,6 +94,7 @@ type odataConfig struct {
 	burst       uint
 	rateService string
 	demoRows    int
+	accessLog   bool
 }
 
 // odataFlags registers the OData API's flags on fs, with the documented
@@ -106,12 +109,15 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.DurationVar(&c.opts.QueryTimeout, "query-timeout", c.opts.QueryTimeout, "504 for a query slower than this")
 	fs.BoolVar(&c.opts.Gzip, "gzip", c.opts.Gzip, "answer gzip to clients that accept it")
 	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that accept it")
+	fs.BoolVar(&c.opts.Zstd, "zstd", c.opts.Zstd, "answer zstd to clients that accept it")
 	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "429 for a request while another of the same key is in flight")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
 	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key, on average (in-process rate limit engine: a token bucket)")
 	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
 	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
+	fs.BoolVar(&c.accessLog, "access-log", true, "one line per OData request on stderr (text or JSON as LOG_FORMAT)")
+	fs.IntVar(&c.opts.AccessLogPerSecond, "access-log-per-second", c.opts.AccessLogPerSecond, "most access-log lines per second; the lines over it are counted, not written")
 	return c
 }
 
@@ -135,6 +141,15 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 		}
 	}
 	c.opts.Logger = log
+	if c.accessLog {
+		// Its own logger at info level: the access log is not silenced by
+		// LOG_LEVEL=warn, only by -access-log=false.
+		al, err := transport.NewLogger(os.Stderr, transport.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
+		if err != nil {
+			return nil, err
+		}
+		c.opts.AccessLog = al
+	}
 	if err := c.opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -220,24 +235,38 @@ func (s *odataService) close() {
 	}
 }
 
-// printTryLines shows how to call the API.
-func (s *odataService) printTryLines(w io.Writer, root string) {
+// printTryLines shows how to call the API. With a demo key it prints that
+// key and curl lines using it; on any other store no key can be shown (they
+// are stored hashed), so it says how to create one and the curl lines read
+// it from $KEY.
+func (s *odataService) printTryLines(w io.Writer, root, db string) {
 	addr := localAddr(s.ln.Addr().String())
 	base := "http://" + addr + root
-	key := s.demoKey
-	if key == "" {
-		key = "<API_KEY>   (create one: sluice keys add -db <store> NAME)"
+	fmt.Fprintf(w, "\nOData API   %s   (/Metadata, /Locations, /Observations, /Records)\n", base)
+	key := "'" + s.demoKey + "'"
+	if s.demoKey != "" {
+		fmt.Fprintf(w, "Demo API key: %s\n", s.demoKey)
+	} else {
+		key = `"$KEY"`
+		fmt.Fprintf(w, "Create an API key (its secret is printed once) and keep it in KEY:\n  KEY=$(sluice keys add -db '%s' NAME | tail -n 1)\n", redactDSN(db))
 	}
 	fmt.Fprintf(w, `
-OData API   %s   (/Metadata, /Locations, /Observations, /Records)
-Demo API key: %s
-
 Try:
-  curl -s -H 'x-api-key: %s' '%s/Metadata?$top=1'
-  curl -s -H 'x-api-key: %[3]s' '%[4]s/Observations?$top=3&$filter=CharacteristicName%%20eq%%20%%27pH%%27'
-  curl -s -H 'x-api-key: %[3]s' '%[4]s/Records?$count=true&$filter=CharacteristicName%%20eq%%20%%27Titanium%%27'
-  curl -s -i -H 'x-api-key: %[3]s' '%[4]s/Locations?$select=Id,Name&$top=2'    (see the Link header)
-`, base, key, s.demoKey, base)
+  curl -s -H x-api-key:%[1]s '%[2]s/Metadata?$top=1'
+  curl -s -H x-api-key:%[1]s '%[2]s/Observations?$top=3&$filter=CharacteristicName%%20eq%%20%%27pH%%27'
+  curl -s -H x-api-key:%[1]s '%[2]s/Records?$count=true&$filter=CharacteristicName%%20eq%%20%%27Titanium%%27'
+  curl -s -i -H x-api-key:%[1]s '%[2]s/Locations?$select=Id,Name&$top=2'    (see the Link header)
+`, key, base)
+}
+
+// redactDSN hides a password in a PostgreSQL DSN before it is printed.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+	}
+	return dsn
 }
 
 func runOData(args []string) error {
@@ -255,7 +284,7 @@ func runOData(args []string) error {
 	if err != nil {
 		return err
 	}
-	s.printTryLines(os.Stdout, c.opts.Root)
+	s.printTryLines(os.Stdout, c.opts.Root, c.db)
 	return s.run(ctx)
 }
 
@@ -350,12 +379,35 @@ func runGenerate(args []string) error {
 	return nil
 }
 
+// keysUsage is the help of `sluice keys`.
+const keysUsage = `usage: sluice keys <command> [-db DSN] [args]
+
+commands:
+  add NAME          create a key; its secret is printed once (only its SHA-256 is stored)
+  list              list keys: id, name, creation and revocation times (never secrets)
+  revoke ID|NAME    revoke the active keys with that id or name (403 from then on)
+
+flags:
+  -db DSN           store: "postgres://user@host/db" or "sqlite:/path/file.sqlite" (default ` + defaultODataDB + `)
+`
+
 func runKeys(args []string) error {
+	return runKeysTo(os.Stdout, args)
+}
+
+func runKeysTo(out io.Writer, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: sluice keys add NAME | list | revoke ID|NAME  [-db DSN]")
+		fmt.Fprint(os.Stderr, keysUsage)
+		return errors.New("no keys command given (add, list, revoke)")
 	}
 	sub := args[0]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(out, keysUsage)
+		return nil
+	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), keysUsage) }
 	db := dbFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -380,7 +432,7 @@ func runKeys(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("key %s (%s) created. Its secret is shown only now:\n%s\n", k.ID, k.Name, secret)
+		fmt.Fprintf(out, "key %s (%s) created. Its secret is shown only now:\n%s\n", k.ID, k.Name, secret)
 		return nil
 	case "list":
 		store, err := open()
@@ -393,7 +445,7 @@ func runKeys(args []string) error {
 			return err
 		}
 		sort.SliceStable(keys, func(i, j int) bool { return keys[i].CreatedAt < keys[j].CreatedAt })
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tREVOKED")
 		for _, k := range keys {
 			revoked := k.RevokedAt
@@ -419,10 +471,10 @@ func runKeys(args []string) error {
 		if n == 0 {
 			return fmt.Errorf("no active key has the id or name %q", fs.Arg(0))
 		}
-		fmt.Printf("revoked %d key(s)\n", n)
+		fmt.Fprintf(out, "revoked %d key(s)\n", n)
 		return nil
 	}
-	return fmt.Errorf("unknown keys command %q (add, list, revoke)", sub)
+	return fmt.Errorf("unknown keys command %q (add, list, revoke; see sluice keys --help)", sub)
 }
 
 // progressBar draws `label [=====>    ]  45%  4.5M/10.0M rows  210k rows/s  ETA 25s`

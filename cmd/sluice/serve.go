@@ -47,7 +47,7 @@ func runServe(args []string) error {
 	case <-ready:
 	}
 	printTryLines(rl)
-	od.printTryLines(os.Stdout, oc.opts.Root)
+	od.printTryLines(os.Stdout, oc.opts.Root, oc.db)
 	fmt.Println("\nCtrl-C stops both.")
 	select {
 	case err = <-rlErr:

@@ -419,8 +419,13 @@ func (p *parser) unary(depth int) (Expr, error) {
 	}
 	word := p.tok
 	p.next()
-	if fn, ok := funcByWord[strings.ToLower(word.text)]; ok && p.tok.kind == tLParen {
-		return p.match(fn)
+	if p.tok.kind == tLParen {
+		// A word followed by '(' is a function call, never a field: no
+		// comparison starts with a parenthesis after the field name.
+		if fn, ok := funcByWord[strings.ToLower(word.text)]; ok {
+			return p.match(fn)
+		}
+		return nil, errorf("$filter: unknown function %q at position %d (use endswith, startswith or contains)", word.text, word.pos+1)
 	}
 	lt, field, err := p.field(word)
 	if err != nil {

@@ -17,6 +17,7 @@ func FuzzFilter(f *testing.F) {
 		"CreateTimestamp gt 2020-03-23 and Id eq '5c8b3f1a-1234-4abc-9def-0123456789ab'",
 		"Longitude gt '-102.01' and Latitude lte 60.5",
 		"((((DOI eq 'a'))))",
+		"not_a_fn(DOI)", "tolower(DOI) eq 'x'", "DOI(",
 		"DOI eq 'unterminated",
 		"", "and", "(", ")", "''", "in (", "eq eq eq",
 	} {

@@ -70,6 +70,9 @@ type Query struct {
 	After Key
 	// Count asks for the number of matching rows instead of rows.
 	Count bool
+	// Format is what $format asked for: FormatJSON, FormatCSV, or ""
+	// when not given (the Accept header decides).
+	Format string
 
 	// carry is every other option of the request, for the next link.
 	carry []Param
@@ -80,6 +83,7 @@ type Query struct {
 // not interpreted but are carried into the next link.
 func Parse(c *Collection, params []Param) (*Query, error) {
 	q := &Query{Collection: c, Top: DefaultTop}
+	var err error
 	seen := make(map[string]string, len(params))
 	var selectText, filterText, topText, tokenText, countText string
 	for _, p := range params {
@@ -111,8 +115,8 @@ func Parse(c *Collection, params []Param) (*Query, error) {
 		case "$count":
 			countText = p.Value
 		case "$format":
-			if v := strings.ToLower(strings.TrimSpace(p.Value)); v != "json" && v != "application/json" {
-				return nil, errorf("$format %q is not supported; responses are JSON", p.Value)
+			if q.Format, err = parseFormat(p.Value); err != nil {
+				return nil, err
 			}
 		case "$orderby", "$skip":
 			return nil, errorf("%s is not supported: rows come in Id order; page with the next link ($skiptoken)", p.Name)
@@ -122,7 +126,6 @@ func Parse(c *Collection, params []Param) (*Query, error) {
 		q.carry = append(q.carry, p)
 	}
 
-	var err error
 	if q.Fields, err = parseSelect(c, selectText); err != nil {
 		return nil, err
 	}
@@ -150,6 +153,28 @@ func Parse(c *Collection, params []Param) (*Query, error) {
 	}
 	return q, nil
 }
+
+// Response formats a request may ask for with $format.
+const (
+	FormatJSON = "json"
+	FormatCSV  = "csv"
+)
+
+// parseFormat reads $format: json or csv, as a short name or a media type
+// (parameters such as odata.metadata=minimal are allowed and ignored).
+func parseFormat(v string) (string, error) {
+	mt, _, _ := strings.Cut(v, ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "json", "application/json":
+		return FormatJSON, nil
+	case "csv", "text/csv":
+		return FormatCSV, nil
+	}
+	return "", errorf("$format %q is not supported (json or csv)", v)
+}
+
+// AllFields reports whether every field of the collection is selected.
+func (q *Query) AllFields() bool { return len(q.Fields) == len(q.Collection.Fields) }
 
 func parseSelect(c *Collection, s string) ([]int, error) {
 	all := func() []int {

@@ -90,6 +90,9 @@ func TestParseFilter(t *testing.T) {
 		{coll: Observations, filter: "RegionId gt 'hub'", err: "RegionId supports only eq, ne and in"},
 		{coll: Observations, filter: "endswith(LocationId, '5')", err: "endswith applies to text fields"},
 		{coll: Observations, filter: "DOI like 'x'", err: `unknown operator "like"`},
+		{coll: Observations, filter: "not_a_fn(DOI)", err: `unknown function "not_a_fn" at position 1`},
+		{coll: Observations, filter: "DOI eq 'x' and tolower(DOI) eq 'y'", err: `unknown function "tolower" at position 16`},
+		{coll: Observations, filter: "Foo(DOI, 'x')", err: `unknown function "Foo"`},
 		{coll: Observations, filter: "DOI eq 'x", err: "unterminated quoted literal"},
 		{coll: Observations, filter: "DOI eq 'x' and", err: "expected a field name"},
 		{coll: Observations, filter: "(DOI eq 'x'", err: "expected ')'"},
@@ -136,6 +139,7 @@ func TestParse(t *testing.T) {
 		next      string // AppendNextQuery with last key 99 (or a UUID on Metadata)
 		err       string
 		fieldsAll bool
+		format    string
 	}{
 		{coll: Records, raw: "%24top=1000&%24filter=CharacteristicName+eq+%27Titanium%27&%24skiptoken=Id%3A18085958",
 			top: 1000, after: Key{Int: 18085958}, fieldsAll: true,
@@ -151,7 +155,11 @@ func TestParse(t *testing.T) {
 		{coll: Metadata, raw: "$skiptoken=Id:5C8B3F1A-1234-4ABC-9DEF-0123456789AB&$select=*", top: DefaultTop,
 			after: Key{UUID: "5c8b3f1a-1234-4abc-9def-0123456789ab"}, fieldsAll: true,
 			next: "$skiptoken=Id%3A00000000-0000-0000-0000-000000000099&$top=10000&$select=*"},
-		{coll: Observations, raw: "$format=json", top: DefaultTop, fieldsAll: true, next: "$skiptoken=Id%3A99&$top=10000&$format=json"},
+		{coll: Observations, raw: "$format=json", top: DefaultTop, fieldsAll: true, format: FormatJSON, next: "$skiptoken=Id%3A99&$top=10000&$format=json"},
+		{coll: Observations, raw: "$format=csv&$top=2", top: 2, fieldsAll: true, format: FormatCSV, next: "$skiptoken=Id%3A99&$top=2&$format=csv"},
+		{coll: Locations, raw: "$format=text/csv", top: DefaultTop, fieldsAll: true, format: FormatCSV, next: "$skiptoken=Id%3A99&$top=10000&$format=text%2Fcsv"},
+		{coll: Locations, raw: "$format=application/json;odata.metadata=minimal", top: DefaultTop, fieldsAll: true, format: FormatJSON,
+			next: "$skiptoken=Id%3A99&$top=10000&$format=application%2Fjson%3Bodata.metadata%3Dminimal"},
 
 		{coll: Observations, raw: "$top=0", err: "$top must be an integer from 1 to 10000"},
 		{coll: Observations, raw: "$top=10001", err: "$top must be an integer from 1 to 10000"},
@@ -165,7 +173,7 @@ func TestParse(t *testing.T) {
 		{coll: Observations, raw: "$orderby=Id", err: "$orderby is not supported"},
 		{coll: Observations, raw: "$skip=10", err: "$skip is not supported"},
 		{coll: Observations, raw: "$expand=x", err: "query option $expand is not supported"},
-		{coll: Observations, raw: "$format=xml", err: "$format"},
+		{coll: Observations, raw: "$format=xml", err: `$format "xml" is not supported (json or csv)`},
 		{coll: Observations, raw: "$select=Id,Bogus", err: `$select: unknown field "Bogus" for /Observations`},
 		{coll: Observations, raw: "$select=DatasetName", err: `unknown field "DatasetName" for /Observations`},
 	} {
@@ -181,8 +189,8 @@ func TestParse(t *testing.T) {
 			t.Errorf("%s?%s: %v", c.coll.Name, c.raw, err)
 			continue
 		}
-		if q.Top != c.top || q.After != c.after || q.Count != c.count {
-			t.Errorf("%s?%s: top %d after %+v count %v", c.coll.Name, c.raw, q.Top, q.After, q.Count)
+		if q.Top != c.top || q.After != c.after || q.Count != c.count || q.Format != c.format {
+			t.Errorf("%s?%s: top %d after %+v count %v format %q", c.coll.Name, c.raw, q.Top, q.After, q.Count, q.Format)
 		}
 		var names []string
 		for _, i := range q.Fields {

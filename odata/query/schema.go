@@ -1,5 +1,7 @@
 package query
 
+import "sort"
+
 // Kind is how a field's value is written in a response row.
 type Kind uint8
 
@@ -66,6 +68,18 @@ func (c *Collection) Filterable(name string) (LitType, string, bool) {
 	}
 	t, ok := c.filters[name]
 	return t, name, ok
+}
+
+// FilterableNames returns the canonical names accepted in $filter on c,
+// sorted; aliases are not listed. Some are not properties of the rows
+// (RegionId, ActivityStartYear, ...): they filter by related data.
+func (c *Collection) FilterableNames() []string {
+	out := make([]string, 0, len(c.filters))
+	for name := range c.filters {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // filterAliases maps alternative spellings accepted in $filter to the

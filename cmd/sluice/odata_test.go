@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestKeysHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help", "help"} {
+		var out bytes.Buffer
+		if err := runKeysTo(&out, []string{arg}); err != nil {
+			t.Fatalf("keys %s: %v", arg, err)
+		}
+		for _, want := range []string{"usage: sluice keys", "add NAME", "list", "revoke ID|NAME", "-db DSN"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("keys %s: help lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+	}
+	err := runKeysTo(&bytes.Buffer{}, []string{"frobnicate"})
+	if err == nil || !strings.Contains(err.Error(), `unknown keys command "frobnicate"`) {
+		t.Fatalf("unknown command: %v", err)
+	}
+}
+
+func TestKeysAddListRevoke(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "k.sqlite")
+	var out bytes.Buffer
+	if err := runKeysTo(&out, []string{"add", "-db", db, "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	secret := lines[len(lines)-1]
+	if len(secret) < 20 || strings.Contains(secret, " ") {
+		t.Fatalf("last line of keys add is not a secret: %q", out.String())
+	}
+	out.Reset()
+	if err := runKeysTo(&out, []string{"list", "-db", db}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "alice") || strings.Contains(out.String(), secret) {
+		t.Fatalf("list: %q", out.String())
+	}
+	out.Reset()
+	if err := runKeysTo(&out, []string{"revoke", "-db", db, "alice"}); err != nil || !strings.Contains(out.String(), "revoked 1 key") {
+		t.Fatalf("revoke: %v %q", err, out.String())
+	}
+}
+
+func TestBanner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct {
+		name, demoKey, db string
+		want, not         []string
+	}{
+		{name: "demo", demoKey: "k123", db: defaultODataDB,
+			want: []string{"Demo API key: k123", "curl -s -H x-api-key:'k123' 'http://127.0.0.1:"},
+			not:  []string{"keys add", "$KEY"}},
+		{name: "own store", db: "postgres://ann:s3cret@db.example/odata",
+			want: []string{"sluice keys add -db 'postgres://ann:xxxxx@db.example/odata' NAME", `curl -s -H x-api-key:"$KEY" 'http://127.0.0.1:`},
+			not:  []string{"Demo API key", "<API_KEY>", "x-api-key:''", "x-api-key: '", "s3cret"}},
+	} {
+		var out bytes.Buffer
+		s := &odataService{ln: ln, demoKey: c.demoKey}
+		s.printTryLines(&out, "/v1/odata/v4", c.db)
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: banner lacks %q:\n%s", c.name, w, out.String())
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(out.String(), n) {
+				t.Errorf("%s: banner has %q:\n%s", c.name, n, out.String())
+			}
+		}
+	}
+}
