@@ -3,10 +3,30 @@ GO      ?= go
 BIN     := bin/sluice
 RUNDIR  := var/run
 
+<<<<<<< HEAD
 .PHONY: build run test test-deps test-npm test-stress bench bench-full bench-readme lint clean
+=======
+.PHONY: build run test test-deps test-npm bench bench-full bench-readme lint clean image image-bin
+>>>>>>> main
 
+# A static binary (CGO_ENABLED=0: nothing needs cgo, and it runs on scratch).
 build:
-	$(GO) build -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/sluice
+
+# ---- container image (Dockerfile; README "Deploy") ---------------------------
+# image-bin: the linux binary and CA roots the Dockerfile copies in (also what
+# `docker compose ... up --build` needs). image: builds IMAGE offline with
+# buildah or podman and writes bin/image/sluice-image.tar for `docker load`.
+IMAGE ?= localhost/sluice:latest
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+
+image-bin:
+	@mkdir -p bin/image
+	$(MAKE) --no-print-directory build BIN=bin/image/sluice BUILDFLAGS="-ldflags=-s\ -w" GOOS=linux
+	cp $(CA_CERTS) bin/image/ca-certificates.crt
+
+image: image-bin
+	IMAGE=$(IMAGE) scripts/image.sh
 
 # The rate limit service on :8081 (gRPC), :8080 (/json, /healthcheck) and
 # :6070 (debug) with the in-memory backend and the example rules, plus the
@@ -35,6 +55,7 @@ test-npm:
 # fails instead of skipping).
 test: test-deps test-npm
 	SLUICE_REQUIRE_SERVERS=1 $(GO) test -race -timeout 30m ./...
+	cd deploy/kubernetes && $(GO) test -race ./...
 
 # The suite again while busy loops (2 per CPU, each ended after 30 min at the
 # latest) load every CPU, as on a shared CI machine: a test that depends on a

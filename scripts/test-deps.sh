@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start (redis-server, redis-sentinel,
-# memcached, PostgreSQL, and node/npm for the OData client test) when any is missing. Debian/Ubuntu, as root or with sudo.
+# memcached, PostgreSQL), node/npm for the OData client test, and the image
+# builder the deploy test runs (buildah, unless podman is there; ~25 s) when
+# any is missing. Debian/Ubuntu, as root or with sudo.
 set -euo pipefail
 
 have_postgres() {
@@ -16,6 +18,7 @@ have_postgres || missing+=(postgresql)
 # node and npm run the generic OData client test (make test-npm installs it).
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v buildah >/dev/null 2>&1 || command -v podman >/dev/null 2>&1 || missing+=(buildah)
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0

@@ -70,6 +70,9 @@ type Server struct {
 	debug *http.Server
 
 	loadSuccess, loadError *stats.Counter
+	// shardDepth are the sluice.shard.<i>.queue_depth gauges, set from the
+	// router at each statistics flush.
+	shardDepth []*stats.Gauge
 
 	mu    sync.Mutex
 	addrs Addrs
@@ -137,6 +140,9 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	srv.router = router
+	for i := 0; i < router.Shards(); i++ {
+		srv.shardDepth = append(srv.shardDepth, o.Stats.Gauge(fmt.Sprintf("sluice.shard.%d.queue_depth", i)))
+	}
 
 	eo := engine.DefaultOptions()
 	eo.Counter = srv.traceCounter(router)
@@ -476,7 +482,7 @@ type ops struct {
 func (s *Server) buildOps() error {
 	var err error
 	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput,
-		HTTPServer: s.s.Listen.HTTPTimeouts.Server})
+		Refresh: s.publishShardDepth, HTTPServer: s.s.Listen.HTTPTimeouts.Server})
 	if err != nil {
 		return fmt.Errorf("statistics: %w", err)
 	}
@@ -538,6 +544,15 @@ func (s *Server) closeOps() {
 	}
 	if err := s.ops.metrics.Close(); err != nil {
 		s.log.Warn("closing the statistics sink", "error", err)
+	}
+}
+
+// publishShardDepth sets each shard's queue depth gauge. The reporter is built
+// before the router, but flushes only after Run has started, when shardDepth
+// is complete.
+func (s *Server) publishShardDepth() {
+	for i, g := range s.shardDepth {
+		g.Set(int64(s.router.Pending(i)))
 	}
 }
 

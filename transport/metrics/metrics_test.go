@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -720,6 +721,23 @@ func TestFlushReleasesDroppedStats(t *testing.T) {
 		r.Flush()
 		if !disabled && !strings.Contains(out.String(), `"value":"1.000000"`) {
 			t.Fatalf("a value named again: %q", out.String())
+		}
+	}
+}
+
+// Refresh runs before every flush, so a gauge read from elsewhere (the shard
+// queue depth) is current in each scrape; the default mapping labels it.
+func TestPullMetricsRefreshSetsGaugesBeforeEachScrape(t *testing.T) {
+	st := stats.NewStore()
+	depth := st.Gauge("sluice.shard.3.queue_depth")
+	var source atomic.Int64
+	r := newReporter(t, pullSettings(), st, Options{Refresh: func() { depth.Set(source.Load()) }})
+	url := "http://" + r.Addr().String() + "/metrics"
+	for _, want := range []int64{7, 0, 42} {
+		source.Store(want)
+		m := find(t, scrape(t, url), "sluice_shard_queue_depth", map[string]string{"shard": "3"})
+		if got := m.GetGauge().GetValue(); got != float64(want) {
+			t.Errorf("sluice_shard_queue_depth{shard=3} = %v, want %v", got, want)
 		}
 	}
 }

@@ -27,6 +27,10 @@ type Options struct {
 	// HTTPServer builds the pull metrics server (with the service's listener
 	// timeouts); a server with a 10 s header timeout when nil.
 	HTTPServer func(http.Handler) *http.Server
+	// Refresh, when set, runs at the start of every flush (the timer's, a
+	// scrape's, the final one) to set gauges whose value is read from
+	// elsewhere (shard queue depth) rather than kept current on the hot path.
+	Refresh func()
 }
 
 // sample is one statistic as a sink sees it at a flush.
@@ -48,11 +52,12 @@ type sink interface {
 
 // Reporter flushes a stats.Store to the configured sink.
 type Reporter struct {
-	s     Settings
-	store *stats.Store
-	log   *slog.Logger
-	sink  sink
-	pull  *pullSink // also sink, when the pull sink is chosen
+	s       Settings
+	store   *stats.Store
+	log     *slog.Logger
+	refresh func()
+	sink    sink
+	pull    *pullSink // also sink, when the pull sink is chosen
 
 	mu       sync.Mutex // one flush at a time; guards the last-seen values
 	counters map[string]uint64
@@ -87,7 +92,7 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 			return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		}
 	}
-	r := &Reporter{s: s, store: store, log: o.Logger, newServer: o.HTTPServer, counters: map[string]uint64{}, gauges: map[string]int64{},
+	r := &Reporter{s: s, store: store, log: o.Logger, newServer: o.HTTPServer, refresh: o.Refresh, counters: map[string]uint64{}, gauges: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	addr := net.JoinHostPort(s.StatsdHost, fmt.Sprint(s.StatsdPort))
 	switch {
@@ -199,6 +204,9 @@ func (r *Reporter) Flush() {
 }
 
 func (r *Reporter) collect() []sample {
+	if r.refresh != nil {
+		r.refresh()
+	}
 	var out []sample
 	r.store.Each(func(v stats.Value) {
 		switch v.Kind {

@@ -1,0 +1,234 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// k8sObject is the part of a manifest these tests read. The manifests'
+// exact shape is checked against the Kubernetes API types in the
+// deploy/kubernetes module.
+type k8sObject struct {
+	Kind     string                `yaml:"kind"`
+	Metadata struct{ Name string } `yaml:"metadata"`
+	Data     map[string]string     `yaml:"data"`
+	Spec     struct {
+		Template struct {
+			Spec struct {
+				Containers []struct {
+					Name string `yaml:"name"`
+					Env  []struct {
+						Name  string `yaml:"name"`
+						Value string `yaml:"value"`
+					} `yaml:"env"`
+					VolumeMounts []struct {
+						Name      string `yaml:"name"`
+						MountPath string `yaml:"mountPath"`
+						SubPath   string `yaml:"subPath"`
+					} `yaml:"volumeMounts"`
+				} `yaml:"containers"`
+				Volumes []struct {
+					Name      string `yaml:"name"`
+					ConfigMap *struct {
+						Name  string `yaml:"name"`
+						Items []struct {
+							Key  string `yaml:"key"`
+							Path string `yaml:"path"`
+						} `yaml:"items"`
+					} `yaml:"configMap"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+// k8sRules reads kubernetes/sluice.yaml: the sluice container's environment,
+// and the rules ConfigMap's files as the Deployment mounts them (paths
+// relative to the mount).
+func k8sRules(t *testing.T) (env map[string]string, mount string, files map[string]string) {
+	t.Helper()
+	raw, err := os.ReadFile("kubernetes/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	configMaps := map[string]map[string]string{}
+	var deploy *k8sObject
+	for {
+		var o k8sObject
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("kubernetes/sluice.yaml: %v", err)
+		}
+		switch o.Kind {
+		case "ConfigMap":
+			configMaps[o.Metadata.Name] = o.Data
+		case "Deployment":
+			deploy = &o
+		}
+	}
+	if deploy == nil || len(deploy.Spec.Template.Spec.Containers) != 1 {
+		t.Fatal("kubernetes/sluice.yaml: no Deployment with one container")
+	}
+	c := deploy.Spec.Template.Spec.Containers[0]
+	env = map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for _, v := range deploy.Spec.Template.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		data, ok := configMaps[v.ConfigMap.Name]
+		if !ok {
+			t.Fatalf("volume %s mounts ConfigMap %s, which the file does not define", v.Name, v.ConfigMap.Name)
+		}
+		for _, vm := range c.VolumeMounts {
+			if vm.Name != v.Name {
+				continue
+			}
+			if vm.SubPath != "" {
+				t.Fatal("the rules are mounted with subPath, which never sees ConfigMap updates")
+			}
+			files = map[string]string{}
+			for _, it := range v.ConfigMap.Items {
+				body, ok := data[it.Key]
+				if !ok {
+					t.Fatalf("volume item %s is not a key of ConfigMap %s", it.Key, v.ConfigMap.Name)
+				}
+				files[it.Path] = body
+			}
+			return env, vm.MountPath, files
+		}
+	}
+	t.Fatal("no ConfigMap is mounted in the sluice container")
+	return nil, "", nil
+}
+
+// kubelet writes a ConfigMap volume as its atomic writer does: the files in
+// a fresh ..<timestamp> directory, a ..data_tmp symlink to it renamed over
+// ..data, the top-level names as symlinks through ..data, the old
+// directory removed.
+type kubelet struct {
+	dir string
+	gen int
+}
+
+func (k *kubelet) write(t *testing.T, files map[string]string) {
+	t.Helper()
+	k.gen++
+	ts := fmt.Sprintf("..2026_11_25_04_00_%02d.%d", k.gen, k.gen)
+	for rel, body := range files {
+		p := filepath.Join(k.dir, ts, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, _ := os.Readlink(filepath.Join(k.dir, "..data"))
+	tmp := filepath.Join(k.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(k.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for rel := range files {
+		top := strings.Split(rel, "/")[0]
+		link := filepath.Join(k.dir, top)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", top), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if old != "" {
+		if err := os.RemoveAll(filepath.Join(k.dir, old)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sluice accepts the Deployment's environment and the ConfigMap's rules, and
+// a ConfigMap update, written as the kubelet writes it, reloads the rules
+// (RUNTIME_WATCH_ROOT=true on the volume's ..data symlink).
+func TestKubernetesConfigMapUpdateReloadsRules(t *testing.T) {
+	env, mount, files := k8sRules(t)
+	if env["RUNTIME_WATCH_ROOT"] != "true" {
+		t.Fatalf("RUNTIME_WATCH_ROOT=%q: the manifests rely on the symlink swap", env["RUNTIME_WATCH_ROOT"])
+	}
+	if _, err := transport.SettingsFromEnv(transport.FromMap(env)); err != nil {
+		t.Fatalf("sluice refuses the Deployment's environment: %v", err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(mount, env["RUNTIME_ROOT"])
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		t.Fatalf("RUNTIME_ROOT %s is not inside the rules mount %s", env["RUNTIME_ROOT"], mount)
+	}
+	env["RUNTIME_ROOT"] = filepath.Join(dir, rel)
+	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{dir: dir}
+	k.write(t, files)
+
+	src := transport.NewFileSource(settings.Config, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan transport.ConfigEvent)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, events) }()
+	defer func() {
+		cancel()
+		for range events {
+		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	next := func() []string {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev.Err != nil {
+				t.Fatalf("loading the mounted rules: %v", ev.Err)
+			}
+			cfg, err := engine.LoadConfig(ev.Files, engine.ConfigOptions{MergeDomains: settings.Config.MergeDomains})
+			if err != nil {
+				t.Fatalf("the ConfigMap's rules: %v", err)
+			}
+			return cfg.Domains()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no configuration event")
+			return nil
+		}
+	}
+	if d := next(); len(d) != 1 || d[0] != "example" {
+		t.Fatalf("first load: domains %v", d)
+	}
+	// kubectl apply of a changed ConfigMap: another domain in the same file.
+	for path, body := range files {
+		files[path] = strings.Replace(body, "domain: example", "domain: changed", 1)
+	}
+	k.write(t, files)
+	if d := next(); len(d) != 1 || d[0] != "changed" {
+		t.Fatalf("after the update: domains %v", d)
+	}
+}
