@@ -3,11 +3,7 @@ GO      ?= go
 BIN     := bin/sluice
 RUNDIR  := var/run
 
-<<<<<<< HEAD
-.PHONY: build run test test-deps test-npm test-stress bench bench-full bench-readme lint clean
-=======
-.PHONY: build run test test-deps test-npm bench bench-full bench-readme lint clean image image-bin
->>>>>>> main
+.PHONY: build run test test-deps test-npm test-stress bench bench-full bench-readme lint clean image image-bin
 
 # A static binary (CGO_ENABLED=0: nothing needs cgo, and it runs on scratch).
 build:
