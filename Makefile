@@ -99,7 +99,7 @@ LOADTEST_BACKEND ?= memory
 GHZ_DURATION     ?= 20s
 LOADTEST_K6_DURATION ?= 30s
 SOAK_DURATION    ?= 10m
-FAULTS           ?= redis-kill reload-storm sigterm slow-odata-reader stats-cardinality
+FAULTS           ?= redis-kill reload-storm sigterm slow-odata-reader odata-costly-filter odata-rls-down stats-cardinality
 
 .PHONY: loadtest-bin ghz k6 faults soak loadtest
 

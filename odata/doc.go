@@ -3,11 +3,14 @@
 // R, shell): /Metadata, /Locations, /Observations and /Records under a
 // configurable root (/v1/odata/v4), served with fasthttp.
 //
-// A request goes: API key or allowed browser origin → per-key limits (no
-// request while another of the same key is in flight; a token-bucket rule,
-// 2 requests/s on average with a burst of 4, through the rate limit engine,
-// in process or remote) → query
-// validation (package query) → a probe that decides the page before the
+// A request goes: API key (cached briefly; failed checks throttled per
+// client address) or allowed browser origin (limited per origin and client
+// address) → per-key limits (no request while another of the same key is
+// in flight; a token-bucket rule, 2 requests/s on average with a burst of
+// 4, through the rate limit engine, in process or remote, falling back to
+// in process when the remote fails) → query validation (package query) and
+// the $filter cost budget → a data query slot (a global cap below the pool
+// size, so key checks never wait) → a probe that decides the page before the
 // first body byte (its id range and whether a next page exists; the 413
 // size cap and the 504 time budget are decided here) → status, headers and
 // the Link header → rows streamed from the database cursor through a small

@@ -234,6 +234,14 @@ func TestOptionsValidate(t *testing.T) {
 		{"public URL", func(o *odata.Options) { o.PublicURL = "https://x.org" }, true},
 		{"wildcard origin", func(o *odata.Options) { o.CORSOrigins = []string{"*"} }, false},
 		{"origin", func(o *odata.Options) { o.CORSOrigins = []string{"https://app.example.org"} }, true},
+		{"no stream timeout", func(o *odata.Options) { o.StreamTimeout = 0 }, false},
+		{"negative filter budget", func(o *odata.Options) { o.FilterBudget = -1 }, false},
+		{"no filter budget", func(o *odata.Options) { o.FilterBudget = 0 }, true},
+		{"negative key cache", func(o *odata.Options) { o.KeyCacheTTL = -time.Second }, false},
+		{"key failures without a window", func(o *odata.Options) { o.KeyFailureWindow = 0 }, false},
+		{"no key throttle", func(o *odata.Options) { o.KeyFailures, o.KeyFailureWindow = 0, 0 }, true},
+		{"negative origin cap", func(o *odata.Options) { o.OriginMaxInFlight = -1 }, false},
+		{"no query cap", func(o *odata.Options) { o.MaxQueries = -1 }, true},
 	} {
 		o := odata.DefaultOptions()
 		tc.mod(&o)

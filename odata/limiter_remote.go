@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -89,3 +91,42 @@ func (r *RemoteLimiter) Allow(ctx context.Context, key string) (bool, time.Durat
 
 // Close closes the connection.
 func (r *RemoteLimiter) Close() error { return r.conn.Close() }
+
+// FallbackLimiter asks a primary limiter (a remote rate limit service) and,
+// while it fails, a fallback (the in-process limiter), so the per-key limit
+// never turns off silently when the service is down. It logs once when the
+// primary starts failing and once when it answers again, not per request.
+type FallbackLimiter struct {
+	primary, fallback RateLimiter
+	log               *slog.Logger
+	down              atomic.Bool
+}
+
+// NewFallbackLimiter wraps primary; log may be nil.
+func NewFallbackLimiter(primary, fallback RateLimiter, log *slog.Logger) *FallbackLimiter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &FallbackLimiter{primary: primary, fallback: fallback, log: log}
+}
+
+// Allow asks the primary; on its error, the fallback decides.
+func (f *FallbackLimiter) Allow(ctx context.Context, key string) (bool, time.Duration, error) {
+	ok, retry, err := f.primary.Allow(ctx, key)
+	if err == nil {
+		if f.down.CompareAndSwap(true, false) {
+			f.log.Info("odata: the rate limit service answers again; its limit applies")
+		}
+		return ok, retry, nil
+	}
+	if ctx.Err() != nil {
+		return false, 0, err // the request itself ended; nothing to fall back for
+	}
+	if f.down.CompareAndSwap(false, true) {
+		f.log.Warn("odata: the rate limit service failed; the in-process limiter applies the per-key limit until it answers again", "err", err)
+	}
+	return f.fallback.Allow(ctx, key)
+}
+
+// Degraded reports whether the last decision came from the fallback.
+func (f *FallbackLimiter) Degraded() bool { return f.down.Load() }

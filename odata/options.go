@@ -43,9 +43,37 @@ type Options struct {
 	// Sequential refuses (429) a request while another of the same key or
 	// origin is in flight.
 	Sequential bool
-	// FailOpen serves requests when the rate limiter fails (for example, a
-	// remote rate limit service is unreachable) instead of answering 503.
+	// FailOpen serves requests when the rate limiter fails instead of
+	// answering 503. A remote rate limit service is wrapped in a
+	// FallbackLimiter by cmd/sluice, so its failures reach the server only
+	// with -rate-limit-fallback deny.
 	FailOpen bool
+	// FilterBudget is the most a $filter may cost in the units of
+	// sqlstore.Cost; a costlier filter is refused with 400 before any SQL
+	// runs. 0 sets no budget.
+	FilterBudget int
+	// MaxQueries caps the requests whose database work (probe, count,
+	// rows) runs at once, across all callers; a request beyond it gets
+	// 503 with Retry-After. 0 derives it from the store's pool: its size
+	// minus KeyConns, so that API key checks never wait behind data
+	// queries. Negative: no cap.
+	MaxQueries int
+	// StreamTimeout bounds a whole response body, however slowly its
+	// client reads (its statement's timeout on the database, too).
+	StreamTimeout time.Duration
+	// KeyCacheTTL is how long a checked API key is trusted without asking
+	// the database again; a revocation takes effect within it. 0: no cache.
+	KeyCacheTTL time.Duration
+	// KeyFailures failed key checks (unknown or revoked keys) from one
+	// client address within KeyFailureWindow make its further key checks
+	// answer 429 without a database lookup until the window ends. 0: no
+	// throttle.
+	KeyFailures      int
+	KeyFailureWindow time.Duration
+	// OriginMaxInFlight caps the requests in flight of one browser origin
+	// (no key) across all client addresses; the sequential and per-second
+	// rules apply per origin and client address.
+	OriginMaxInFlight int
 	// Logger receives request failures; nil discards them.
 	Logger *slog.Logger
 	// AccessLog receives one line per request (status, method, path and
@@ -60,7 +88,10 @@ type Options struct {
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
 // a 64 MiB page cap, a 30 s budget, br, zstd and gzip on, sequential
-// requests per key.
+// requests per key, a $filter budget of 256, data queries capped below the
+// pool size, 15 min per response body, keys cached 5 s, 20 failed key
+// checks a minute per client address, 8 requests in flight per browser
+// origin.
 func DefaultOptions() Options {
 	return Options{
 		Addr:         "0.0.0.0:8000",
@@ -75,8 +106,18 @@ func DefaultOptions() Options {
 		FailOpen:     true,
 
 		AccessLogPerSecond: 100,
+		FilterBudget:       256,
+		StreamTimeout:      15 * time.Minute,
+		KeyCacheTTL:        5 * time.Second,
+		KeyFailures:        20,
+		KeyFailureWindow:   time.Minute,
+		OriginMaxInFlight:  8,
 	}
 }
+
+// KeyConns is how many connections of the store's pool a derived
+// MaxQueries leaves to API key checks.
+const KeyConns = 2
 
 // Validate reports the first setting that cannot work.
 func (o Options) Validate() error {
@@ -89,6 +130,16 @@ func (o Options) Validate() error {
 		return errors.New("odata: QueryTimeout must be positive")
 	case o.StallTimeout <= 0:
 		return errors.New("odata: StallTimeout must be positive")
+	case o.StreamTimeout <= 0:
+		return errors.New("odata: StreamTimeout must be positive")
+	case o.FilterBudget < 0:
+		return fmt.Errorf("odata: FilterBudget must not be negative (0: no budget), got %d", o.FilterBudget)
+	case o.KeyCacheTTL < 0:
+		return errors.New("odata: KeyCacheTTL must not be negative")
+	case o.KeyFailures < 0 || (o.KeyFailures > 0 && o.KeyFailureWindow <= 0):
+		return errors.New("odata: KeyFailures must not be negative, and KeyFailureWindow must be positive when it is set")
+	case o.OriginMaxInFlight < 0:
+		return errors.New("odata: OriginMaxInFlight must not be negative (0: no cap)")
 	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
 		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}

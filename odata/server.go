@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/odata/query"
+	"github.com/sluicehq/sluice/odata/sqlstore"
 )
 
 // Server serves the API. Create it with NewServer, run it with Serve, stop
@@ -35,6 +36,13 @@ type Server struct {
 	http    *fasthttp.Server
 	// csdlXML and csdlJSON are the $metadata documents, built once.
 	csdlXML, csdlJSON []byte
+
+	keyCache    *keyCache
+	keyFails    *failThrottle
+	originSlots *slots
+	// queries holds a token per request doing database work; nil: no cap.
+	queries     chan struct{}
+	limiterDown atomic.Bool // the limiter's last answer was an error
 
 	// base is canceled by a forced shutdown: it ends database work still
 	// running for responses that did not finish in time.
@@ -64,7 +72,13 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 	s := &Server{opts: opts, store: store, keys: keys, limiter: limiter, log: log,
 		origins: map[string]bool{}, leases: newLeases(), conns: map[*stallConn]struct{}{},
 		csdlXML: metadataXML(), csdlJSON: metadataJSON(),
-		access: newAccessLog(opts.AccessLog, opts.AccessLogPerSecond, nil)}
+		access:      newAccessLog(opts.AccessLog, opts.AccessLogPerSecond, nil),
+		keyCache:    newKeyCache(opts.KeyCacheTTL, time.Now),
+		keyFails:    newFailThrottle(opts.KeyFailures, opts.KeyFailureWindow, time.Now),
+		originSlots: newSlots(opts.OriginMaxInFlight)}
+	if n := queryCap(opts.MaxQueries, store); n > 0 {
+		s.queries = make(chan struct{}, n)
+	}
 	for _, o := range opts.CORSOrigins {
 		s.origins[strings.ToLower(o)] = true
 	}
@@ -82,6 +96,27 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 		CloseOnShutdown:              true,
 	}
 	return s, nil
+}
+
+// queryCap is the effective MaxQueries: derived from the store's pool when
+// 0, none when negative.
+func queryCap(configured int, store Store) int {
+	if configured != 0 {
+		return configured
+	}
+	if p, ok := store.(interface{ MaxConns() int }); ok {
+		return max(1, p.MaxConns()-KeyConns)
+	}
+	return -1
+}
+
+// MaxQueries is the cap on concurrent data queries in effect (negative:
+// none).
+func (s *Server) MaxQueries() int {
+	if s.queries == nil {
+		return -1
+	}
+	return cap(s.queries)
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
@@ -271,23 +306,32 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 		return
 	}
 
-	caller, ok := s.authenticate(ctx, origin, browser)
+	caller, originName, ok := s.authenticate(ctx, origin, browser)
 	if !ok {
 		return
 	}
 	rec.caller = caller
+	g := &grant{s: s}
+	streaming := false
+	defer func() {
+		if !streaming {
+			g.release()
+		}
+	}()
+	if originName != "" {
+		if !s.originSlots.acquire(originName) {
+			s.tooMany(ctx, time.Second)
+			return
+		}
+		g.origin = originName
+	}
 	if s.opts.Sequential {
 		if !s.leases.acquire(caller) {
 			s.tooMany(ctx, time.Second)
 			return
 		}
+		g.lease = caller
 	}
-	streaming := false
-	defer func() {
-		if !streaming && s.opts.Sequential {
-			s.leases.release(caller)
-		}
-	}()
 	if !s.allow(ctx, caller) {
 		return
 	}
@@ -310,11 +354,30 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 		s.badQuery(ctx, err)
 		return
 	}
+	if s.opts.FilterBudget > 0 {
+		if cost, why := sqlstore.Cost(q); cost > s.opts.FilterBudget {
+			s.fail(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(
+				"the $filter costs %d units, over the budget of %d per request: %s. Use fewer alternatives, put an eq, in, lt or gt on a filterable field beside endswith, startswith, contains and ne, or split the request into several",
+				cost, s.opts.FilterBudget, why))
+			return
+		}
+	}
+	if s.queries != nil {
+		select {
+		case s.queries <- struct{}{}:
+			g.query = true
+		default:
+			ctx.Response.Header.Set("Retry-After", "1")
+			s.fail(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf(
+				"the server is running as many data queries as it allows (%d); retry in a second", cap(s.queries)))
+			return
+		}
+	}
 	if t.kind == targetCount {
 		s.countOnly(ctx, q)
 		return
 	}
-	streaming = s.serve(ctx, q, caller, rec)
+	streaming = s.serve(ctx, q, g, rec)
 }
 
 // badQuery answers an error of query.Parse: 400 naming what is wrong.
@@ -327,29 +390,73 @@ func (s *Server) badQuery(ctx *fasthttp.RequestCtx, err error) {
 	s.internal(ctx, err)
 }
 
+// grant is what a request holds while it runs: its caller's lease, its
+// origin's slot, a data query token. The response body releases it when
+// it streams; otherwise the handler does.
+type grant struct {
+	s      *Server
+	lease  string
+	origin string
+	query  bool
+}
+
+func (g *grant) release() {
+	if g.lease != "" {
+		g.s.leases.release(g.lease)
+		g.lease = ""
+	}
+	if g.origin != "" {
+		g.s.originSlots.release(g.origin)
+		g.origin = ""
+	}
+	if g.query {
+		<-g.s.queries
+		g.query = false
+	}
+}
+
 // authenticate identifies the caller by API key, or by an allowed browser
-// origin when no key is sent. It answers 401/403 itself.
-func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool) (string, bool) {
+// origin and the client's address when no key is sent (originName is then
+// the origin, for its in-flight cap). It answers 401/403/429/503 itself.
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool) (caller, originName string, ok bool) {
 	key := ctx.Request.Header.Peek("X-Api-Key")
+	addr := ctx.RemoteIP().String()
 	if len(key) == 0 {
 		if browser {
-			return "origin:" + strings.ToLower(origin), true
+			// Per origin and address: anyone can send any Origin header,
+			// so one slow reader with it must not lock out every browser
+			// user of that origin.
+			o := strings.ToLower(origin)
+			return "origin:" + o + "@" + addr, o, true
 		}
 		s.write(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
-		return "", false
+		return "", "", false
+	}
+	if id, hit := s.keyCache.get(string(key)); hit {
+		return "key:" + id, "", true
+	}
+	if wait, blocked := s.keyFails.blocked(addr); blocked {
+		s.tooMany(ctx, wait)
+		return "", "", false
 	}
 	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
 	defer cancel()
 	id, ok, err := s.keys.CheckKey(reqCtx, string(key))
 	if err != nil {
+		if sqlstore.Unavailable(err) {
+			s.unavailable(ctx, fmt.Errorf("check key: %w", err))
+			return "", "", false
+		}
 		s.internal(ctx, fmt.Errorf("check key: %w", err))
-		return "", false
+		return "", "", false
 	}
 	if !ok {
+		s.keyFails.failed(addr)
 		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
-		return "", false
+		return "", "", false
 	}
-	return "key:" + id, true
+	s.keyCache.put(string(key), id)
+	return "key:" + id, "", true
 }
 
 // allow applies the rate limiter; it answers 429 or 503 itself.
@@ -361,12 +468,20 @@ func (s *Server) allow(ctx *fasthttp.RequestCtx, caller string) bool {
 	defer cancel()
 	ok, retry, err := s.limiter.Allow(reqCtx, caller)
 	if err != nil {
-		s.log.Warn("odata: rate limiter failed", "err", err, "fail_open", s.opts.FailOpen)
+		// Once per outage, not once per request.
+		if s.limiterDown.CompareAndSwap(false, true) {
+			s.log.Warn("odata: rate limiter failed; until it answers again requests are "+map[bool]string{true: "served without its limit (fail open)", false: "refused with 503"}[s.opts.FailOpen],
+				"err", err)
+		}
 		if s.opts.FailOpen {
 			return true
 		}
+		ctx.Response.Header.Set("Retry-After", "1")
 		s.fail(ctx, fasthttp.StatusServiceUnavailable, "rate limiting is unavailable; retry later")
 		return false
+	}
+	if s.limiterDown.CompareAndSwap(true, false) {
+		s.log.Info("odata: rate limiter answers again")
 	}
 	if !ok {
 		s.tooMany(ctx, retry)
@@ -449,18 +564,30 @@ func (s *Server) internal(ctx *fasthttp.RequestCtx, err error) {
 	s.fail(ctx, fasthttp.StatusInternalServerError, "internal error")
 }
 
-// dbFailed answers a failed database call: 504 when the budget ran out.
+// dbFailed answers a failed database call: 504 when the budget (or the
+// statement timeout) ran out, 503 when the database cannot be reached.
 func (s *Server) dbFailed(ctx *fasthttp.RequestCtx, budget context.Context, err error) {
-	if errors.Is(budget.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(budget.Err(), context.DeadlineExceeded) || sqlstore.TimedOut(err) {
 		s.fail(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf("the query did not finish within %s; retry once, then lower $top or narrow $filter", s.opts.QueryTimeout))
+		return
+	}
+	if sqlstore.Unavailable(err) {
+		s.unavailable(ctx, err)
 		return
 	}
 	s.internal(ctx, err)
 }
 
+// unavailable answers 503 for a database that cannot be reached now.
+func (s *Server) unavailable(ctx *fasthttp.RequestCtx, err error) {
+	s.log.Warn("odata: the database is unavailable", "uri", string(ctx.RequestURI()), "err", err)
+	ctx.Response.Header.Set("Retry-After", "5")
+	s.fail(ctx, fasthttp.StatusServiceUnavailable, "the database is unavailable; retry in a few seconds")
+}
+
 // serve answers a valid query. It returns true when a body stream was
 // started, which then owns the caller's lease.
-func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, rec *accessRecord) bool {
+func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *accessRecord) bool {
 	budget, cancelBudget := context.WithTimeout(s.base, s.opts.QueryTimeout)
 	defer cancelBudget()
 	level := metadataLevel(ctx)
@@ -533,7 +660,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, 
 
 	// The cursor lives as long as the body; the budget only bounds getting
 	// its first row.
-	streamCtx, cancelStream := context.WithCancel(s.base)
+	streamCtx, cancelStream := context.WithTimeout(s.base, s.opts.StreamTimeout)
 	deadline, _ := budget.Deadline()
 	timer := time.AfterFunc(time.Until(deadline), cancelStream)
 	cur, err := s.store.Rows(streamCtx, q, page)
@@ -555,10 +682,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, 
 	if enc != "" {
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
-	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, rec: *rec}
-	if s.opts.Sequential {
-		body.caller = caller
-	}
+	// A body past StreamTimeout is cut by closing its connection: its
+	// writer may be blocked on a client that reads nothing, holding the
+	// cursor (and its database connection) until the write fails.
+	conn := ctx.Conn()
+	stopCut := context.AfterFunc(streamCtx, func() { conn.Close() })
+	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, stopCut: stopCut, grant: g, rec: *rec}
 	s.streams.Add(1)
 	ctx.Response.SetBodyStream(body, -1)
 	return true
@@ -570,16 +699,17 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, caller string, 
 // any byte). Writes go straight to the connection as 32 KiB chunks, so a
 // client that reads slowly blocks WriteTo, which stops reading the cursor.
 type pageBody struct {
-	s      *Server
-	q      *query.Query
-	cur    query.Cursor
-	head   []byte // the body before the first row
-	csv    bool   // rows as CSV lines; the link goes only in the Link header
-	link   []byte
-	enc    string
-	caller string // the lease to release, when Sequential
-	cancel context.CancelFunc
-	rec    accessRecord
+	s       *Server
+	q       *query.Query
+	cur     query.Cursor
+	head    []byte // the body before the first row
+	csv     bool   // rows as CSV lines; the link goes only in the Link header
+	link    []byte
+	enc     string
+	grant   *grant // released when the body ends
+	cancel  context.CancelFunc
+	stopCut func() bool // disarms the StreamTimeout cut
+	rec     accessRecord
 	// rows and sent (body bytes after compression) are counted while
 	// streaming, for the access log; atomic because the Read path streams
 	// on its own goroutine.
@@ -622,11 +752,10 @@ func (b *pageBody) Close() error {
 		if b.pr != nil {
 			b.pr.Close()
 		}
+		b.stopCut()
 		b.cur.Close()
 		b.cancel()
-		if b.caller != "" {
-			b.s.leases.release(b.caller)
-		}
+		b.grant.release()
 		b.rec.rows = b.rows.Load()
 		b.s.access.write(&b.rec, fasthttp.StatusOK, b.sent.Load())
 		b.s.streams.Done()

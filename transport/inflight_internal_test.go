@@ -8,7 +8,8 @@ func TestMaxInFlight(t *testing.T) {
 		configured, conns, shards, want int
 	}{
 		{"configured wins", 3, 10, 2, 3},
-		{"pool shared out", 0, 10, 2, 5},
+		{"pool shared out, capped", 0, 10, 2, defaultInFlight},
+		{"small pool shared out", 0, 4, 4, 1},
 		{"at least one", 0, 2, 4, 1},
 		{"inline store", 0, 0, 8, 1},
 	} {

@@ -73,7 +73,9 @@ func dbFromEnv(fs *flag.FlagSet, db *string, lookup func(string) (string, bool))
 }
 
 // openODataStore opens a store, creating the directory of an SQLite file.
-func openODataStore(ctx context.Context, dsn string) (*sqlstore.DB, error) {
+// cfgs is at most one Config (none: no statement timeout, for the
+// maintenance commands).
+func openODataStore(ctx context.Context, dsn string, cfgs ...sqlstore.Config) (*sqlstore.DB, error) {
 	if !sqlstore.IsPostgres(dsn) {
 		if dir := filepath.Dir(strings.TrimPrefix(dsn, "sqlite:")); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -81,7 +83,11 @@ func openODataStore(ctx context.Context, dsn string) (*sqlstore.DB, error) {
 			}
 		}
 	}
-	return odata.OpenStore(ctx, dsn)
+	var cfg sqlstore.Config
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	return sqlstore.OpenWith(ctx, dsn, cfg)
 }
 
 // odataConfig is the command-line configuration of the OData API, shared by
@@ -93,7 +99,9 @@ type odataConfig struct {
 	rps         uint
 	burst       uint
 	rateService string
+	fallback    string
 	demoRows    int
+	drain       time.Duration
 	accessLog   bool
 }
 
@@ -115,6 +123,15 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key, on average (in-process rate limit engine: a token bucket)")
 	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
 	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
+	fs.StringVar(&c.fallback, "rate-limit-fallback", "local", "when the -rate-limit-service fails: local (the in-process limit of -requests-per-second and -burst applies), deny (503) or allow (no limit)")
+	fs.IntVar(&c.opts.FilterBudget, "filter-budget", c.opts.FilterBudget, "400 for a $filter costing more than this (0: no budget; see the README)")
+	fs.IntVar(&c.opts.MaxQueries, "max-queries", c.opts.MaxQueries, "503 beyond this many requests doing database work at once (0: the pool size minus 2, kept for key checks; -1: no cap)")
+	fs.DurationVar(&c.opts.StreamTimeout, "stream-timeout", c.opts.StreamTimeout, "longest response body, however slowly the client reads")
+	fs.DurationVar(&c.opts.KeyCacheTTL, "key-cache-ttl", c.opts.KeyCacheTTL, "how long a checked API key is trusted (a revocation takes effect within it; 0: no cache)")
+	fs.IntVar(&c.opts.KeyFailures, "key-failures", c.opts.KeyFailures, "failed key checks per client address per -key-failure-window before its key checks get 429 (0: no throttle)")
+	fs.DurationVar(&c.opts.KeyFailureWindow, "key-failure-window", c.opts.KeyFailureWindow, "window of -key-failures")
+	fs.IntVar(&c.opts.OriginMaxInFlight, "origin-max-in-flight", c.opts.OriginMaxInFlight, "requests in flight per browser origin (no key), all client addresses together (0: no cap)")
+	fs.DurationVar(&c.drain, "odata-shutdown-timeout", 10*time.Second, "on SIGTERM, how long OData responses in progress may take to finish before they are cut")
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
 	fs.BoolVar(&c.accessLog, "access-log", true, "one line per OData request on stderr (text or JSON as LOG_FORMAT)")
 	fs.IntVar(&c.opts.AccessLogPerSecond, "access-log-per-second", c.opts.AccessLogPerSecond, "most access-log lines per second; the lines over it are counted, not written")
@@ -127,7 +144,8 @@ type odataService struct {
 	srv     *odata.Server
 	ln      net.Listener
 	limiter interface{ Close() error }
-	demoKey string // set when demo data and key were prepared
+	extra   interface{ Close() error } // the fallback limiter, if any
+	demoKey string                     // set when demo data and key were prepared
 }
 
 // startOData opens the store (generating demo data into an empty one), builds
@@ -153,7 +171,20 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 	if err := c.opts.Validate(); err != nil {
 		return nil, err
 	}
-	db, err := openODataStore(ctx, c.db)
+	if c.drain <= 0 {
+		return nil, errors.New("-odata-shutdown-timeout must be positive")
+	}
+	switch c.fallback {
+	case "local", "deny", "allow":
+	default:
+		return nil, fmt.Errorf("-rate-limit-fallback must be local, deny or allow, got %q", c.fallback)
+	}
+	if c.rateService != "" && c.fallback == "local" && c.rps == 0 {
+		return nil, errors.New("-rate-limit-fallback local needs -requests-per-second above 0 (the limit that applies while the service is down)")
+	}
+	// Every read statement is bounded on the database too, by the same
+	// budget as the request (row streams by the body's).
+	db, err := openODataStore(ctx, c.db, sqlstore.Config{StatementTimeout: c.opts.QueryTimeout, StreamTimeout: c.opts.StreamTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +221,19 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 			return nil, err
 		}
 		s.limiter, lim = r, r
+		switch c.fallback {
+		case "local":
+			l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
+			if err != nil {
+				return nil, err
+			}
+			s.extra = l
+			lim = odata.NewFallbackLimiter(r, l, log)
+		case "deny":
+			c.opts.FailOpen = false
+		case "allow":
+			c.opts.FailOpen = true
+		}
 	case c.rps > 0:
 		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
 		if err != nil {
@@ -207,20 +251,23 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 }
 
 // run serves until ctx ends, then shuts down (giving responses in progress
-// ten seconds) and closes the store.
-func (s *odataService) run(ctx context.Context) error {
+// drain to finish) and closes the store. A shutdown that had to cut
+// responses at the deadline is still the clean end that was asked for: it
+// is logged, and run returns nil (exit status 0).
+func (s *odataService) run(ctx context.Context, drain time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.ln) }()
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = s.srv.Shutdown(sctx)
+		sctx, cancel := context.WithTimeout(context.Background(), drain)
+		serr := s.srv.Shutdown(sctx)
 		cancel()
-		if serr := <-errc; err == nil {
-			err = serr
+		if serr != nil {
+			log.Warn("odata: responses still streaming at the shutdown deadline were cut", "deadline", drain, "err", serr)
 		}
+		err = <-errc
 	}
 	s.close()
 	return err
@@ -229,6 +276,9 @@ func (s *odataService) run(ctx context.Context) error {
 func (s *odataService) close() {
 	if s.limiter != nil {
 		s.limiter.Close()
+	}
+	if s.extra != nil {
+		s.extra.Close()
 	}
 	if s.db != nil {
 		s.db.Close()
@@ -280,12 +330,13 @@ func runOData(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	s, err := startOData(ctx, c, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	s, err := startOData(ctx, c, log)
 	if err != nil {
 		return err
 	}
 	s.printTryLines(os.Stdout, c.opts.Root, c.db)
-	return s.run(ctx)
+	return s.run(ctx, c.drain, log)
 }
 
 func runImport(args []string) error {

@@ -38,7 +38,7 @@ func runServe(args []string) error {
 	rlErr := make(chan error, 1)
 	odErr := make(chan error, 1)
 	go func() { rlErr <- rl.run(ctx, ready) }()
-	go func() { odErr <- od.run(ctx) }()
+	go func() { odErr <- od.run(ctx, oc.drain, rl.log) }()
 	select {
 	case err := <-rlErr:
 		stop()

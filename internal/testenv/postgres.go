@@ -265,6 +265,10 @@ func (pg *Postgres) boot() error {
 	return err
 }
 
+// Stop shuts the server down now, for tests of a database outage (Cleanup
+// would stop it anyway). Not for the shared server.
+func (pg *Postgres) Stop() { pg.stop() }
+
 // stop shuts the server down (fast shutdown, so shared memory is released)
 // and removes its directory.
 func (pg *Postgres) stop() {

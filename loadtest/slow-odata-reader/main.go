@@ -67,7 +67,9 @@ func run(o options) ([]string, error) {
 	var pid int
 	if o.server == "self" {
 		log.Printf("server: sluice odata in its own process; generating %d rows", o.rows)
-		srv, err := odataserver.Start(o.bin, o.rows, o.readers+1, 0)
+		// The readers hold their pages (and connections) at once on purpose:
+		// the data query cap must not refuse any of them.
+		srv, err := odataserver.Start(o.bin, o.rows, o.readers+1, 0, "-max-queries", fmt.Sprint(o.readers+1))
 		if err != nil {
 			return nil, err
 		}

@@ -45,3 +45,25 @@ const SchemaVersion = schemaVersion
 
 // Exec runs a statement, for tests that need to change a store behind its back.
 func (db *DB) Exec(ctx context.Context, sql string) error { return db.be.exec(ctx, sql) }
+
+// ReadText runs a read statement that returns one text value, as the
+// store's reads do (stream: as a row stream).
+func (db *DB) ReadText(ctx context.Context, sqlText string, stream bool) (string, error) {
+	read := db.be.query
+	if stream {
+		read = db.be.stream
+	}
+	rs, err := read(ctx, []colType{tText}, sqlText, nil)
+	if err != nil {
+		return "", err
+	}
+	defer rs.close()
+	vals := make([]query.Value, 1)
+	if !rs.next() {
+		return "", rs.err()
+	}
+	if err := rs.values(vals); err != nil {
+		return "", err
+	}
+	return string(vals[0].Bytes), rs.err()
+}

@@ -74,7 +74,7 @@ func (db *DB) Rows(ctx context.Context, q *query.Query, p query.Page) (query.Cur
 	for i, fi := range q.Fields {
 		types[i] = v.types[fi]
 	}
-	rs, err := db.be.query(ctx, types, sqlText, args)
+	rs, err := db.be.stream(ctx, types, sqlText, args)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: rows of %s: %w", q.Collection.Name, err)
 	}

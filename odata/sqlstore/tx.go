@@ -47,6 +47,13 @@ func (b *pgBackend) begin(ctx context.Context) (loadTx, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b.cfg.StatementTimeout > 0 {
+		// Loads and migrations are not reads: index builds take minutes.
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+	}
 	return &pgTx{tx: tx}, nil
 }
 

@@ -19,6 +19,7 @@ type Server struct {
 	Root string   // service root, http://127.0.0.1:<port>/v1/odata/v4
 	Keys []string // API keys, one per client that must not share
 	PID  int
+	Log  string // the server's stdout and stderr, until Stop
 	cmd  *exec.Cmd
 	work string
 	done chan struct{}
@@ -28,8 +29,9 @@ type Server struct {
 // server with bin (bin/sluice when empty), limited to rps requests per
 // second per key (0: no per-second limit, so a scenario measures serving,
 // not pacing; one request in flight per key always holds). It waits
-// (bounded) until the server answers.
-func Start(bin string, rows, nkeys, rps int) (*Server, error) {
+// (bounded) until the server answers. extra are further flags of
+// `sluice odata`.
+func Start(bin string, rows, nkeys, rps int, extra ...string) (*Server, error) {
 	if bin == "" {
 		bin = "bin/sluice"
 	}
@@ -61,11 +63,12 @@ func Start(bin string, rows, nkeys, rps int) (*Server, error) {
 		return fail(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	logf, err := os.Create(filepath.Join(work, "server.log"))
+	s.Log = filepath.Join(work, "server.log")
+	logf, err := os.Create(s.Log)
 	if err != nil {
 		return fail(err)
 	}
-	s.cmd = exec.Command(bin, "odata", "-db", dsn, "-odata-addr", addr, "-requests-per-second", fmt.Sprint(rps))
+	s.cmd = exec.Command(bin, append([]string{"odata", "-db", dsn, "-odata-addr", addr, "-requests-per-second", fmt.Sprint(rps)}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
