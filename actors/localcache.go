@@ -17,7 +17,10 @@ import (
 // Memory is bounded by an estimate of bytes per entry; when full, expired
 // entries go first, then arbitrary ones (the reference's freecache also
 // evicts under pressure). Its counters are exported as the reference's
-// ratelimit.localcache.* gauges.
+// ratelimit.localcache.* gauges, with freecache's meanings: entryCount is the
+// number of entries held (expired ones not yet dropped included), and
+// averageAccessTime the mean of the entries' last access times, in Unix
+// seconds (an entry is accessed when it is added, overwritten or found).
 type OverLimitCache struct {
 	clock   func() time.Time
 	shards  [cacheShards]cacheShard
@@ -27,16 +30,23 @@ type OverLimitCache struct {
 	over    atomic.Int64 // overwrites
 	evicted atomic.Int64
 	expired atomic.Int64
-	nanos   atomic.Int64 // time spent in lookups, for averageAccessTime
+	entries atomic.Int64
+	// accessSum is the sum of the entries' last access times (Unix seconds).
+	accessSum atomic.Int64
 
 	g struct {
 		entries, hits, misses, lookups, overwrites, evacuates, expired, avgAccess *stats.Gauge
 	}
 }
 
+type cacheEntry struct {
+	expires int64 // unix nanoseconds
+	access  int64 // unix seconds of the last access
+}
+
 type cacheShard struct {
 	mu    sync.Mutex
-	m     map[string]int64 // key → expiry, unix nanoseconds
+	m     map[string]cacheEntry
 	bytes int
 }
 
@@ -57,7 +67,7 @@ func NewOverLimitCache(size int, clock func() time.Time, st *stats.Store) *OverL
 	size = max(size, minCacheSize)
 	c := &OverLimitCache{clock: clock, perCap: size / cacheShards}
 	for i := range c.shards {
-		c.shards[i].m = map[string]int64{}
+		c.shards[i].m = map[string]cacheEntry{}
 	}
 	if st == nil {
 		st = stats.NewStore()
@@ -73,78 +83,84 @@ func (c *OverLimitCache) shard(key string) *cacheShard {
 	return &c.shards[xxhash.Sum64String(key)%uint64(len(c.shards))]
 }
 
+// drop removes an entry the caller has found in s (under s.mu).
+func (c *OverLimitCache) drop(s *cacheShard, key string, e cacheEntry) {
+	delete(s.m, key)
+	s.bytes -= len(key) + entryOverhead
+	c.entries.Add(-1)
+	c.accessSum.Add(-e.access)
+}
+
 // Contains reports whether key is cached and not expired.
 func (c *OverLimitCache) Contains(key string) bool {
-	start := time.Now()
-	now := c.clock().UnixNano()
+	now := c.clock()
+	nowNanos, nowSec := now.UnixNano(), now.Unix()
 	s := c.shard(key)
 	s.mu.Lock()
-	exp, ok := s.m[key]
-	if ok && exp <= now {
-		delete(s.m, key)
-		s.bytes -= len(key) + entryOverhead
+	e, ok := s.m[key]
+	if ok && e.expires <= nowNanos {
+		c.drop(s, key, e)
 		c.expired.Add(1)
 		ok = false
+	} else if ok {
+		c.accessSum.Add(nowSec - e.access)
+		e.access = nowSec
+		s.m[key] = e
 	}
 	s.mu.Unlock()
 	c.lookups.Add(1)
 	if ok {
 		c.hits.Add(1)
 	}
-	c.nanos.Add(int64(time.Since(start)))
 	c.publish()
 	return ok
 }
 
 // Add caches key for ttl.
 func (c *OverLimitCache) Add(key string, ttl time.Duration) {
-	now := c.clock().UnixNano()
+	now := c.clock()
+	nowNanos, nowSec := now.UnixNano(), now.Unix()
 	s := c.shard(key)
 	cost := len(key) + entryOverhead
 	s.mu.Lock()
-	if _, exists := s.m[key]; exists {
+	if old, exists := s.m[key]; exists {
 		c.over.Add(1)
+		c.accessSum.Add(nowSec - old.access)
 	} else {
 		if s.bytes+cost > c.perCap {
-			c.makeRoom(s, now, cost)
+			c.makeRoom(s, nowNanos, cost)
 		}
 		s.bytes += cost
+		c.entries.Add(1)
+		c.accessSum.Add(nowSec)
 	}
-	s.m[key] = now + int64(ttl)
+	s.m[key] = cacheEntry{expires: nowNanos + int64(ttl), access: nowSec}
 	s.mu.Unlock()
 	c.publish()
 }
 
 // makeRoom drops expired entries, then arbitrary ones, until cost fits.
 func (c *OverLimitCache) makeRoom(s *cacheShard, now int64, cost int) {
-	for k, exp := range s.m {
-		if exp <= now {
-			delete(s.m, k)
-			s.bytes -= len(k) + entryOverhead
+	for k, e := range s.m {
+		if e.expires <= now {
+			c.drop(s, k, e)
 			c.expired.Add(1)
 		}
 	}
-	for k := range s.m {
+	for k, e := range s.m {
 		if s.bytes+cost <= c.perCap {
 			break
 		}
-		delete(s.m, k)
-		s.bytes -= len(k) + entryOverhead
+		c.drop(s, k, e)
 		c.evicted.Add(1)
 	}
 }
 
 // Len is the number of entries, expired ones not yet dropped included.
-func (c *OverLimitCache) Len() int {
-	n := 0
-	for i := range c.shards {
-		c.shards[i].mu.Lock()
-		n += len(c.shards[i].m)
-		c.shards[i].mu.Unlock()
-	}
-	return n
-}
+func (c *OverLimitCache) Len() int { return int(c.entries.Load()) }
 
+// publish refreshes the gauges; every operation calls it, so a stats flush
+// always sends current figures.
 func (c *OverLimitCache) publish() {
 	lookups := c.lookups.Load()
 	c.g.lookups.Set(lookups)
@@ -153,11 +169,11 @@ func (c *OverLimitCache) publish() {
 	c.g.overwrites.Set(c.over.Load())
 	c.g.evacuates.Set(c.evicted.Load())
 	c.g.expired.Set(c.expired.Load())
-	if lookups > 0 {
-		c.g.avgAccess.Set(c.nanos.Load() / lookups)
+	n := c.entries.Load()
+	c.g.entries.Set(n)
+	if n > 0 {
+		c.g.avgAccess.Set(c.accessSum.Load() / n)
+	} else {
+		c.g.avgAccess.Set(0)
 	}
 }
-
-// PublishEntries updates the entryCount gauge; it takes every shard lock, so
-// it is called when stats are flushed rather than on each lookup.
-func (c *OverLimitCache) PublishEntries() { c.g.entries.Set(int64(c.Len())) }

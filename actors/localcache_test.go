@@ -38,11 +38,43 @@ func TestOverLimitCacheExpiry(t *testing.T) {
 	if c.Contains("k") {
 		t.Fatal("k still cached when its window ended")
 	}
-	c.PublishEntries()
 	gauge := func(n string) int64 { return st.Gauge("ratelimit.localcache." + n).Value() }
-	for name, want := range map[string]int64{"lookupCount": 3, "hitCount": 1, "missCount": 2, "overwriteCount": 1, "expiredCount": 1, "entryCount": 0} {
+	for name, want := range map[string]int64{"lookupCount": 3, "hitCount": 1, "missCount": 2, "overwriteCount": 1, "expiredCount": 1, "entryCount": 0, "averageAccessTime": 0} {
 		if got := gauge(name); got != want {
 			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// TestOverLimitCacheEntriesAndAccessTime: entryCount is the live number of
+// entries without any extra call, and averageAccessTime is freecache's: the
+// mean last-access time of the entries in Unix seconds, moved by adds,
+// overwrites and hits, not by misses.
+func TestOverLimitCacheEntriesAndAccessTime(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	st := stats.NewStore()
+	c := actors.NewOverLimitCache(0, clk.Now, st)
+	gauge := func(n string) int64 { return st.Gauge("ratelimit.localcache." + n).Value() }
+	steps := []struct {
+		name          string
+		do            func()
+		entries, mean int64
+	}{
+		{"add a at 1000", func() { c.Add("a", time.Hour) }, 1, 1000},
+		{"add b at 1010", func() { clk.Add(10 * time.Second); c.Add("b", time.Hour) }, 2, 1005},
+		{"hit a at 1030", func() { clk.Add(20 * time.Second); c.Contains("a") }, 2, 1020},
+		{"miss at 1040", func() { clk.Add(10 * time.Second); c.Contains("zzz") }, 2, 1020},
+		{"overwrite b at 1050", func() { clk.Add(10 * time.Second); c.Add("b", time.Minute) }, 2, 1040},
+		{"b expires, found on lookup", func() { clk.Add(time.Minute); c.Contains("b") }, 1, 1030},
+		{"add c", func() { c.Add("c", time.Hour) }, 2, (1030 + 1110) / 2},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := gauge("entryCount"); got != s.entries {
+			t.Errorf("%s: entryCount %d, want %d", s.name, got, s.entries)
+		}
+		if got := gauge("averageAccessTime"); got != s.mean {
+			t.Errorf("%s: averageAccessTime %d, want %d", s.name, got, s.mean)
 		}
 	}
 }

@@ -15,9 +15,10 @@ package actors
 //     batch size follows the load, with no timer on the hot path.
 //  3. A flush coalesces equal keys of one kind (N hits on one key = one
 //     INCRBY N; N reads of one key = one GET; token bucket steps are never
-//     merged, they keep their arrival order) and makes ONE backend call. Inline backends (memory) run inside the shard; network
-//     backends run in a goroutine the Router tracks, which answers its waiters
-//     itself and then tells the shard to flush what has piled up.
+//     merged, they keep their arrival order) and makes ONE backend call.
+//     Inline backends (memory) run inside the shard; network backends run in
+//     a goroutine the Router tracks, which answers its waiters itself and
+//     then tells the shard to flush what has piled up.
 //  4. Each waiter gets its own count, as if the increments had been applied in
 //     arrival order: the key's total before the batch plus the hits of the
 //     waiters ahead of it.

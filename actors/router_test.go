@@ -442,3 +442,88 @@ func TestIncrementReturnsWithinCallTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestCoalesceByKeyAndKind: reads and increments of one key pile up behind a
+// call in flight; the batch holds one read and one increment of the key
+// (never merged with each other), every reader gets the one read's value,
+// and the incrementers their counts in arrival order.
+func TestCoalesceByKeyAndKind(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+
+	type result struct {
+		name  string
+		after uint64
+	}
+	results := make(chan result, 10)
+	send := func(name string, op engine.Increment) {
+		ops := []engine.Increment{op}
+		if err := r.Increment(context.Background(), ops); err != nil {
+			t.Error(err)
+		}
+		results <- result{name, ops[0].After}
+	}
+	go send("first", engine.Increment{Key: "k", Hits: 4, TTL: time.Minute})
+	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	queued := []struct {
+		name string
+		op   engine.Increment
+	}{
+		{"read1", engine.Increment{Key: "k", Kind: engine.OpGet}},
+		{"inc2", engine.Increment{Key: "k", Hits: 2, TTL: time.Minute}},
+		{"read2", engine.Increment{Key: "k", Kind: engine.OpGet, Hits: 100}}, // a read's hits count nowhere
+		{"inc3", engine.Increment{Key: "k", Hits: 3, TTL: time.Minute}},
+		{"other", engine.Increment{Key: "o", Kind: engine.OpGet}},
+	}
+	for i, q := range queued {
+		go send(q.name, q.op)
+		waitFor(t, func() bool { return r.Pending(0) == i+1 })
+	}
+	b.gate <- struct{}{}
+	b.gate <- struct{}{}
+	got := map[string]uint64{}
+	for range 1 + len(queued) {
+		res := <-results
+		got[res.name] = res.after
+	}
+	// The read goes first in the batch (it arrived first), so it sees 4.
+	want := map[string]uint64{"first": 4, "read1": 4, "read2": 4, "inc2": 6, "inc3": 9, "other": 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers %v, want %v", got, want)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.batches) != 2 {
+		t.Fatalf("%d backend calls, want 2", len(b.batches))
+	}
+	second := b.batches[1]
+	if len(second) != 3 ||
+		second[0].Key != "k" || second[0].Kind != engine.OpGet ||
+		second[1].Key != "k" || second[1].Kind != engine.OpIncrement || second[1].Hits != 5 ||
+		second[2].Key != "o" || second[2].Kind != engine.OpGet {
+		t.Fatalf("second batch %+v: want read k, increment k by 5, read o", second)
+	}
+}
+
+// TestSingleReadKeepsItsKind: a lone read (the one-item fast path) stays a read.
+func TestSingleReadKeepsItsKind(t *testing.T) {
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return memory.New(nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	inc := []engine.Increment{{Key: "k", Hits: 2, TTL: time.Minute}}
+	if err := r.Increment(context.Background(), inc); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		get := []engine.Increment{{Key: "k", Kind: engine.OpGet, Hits: 1, TTL: time.Minute}}
+		if err := r.Increment(context.Background(), get); err != nil || get[0].After != 2 {
+			t.Fatalf("read: %v, After %d, want 2", err, get[0].After)
+		}
+	}
+}

@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v2"
 
 	"github.com/sluicehq/sluice/engine/stats"
 )
@@ -87,101 +84,123 @@ var validKeys = map[string]bool{
 	"algorithm": true, "burst": true,
 }
 
-// ParseYAML reads one YAML file into the model, with the reference's checks and
-// error texts: a generic pass that validates every key, then a strict typed pass.
+// ParseYAML reads one YAML file into the model with the reference's decoder
+// (yaml.v2: YAML 1.1 scalars such as unquoted yes/no, the last of duplicate
+// keys wins, unquoted dates stay text) and its checks and error texts: a
+// generic pass that validates every key, then a typed pass. On top, a known
+// key in the wrong place (unit: at the top level, say) is an error here,
+// where the reference would silently ignore it.
 func ParseYAML(name string, data []byte) (*DomainConfig, error) {
-	var asMap map[string]any
-	if err := yaml.Unmarshal(data, &asMap); err != nil {
-		// yaml.v3 names the target map[string]interface {}; the reference's
-		// yaml.v2 message says map[interface {}]interface {} for the same input.
-		msg := strings.ReplaceAll(err.Error(), "map[string]interface {}", "map[interface {}]interface {}")
-		return nil, &ConfigError{name, "error loading config file: " + msg}
-	}
-	// A second, untyped pass keeps non-string keys as they are written, so they
-	// can be reported rather than silently turned into strings.
-	var generic any
+	var generic map[any]any
 	if err := yaml.Unmarshal(data, &generic); err != nil {
 		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
 	}
-	if msg := validateValue(generic); msg != "" {
+	if msg := validateKeys(generic); msg != "" {
+		return nil, &ConfigError{name, msg}
+	}
+	if msg := checkPlaces(generic, rootKeys, "the top level"); msg != "" {
 		return nil, &ConfigError{name, msg}
 	}
 	var root DomainConfig
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) { // an empty file fails below, as an empty domain
+	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
 	}
 	return &root, nil
 }
 
-func validateKeys(m map[string]any) string {
-	// Sorted so that a file with several problems always reports the same one.
-	keys := make([]string, 0, len(m))
+// validateKeys is the reference's key check, in the order yaml.v2 hands the
+// keys over (sorted here, so that a file with several problems always
+// reports the same one). metadata is free-form and not checked.
+func validateKeys(m map[any]any) string {
+	keys := make([]any, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
 	for _, k := range keys {
-		if !validKeys[k] {
-			return fmt.Sprintf("config error, unknown key '%s'", k)
-		}
-		if k == "metadata" {
-			// Free-form, but it must convert to a protobuf Struct.
-			if _, err := normalizeValue(m[k]); err != nil {
-				return "error parsing metadata: " + err.Error()
-			}
-			continue
-		}
-		if msg := validateValue(m[k]); msg != "" {
-			return msg
-		}
-	}
-	return ""
-}
-
-func validateValue(v any) string {
-	switch v := v.(type) {
-	case []any:
-		for _, e := range v {
-			em, ok := e.(map[string]any)
-			if !ok {
-				if _, other := e.(map[any]any); other {
-					if msg := validateAnyKeyMap(e.(map[any]any)); msg != "" {
-						return msg
-					}
-					continue
-				}
-				return fmt.Sprintf("config error, yaml file contains list of type other than map: %v", e)
-			}
-			if msg := validateKeys(em); msg != "" {
-				return msg
-			}
-		}
-	case map[string]any:
-		return validateKeys(v)
-	case map[any]any:
-		return validateAnyKeyMap(v)
-	case string, int, bool, nil:
-	default:
-		return "error checking config"
-	}
-	return ""
-}
-
-// validateAnyKeyMap handles a mapping with a key that is not a string (yaml.v3
-// decodes such a mapping as map[any]any).
-func validateAnyKeyMap(m map[any]any) string {
-	for k := range m {
-		if _, ok := k.(string); !ok {
+		ks, ok := k.(string)
+		if !ok {
 			return fmt.Sprintf("config error, key is not of type string: %v", k)
 		}
+		if !validKeys[ks] {
+			return fmt.Sprintf("config error, unknown key '%s'", ks)
+		}
+		if ks == "metadata" {
+			continue
+		}
+		switch v := m[k].(type) {
+		case []any:
+			for _, e := range v {
+				em, ok := e.(map[any]any)
+				if !ok {
+					return fmt.Sprintf("config error, yaml file contains list of type other than map: %v", e)
+				}
+				if msg := validateKeys(em); msg != "" {
+					return msg
+				}
+			}
+		case map[any]any:
+			if msg := validateKeys(v); msg != "" {
+				return msg
+			}
+		case string, int, bool, nil:
+		default:
+			return "error checking config"
+		}
 	}
-	sm := make(map[string]any, len(m))
-	for k, v := range m {
-		sm[k.(string)] = v
+	return ""
+}
+
+// The keys each kind of mapping may hold; validKeys is their union.
+var (
+	rootKeys       = placeKeys{"domain": nil, "descriptors": descriptorKeys}
+	descriptorKeys = placeKeys{}
+	rateLimitKeys  = placeKeys{"requests_per_unit": nil, "unit": nil, "unlimited": nil, "name": nil, "replaces": replacesKeys, "algorithm": nil, "burst": nil}
+	replacesKeys   = placeKeys{"name": nil}
+)
+
+// placeKeys maps a key to the keys of the mappings below it (nil: a leaf).
+type placeKeys map[string]placeKeys
+
+func init() {
+	for _, k := range []string{"key", "value", "shadow_mode", "detailed_metric", "quota_mode", "value_to_metric", "share_threshold", "metadata"} {
+		descriptorKeys[k] = nil
 	}
-	return validateKeys(sm)
+	descriptorKeys["descriptors"] = descriptorKeys
+	descriptorKeys["rate_limit"] = rateLimitKeys
+}
+
+// checkPlaces reports a valid key used where the reference's decoder would
+// drop it. It runs after validateKeys, so every key is a known string.
+func checkPlaces(m map[any]any, allowed placeKeys, where string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k.(string))
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		below, ok := allowed[k]
+		if !ok {
+			return fmt.Sprintf("config error, key '%s' is not valid at %s", k, where)
+		}
+		if below == nil {
+			continue
+		}
+		inner := "'" + k + "'"
+		switch v := m[k].(type) {
+		case map[any]any:
+			if msg := checkPlaces(v, below, inner); msg != "" {
+				return msg
+			}
+		case []any:
+			for _, e := range v {
+				if msg := checkPlaces(e.(map[any]any), below, inner); msg != "" {
+					return msg
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // Config is a loaded, validated rule set. It is immutable; a reload builds a

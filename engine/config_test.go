@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -49,8 +50,20 @@ func TestValidationErrors(t *testing.T) {
 			"f0.yaml: replaces should not contain name of same descriptor"},
 		{"share_threshold without wildcard", []string{"domain: d\ndescriptors:\n  - {key: a, value: b, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 1}}\n"}, false,
 			"f0.yaml: share_threshold can only be used with wildcard values (containing '*'), but found key 'a_b'"},
-		{"bad metadata", []string{"domain: d\ndescriptors:\n  - key: a\n    metadata: {1: x}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}, false,
+		{"nested metadata key not a string", []string{"domain: d\ndescriptors:\n  - key: a\n    metadata: {n: {1: x}}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}, false,
 			"f0.yaml: error parsing metadata: invalid key type: int"},
+		// yaml.v2, as the reference: a quoted "yes" is a string, not a bool.
+		{"quoted yes for a bool", []string{"domain: d\ndescriptors:\n  - key: a\n    shadow_mode: \"yes\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}, false,
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `yes` into bool"},
+		// The line yaml.v2 reports for an unclosed quote is where it gives up.
+		{"unclosed quote", []string{"domain: d\ndescriptors:\n  - key: \"a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"}, false,
+			"f0.yaml: error loading config file: yaml: line 7: found unexpected end of stream"},
+		// sluice's own check: known keys in the wrong place are not ignored.
+		{"unit at the top level", []string{"domain: d\nunit: second\n"}, false, "f0.yaml: config error, key 'unit' is not valid at the top level"},
+		{"domain in a descriptor", []string{"domain: d\ndescriptors:\n  - {key: a, domain: x}\n"}, false, "f0.yaml: config error, key 'domain' is not valid at 'descriptors'"},
+		{"key in rate_limit", []string{"domain: d\ndescriptors:\n  - {key: a, rate_limit: {key: b, unit: second, requests_per_unit: 1}}\n"}, false,
+			"f0.yaml: config error, key 'key' is not valid at 'rate_limit'"},
+		{"metadata at the top level", []string{"domain: d\nmetadata: {a: b}\n"}, false, "f0.yaml: config error, key 'metadata' is not valid at the top level"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +155,9 @@ func FuzzParseYAML(f *testing.F) {
 	f.Add([]byte("descriptors: [a]"))
 	f.Add([]byte("- a\n- b\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    metadata: {1: x}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - {key: a, value: 2001-12-14, shadow_mode: \"yes\", metadata: {n: {1: y}}}\n"))
+	f.Add([]byte("domain: d\ndomain: e\nunit: second\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: \"a\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "fuzz", YAML: data}}, engine.ConfigOptions{})
 		if err == nil && cfg == nil {
@@ -151,4 +167,53 @@ func FuzzParseYAML(f *testing.F) {
 			t.Fatalf("error without the file name: %v", err)
 		}
 	})
+}
+
+// TestYAMLv2Semantics: files the reference (yaml.v2) loads load the same way.
+func TestYAMLv2Semantics(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		check      func(t *testing.T, c *engine.Config, root *engine.DomainConfig)
+	}{
+		{"duplicate keys: the last wins", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, requests_per_unit: 5}\n",
+			func(t *testing.T, c *engine.Config, root *engine.DomainConfig) {
+				if got := root.Descriptors[0].RateLimit.RequestsPerUnit; got != 5 {
+					t.Errorf("requests_per_unit %d, want 5", got)
+				}
+				if got := c.Dump(); got != "d.a: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n" {
+					t.Errorf("dump %q", got)
+				}
+			}},
+		{"int keys in metadata", "domain: d\ndescriptors:\n  - key: a\n    metadata: {1: x}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			func(t *testing.T, _ *engine.Config, root *engine.DomainConfig) {
+				if got := fmt.Sprint(root.Descriptors[0].Metadata); got != "map[1:x]" {
+					t.Errorf("metadata %s, want map[1:x]", got)
+				}
+			}},
+		{"unquoted date is text", "domain: ys\ndescriptors:\n  - key: a\n    value: 2001-12-14\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			func(t *testing.T, c *engine.Config, _ *engine.DomainConfig) {
+				if got := c.Dump(); got != "ys.a_2001-12-14: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false\n" {
+					t.Errorf("dump %q", got)
+				}
+			}},
+		{"unquoted yes is a bool", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			func(t *testing.T, c *engine.Config, _ *engine.DomainConfig) {
+				if got := c.Dump(); got != "d.a: unit=SECOND requests_per_unit=1, shadow_mode: true, quota_mode: false\n" {
+					t.Errorf("dump %q", got)
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root, err := engine.ParseYAML("f.yaml", []byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte(tc.yaml)}}, engine.ConfigOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c, root)
+		})
+	}
 }

@@ -158,6 +158,10 @@ func (s *Service) LoadConfig(files []ConfigFile, merge bool) (*Config, error) {
 	return LoadConfig(files, ConfigOptions{MergeDomains: merge, Stats: s.o.Stats})
 }
 
+// MaxHitsAddend is the largest hits_addend a descriptor may carry: counters
+// are signed 64-bit numbers in Redis.
+const MaxHitsAddend = math.MaxInt64
+
 // limitInfo is the per-descriptor working state of one decision.
 type limitInfo struct {
 	m         match
@@ -229,6 +233,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		infos[i] = limitInfo{m: m, op: -1, prevOp: -1}
 	}
 	dropReplaced(infos)
+	for i := range infos {
+		// A count must fit the backends' signed 64-bit counters (Redis INCRBY
+		// takes an int64). The reference sends it anyway and writes -1; it is
+		// the caller's mistake, so it is refused before anything is counted.
+		if l := infos[i].m.limit; l != nil && !l.Unlimited {
+			if h := hitsAddend(req, i); h > MaxHitsAddend {
+				s.serviceError.Inc()
+				return nil, invalidRequest(fmt.Sprintf("descriptor %d: hits_addend %d is larger than %d, the most a counter can take", i, h, uint64(MaxHitsAddend)))
+			}
+		}
+	}
 
 	now := s.o.Clock()
 	unix := now.Unix()
@@ -332,8 +347,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 	return resp, nil
 }
 
-// count runs the increments; with StopIncrementOnLimit it first reads every
-// counter (an increment of 0) and then only counts the keys that are over.
+// count runs the increments. With StopIncrementOnLimit it follows the
+// reference: when a key is over in the local cache, every other key is sent
+// with 0 hits; otherwise every counter is first read (a fixed window's with
+// OpGet, a GET that changes nothing), and if any key would go over its
+// limit, only those keys are incremented and the others are sent with 0 hits.
 func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment, now time.Time) error {
 	// Envoy sends its own (shorter) deadline with every call; only bound the
 	// wait ourselves when the caller did not, which saves a timer per decision.
@@ -360,30 +378,51 @@ func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment,
 	hits := make([]uint64, len(ops))
 	for j := range ops {
 		hits[j] = ops[j].Hits
-		ops[j].Hits = 0
 	}
-	if !anyLocal {
-		if err := s.o.Counter.Increment(ctx, ops); err != nil {
-			return err
+	if anyLocal {
+		for j := range ops {
+			ops[j].Hits = 0
 		}
-		marked := false
-		for i := range infos {
-			in := &infos[i]
-			if in.op >= 0 && in.overIfCounted(ops, hits[in.op], now) {
-				marked = true
-				ops[in.op].Hits = hits[in.op]
-			}
-		}
-		if !marked {
-			for j := range ops {
-				ops[j].Hits = hits[j]
-			}
-		}
+	} else if err := s.readFirst(ctx, infos, ops, hits, now); err != nil {
+		return err
 	}
 	if err := s.o.Counter.Increment(ctx, ops); err != nil {
 		return err
 	}
 	s.fill(infos, ops, hits)
+	return nil
+}
+
+// readFirst reads every counter of ops (a fixed window's with OpGet, other
+// algorithms' with a step of 0 hits) and, if any descriptor would go over its
+// limit with its hits, sets the hits of all the others to 0.
+func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []Increment, hits []uint64, now time.Time) error {
+	reads := make([]Increment, len(ops))
+	copy(reads, ops)
+	for j := range reads {
+		reads[j].Hits = 0
+		if reads[j].Kind == OpIncrement {
+			reads[j] = Increment{Key: ops[j].Key, Kind: OpGet, PerSecond: ops[j].PerSecond}
+		}
+	}
+	if err := s.o.Counter.Increment(ctx, reads); err != nil {
+		return err
+	}
+	over := make([]bool, len(ops))
+	anyOver := false
+	for i := range infos {
+		in := &infos[i]
+		if in.op >= 0 && in.overIfCounted(reads, hits[in.op], now) {
+			over[in.op], anyOver = true, true
+		}
+	}
+	if anyOver {
+		for j := range ops {
+			if !over[j] {
+				ops[j].Hits = 0
+			}
+		}
+	}
 	return nil
 }
 
@@ -403,8 +442,13 @@ func (in *limitInfo) overIfCounted(ops []Increment, hits uint64, now time.Time) 
 	return op.After+hits > in.limitN
 }
 
-// fill copies counts back. A key that was only read (stop-increment mode) is
-// judged as if its hits had been added, as the reference does.
+// fill copies counts back: after is the backend's count, before is after
+// less the descriptor's hits. wanted (stop-increment mode) holds the hits
+// each op would have carried. A fixed-window key sent with 0 hits is judged
+// the reference's way: its count is what the counter holds, and before is
+// after - hits in unsigned arithmetic, so below 0 it wraps (a stat then
+// counts the key as already near or over, as the reference does). Other
+// algorithms judge a key left alone as if its hits had been added.
 func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
 	for i := range infos {
 		in := &infos[i]
@@ -423,11 +467,15 @@ func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
 			in.before, in.after, in.limitN = bucketUsage(&op)
 			continue
 		}
-		if wanted != nil && op.Hits == 0 {
+		if wanted != nil && op.Hits == 0 && in.m.limit.Algorithm == SlidingWindow {
 			in.before, in.after = op.After, op.After+wanted[in.op]
 			continue
 		}
 		in.after = op.After
+		if wanted != nil {
+			in.before = op.After - in.hits
+			continue
+		}
 		in.before = op.After - min(op.After, op.Hits)
 	}
 }

@@ -356,9 +356,23 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 	// so near must not be counted.
 	f.do(t, req("probe", kv("k", "two")))
 	f.do(t, req("probe", kv("k", "two")))
+	calls := f.counter.calls
 	resp := f.do(t, req("probe", kv("k", "two"), kv("near", "s")))
-	if got := showAll(resp); got != "OVER_LIMIT | OVER_LIMIT 2/MINUTE reset=56s | OK 10/MINUTE rem=9 reset=56s" {
+	// As the reference: near was sent with 0 hits, so it reports what it
+	// holds (0), not what it would have held.
+	if got := showAll(resp); got != "OVER_LIMIT | OVER_LIMIT 2/MINUTE reset=56s | OK 10/MINUTE rem=10 reset=56s" {
 		t.Fatalf("got %s", got)
+	}
+	// One read of both (OpGet), then k_two incremented and near sent with 0.
+	if f.counter.calls != calls+2 {
+		t.Fatalf("%d counter calls, want 2", f.counter.calls-calls)
+	}
+	reads, incs := f.counter.ops[calls], f.counter.ops[calls+1]
+	if len(reads) != 2 || reads[0].Kind != engine.OpGet || reads[1].Kind != engine.OpGet {
+		t.Fatalf("first call %+v: want two reads", reads)
+	}
+	if len(incs) != 2 || incs[0].Kind != engine.OpIncrement || incs[0].Hits != 1 || incs[1].Hits != 0 {
+		t.Fatalf("second call %+v: want k_two +1, near +0", incs)
 	}
 	// near was only read: a fresh request sees it untouched.
 	if got := showAll(f.do(t, req("probe", kv("near", "s")))); got != "OK | OK 10/MINUTE rem=9 reset=56s" {

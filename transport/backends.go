@@ -24,6 +24,8 @@ type backends struct {
 	// window and keysPerCall shape the shards' batches (pipeline window and limit).
 	window      time.Duration
 	keysPerCall int
+	// pools are the Redis clients by their statistics scope.
+	pools map[string]*redis.Backend
 	// conns is how many calls the store takes at once without queueing for a
 	// connection (per node); 0 for inline stores.
 	conns int
@@ -88,6 +90,7 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 			return nil, err
 		}
 		b.own(main)
+		b.pools = map[string]*redis.Backend{"ratelimit.redis_pool": main}
 		b.main = func(int) engine.Backend { return main }
 		b.health = append(b.health, main)
 		if s.Backend.PerSecond {
@@ -97,6 +100,7 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 				return nil, fmt.Errorf("per-second redis: %w", err)
 			}
 			b.own(sec)
+			b.pools["ratelimit.redis_per_second_pool"] = sec
 			b.perSecond = func(int) engine.Backend { return sec }
 			b.health = append(b.health, sec)
 		}

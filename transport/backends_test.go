@@ -241,11 +241,11 @@ func TestMemcacheBackend(t *testing.T) {
 	// A key over 250 bytes fails that request, clearly, and is counted.
 	long := strings.Repeat("v", 260)
 	code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"`+long+`"}]}]}`)
-	if code != 400 || !strings.Contains(body, "250") {
+	if code != 400 || body != "Bad Request\n" || !strings.Contains(h.logs.String(), "250-byte limit") {
 		t.Errorf("long key: %d %q", code, body)
 	}
 	code, _, body = h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a b"}]}]}`)
-	if code != 400 || !strings.Contains(body, "whitespace") {
+	if code != 400 || body != "Bad Request\n" || !strings.Contains(h.logs.String(), "whitespace") {
 		t.Errorf("key with a space: %d %q", code, body)
 	}
 	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != 2 {

@@ -35,8 +35,12 @@ func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Hand
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, cfg.DumpConfig())
+		// As the reference: the type is sniffed from the text, so an empty
+		// dump (no configuration) has no Content-Type at all.
+		if dump := cfg.DumpConfig(); dump != "" {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			io.WriteString(w, dump)
+		}
 	})
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -54,11 +58,8 @@ func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Hand
 		endpoints[path] = ep.Help
 		mux.Handle(path, ep.Handler)
 	}
+	// Every other path is the index, as the reference's catch-all "/".
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
 		var lines []string
 		for p, help := range endpoints {
 			lines = append(lines, p+": "+help)

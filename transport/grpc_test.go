@@ -3,6 +3,8 @@ package transport_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +120,27 @@ func TestDebugServer(t *testing.T) {
 	}
 	if code, _ := h.get(t, h.debug+"/debug/pprof/"); code != 200 {
 		t.Errorf("pprof: %d", code)
+	}
+	// As the reference, any other path is the index.
+	for _, p := range []string{"/nope", "/rlconfig/x", "/stats2"} {
+		if code, body := h.get(t, h.debug+p); code != 200 || body != wantIndex {
+			t.Errorf("%s: %d %q, want the index", p, code, body)
+		}
+	}
+}
+
+// TestDebugEmptyRlconfig: with no configuration /rlconfig is an empty 200
+// without a Content-Type, as the reference's (sniffed from an empty body).
+func TestDebugEmptyRlconfig(t *testing.T) {
+	h := start(t, nil, nil)
+	resp, err := http.Get(h.debug + "/rlconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(body) != 0 || resp.Header.Get("Content-Type") != "" {
+		t.Fatalf("%d %q Content-Type %q", resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	}
 }
 

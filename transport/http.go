@@ -45,11 +45,14 @@ func jsonHandler(d Decider, log *slog.Logger, errs *errorLog) http.HandlerFunc {
 		resp, err := decide(context.WithoutCancel(r.Context()), d, &req)
 		if err != nil {
 			errs.warn(err)
-			code := http.StatusBadRequest
+			// The reason is in the log line above. A request error is the
+			// reference's plain "Bad Request"; a service that cannot decide
+			// says why, with 503 (a documented difference).
 			if errors.Is(err, engine.ErrNoConfig) || errors.Is(err, engine.ErrBackend) {
-				code = http.StatusServiceUnavailable
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
 			}
-			http.Error(w, err.Error(), code)
+			http.Error(w, "Bad Request", http.StatusBadRequest)
 			return
 		}
 		out, err := protojson.Marshal(resp)

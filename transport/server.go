@@ -70,6 +70,7 @@ type Server struct {
 	debug *http.Server
 
 	loadSuccess, loadError *stats.Counter
+	runtimeStats           *runtimeStats // nil unless CONFIG_TYPE=FILE
 	// shardDepth are the sluice.shard.<i>.queue_depth gauges, set from the
 	// router at each statistics flush.
 	shardDepth []*stats.Gauge
@@ -104,6 +105,15 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
 	}
 	srv.errs = newErrorLog(srv.log, s.Log.RepeatInterval)
+	if s.Config.Type == "FILE" {
+		// The reference's file runtime (goruntime) counts its loads under
+		// the "runtime" scope.
+		srv.runtimeStats = &runtimeStats{
+			attempts:  o.Stats.Counter("runtime.load_attempts"),
+			failures:  o.Stats.Counter("runtime.load_failures"),
+			numValues: o.Stats.Gauge("runtime.num_values"),
+		}
+	}
 	srv.ghs = health.NewServer()
 	srv.health = NewHealth(srv.ghs, s.Config.HealthyWithConfig)
 	if err := srv.buildOps(); err != nil {
@@ -115,6 +125,13 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	srv.back = back
+	metrics.RegisterRuntime(o.Stats)
+	for scope, pool := range back.pools {
+		metrics.RegisterPool(o.Stats, scope, func() metrics.PoolFigures {
+			ps := pool.PoolStats()
+			return metrics.PoolFigures{Active: ps.ActiveConns, Opened: ps.Dials, LocalCloses: ps.Closes}
+		})
+	}
 	srv.traceBackends()
 	srv.health.Set(ComponentBackend, true)
 
@@ -206,6 +223,13 @@ func (s *Server) DumpConfig() string {
 	return ""
 }
 
+// runtimeStats are the reference's goruntime loader figures: every reload
+// of the rule files is an attempt; num_values is the number of files read.
+type runtimeStats struct {
+	attempts, failures *stats.Counter
+	numValues          *stats.Gauge
+}
+
 // apply loads one configuration event; a failure keeps the previous config.
 func (s *Server) apply(ev ConfigEvent) {
 	err := s.load(ev)
@@ -218,6 +242,14 @@ func (s *Server) apply(ev ConfigEvent) {
 }
 
 func (s *Server) load(ev ConfigEvent) error {
+	if rs := s.runtimeStats; rs != nil {
+		rs.attempts.Inc()
+		if ev.Err != nil {
+			rs.failures.Inc()
+		} else {
+			rs.numValues.Set(int64(len(ev.Files)))
+		}
+	}
 	cfg, err := (*engine.Config)(nil), ev.Err
 	if err == nil {
 		cfg, err = s.svc.LoadConfig(ev.Files, s.s.Config.MergeDomains)

@@ -5,14 +5,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/sluicehq/sluice/internal/tlsclient"
+	"github.com/sluicehq/sluice/transport"
 )
 
 func init() {
@@ -22,7 +28,18 @@ func init() {
 // descriptorsFlag collects repeated -descriptors k=v,k2=v2.
 type descriptorsFlag []*ratelimitv3.RateLimitDescriptor
 
-func (d *descriptorsFlag) String() string { return fmt.Sprint(len(*d), " descriptors") }
+// String is the reference client's rendering, which it prints with its flags.
+func (d *descriptorsFlag) String() string {
+	var b strings.Builder
+	for _, desc := range *d {
+		var entries strings.Builder
+		for _, e := range desc.Entries {
+			fmt.Fprintf(&entries, " <key=%s, value=%s> ", e.Key, e.Value)
+		}
+		fmt.Fprintf(&b, "[%s] ", entries.String())
+	}
+	return b.String()
+}
 
 func (d *descriptorsFlag) Set(s string) error {
 	desc := &ratelimitv3.RateLimitDescriptor{}
@@ -37,22 +54,67 @@ func (d *descriptorsFlag) Set(s string) error {
 	return nil
 }
 
+// runClient is the reference's client_cmd: the same flags, the same lines on
+// standard output ("Flag: --name=value" for every flag, then "response: …",
+// or "error connecting: …" / "request error: …" and exit status 1).
 func runClient(args []string) error {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
-	dial := fs.String("dial_string", "localhost:8081", "rate limit service address")
-	domain := fs.String("domain", "", "rate limit domain")
-	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	dial := fs.String("dial_string", "localhost:8081", "url of ratelimit server in <host>:<port> form")
+	domain := fs.String("domain", "", "rate limit configuration domain to query")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer (sluice only)")
 	var descs descriptorsFlag
-	fs.Var(&descs, "descriptors", "one descriptor as comma-separated name=value pairs; may be repeated")
+	fs.Var(&descs, "descriptors", "descriptor list to query in <key>=<value>,<key>=<value>,... form; may be repeated")
+	oltp := fs.String("oltp-protocol", "", "protocol to use when exporting tracing spans: http, grpc or empty (no tracing); the endpoint comes from the OTEL_EXPORTER_OTLP_* variables")
+	caFile := fs.String("grpc-server-ca-file", "", "path to the server CA file for TLS connection")
+	useTLS := fs.Bool("grpc-use-tls", false, "Use TLS for connection to server")
+	certFile := fs.String("grpc-cert-file", "", "path to the client cert file for TLS connection")
+	keyFile := fs.String("grpc-key-file", "", "path to the client key for TLS connection")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return exitCode(2) // the flag package has said what is wrong, as the reference's does
 	}
-	if *domain == "" || len(descs) == 0 {
-		return errors.New("-domain and at least one -descriptors are required")
+	fs.VisitAll(func(f *flag.Flag) { fmt.Printf("Flag: --%s=%q\n", f.Name, f.Value) })
+
+	var opts []grpc.DialOption
+	if *oltp != "" {
+		if *oltp != "http" && *oltp != "grpc" {
+			fmt.Printf("Invalid otlptrace client protocol: %s", *oltp)
+			return exitCode(2) // the reference panics here
+		}
+		ts, err := transport.SettingsFromEnv(os.LookupEnv)
+		if err != nil {
+			return err
+		}
+		t := ts.Tracing
+		t.Enabled, t.Protocol, t.ServiceName, t.SamplingRate = true, *oltp, "RateLimitClient", 1
+		tr, err := newTracing(t)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tr.Shutdown(ctx)
+		}()
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(tr.TracerProvider()), otelgrpc.WithPropagators(tr.Propagator()))))
 	}
-	conn, err := grpc.NewClient(*dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if *useTLS {
+		cfg, err := tlsclient.Config(*caFile, *certFile, *keyFile, false)
+		if err != nil {
+			fmt.Printf("error connecting: %s\n", err)
+			return exitCode(1)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	conn, err := grpc.NewClient(*dial, opts...)
 	if err != nil {
-		return fmt.Errorf("dialing %s: %w", *dial, err)
+		fmt.Printf("error connecting: %s\n", err)
+		return exitCode(1)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -61,7 +123,8 @@ func runClient(args []string) error {
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx,
 		&rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: 1})
 	if err != nil {
-		return fmt.Errorf("request error: %w", err)
+		fmt.Printf("request error: %s\n", err)
+		return exitCode(1)
 	}
 	fmt.Printf("response: %s\n", prototext.MarshalOptions{}.Format(resp))
 	return nil

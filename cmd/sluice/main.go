@@ -57,7 +57,17 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
 		}
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code)) // the command has printed its own message
+		}
 		fmt.Fprintf(os.Stderr, "sluice %s: %v\n", name, err)
 		os.Exit(1)
 	}
 }
+
+// exitCode ends the program with that status and no further message: the
+// command has already printed what the reference's tool prints.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -56,14 +57,21 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
-func TestClientAgainstAServer(t *testing.T) {
+// startServer runs a memory-backed rate limit server with one rule file; env
+// adds settings.
+func startServer(t *testing.T, env map[string]string) *transport.Server {
+	t.Helper()
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "app", "config"), 0o755)
 	os.WriteFile(filepath.Join(root, "app", "config", "r.yaml"), []byte("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000}}\n"), 0o644)
-	settings, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{
+	vars := map[string]string{
 		"BACKEND_TYPE": "memory", "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app", "RUNTIME_WATCH_ROOT": "false",
-	}))
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	settings, err := transport.SettingsFromEnv(transport.FromMap(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +82,7 @@ func TestClientAgainstAServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
 	go func() { done <- srv.Run(ctx, ready) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-ready:
 	case err := <-done:
@@ -82,6 +90,11 @@ func TestClientAgainstAServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("server did not start")
 	}
+	return srv
+}
+
+func TestClientAgainstAServer(t *testing.T) {
+	srv := startServer(t, nil)
 	out, err := captureStdout(t, func() error {
 		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1"})
 	})
@@ -94,10 +107,115 @@ func TestClientAgainstAServer(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if err := runClient([]string{"-domain", "d"}); err == nil {
-		t.Error("a client without descriptors ran")
+	// ... after its flags, as "Flag: --name=%q" lines in name order.
+	wantFlags := "Flag: --descriptors=\"[ <key=a, value=1> ] \"\n" +
+		"Flag: --dial_string=\"" + srv.Addrs().GRPC.String() + "\"\n" +
+		"Flag: --domain=\"d\"\n" +
+		"Flag: --grpc-cert-file=\"\"\n" +
+		"Flag: --grpc-key-file=\"\"\n" +
+		"Flag: --grpc-server-ca-file=\"\"\n" +
+		"Flag: --grpc-use-tls=\"false\"\n" +
+		"Flag: --oltp-protocol=\"\"\n" +
+		"Flag: --timeout=\"5s\"\n" +
+		"response: "
+	if !strings.HasPrefix(out, wantFlags) {
+		t.Errorf("output:\n%s\nwant it to start:\n%s", out, wantFlags)
 	}
-	if err := runClient([]string{"-domain", "d", "-descriptors", "novalue"}); err == nil {
-		t.Error("a malformed descriptor was accepted")
+	// As the reference's client, a request without descriptors is sent and
+	// the server's refusal printed.
+	out, err = captureStdout(t, func() error {
+		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d"})
+	})
+	if err != exitCode(1) || !strings.Contains(out, "request error: rpc error: code = InvalidArgument desc = rate limit descriptor list must not be empty\n") {
+		t.Errorf("no descriptors: %v\n%s", err, out)
+	}
+	if err := runClient([]string{"-domain", "d", "-descriptors", "novalue"}); err != exitCode(2) {
+		t.Errorf("a malformed descriptor: %v, want exit status 2", err)
+	}
+	// A request the server refuses: "request error: ..." and status 1.
+	out, err = captureStdout(t, func() error {
+		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "", "-descriptors", "a=1"})
+	})
+	if err != exitCode(1) || !strings.Contains(out, "request error: rpc error: code = InvalidArgument desc = rate limit domain must not be empty\n") {
+		t.Errorf("empty domain: %v\n%s", err, out)
+	}
+}
+
+func TestClientExitCodes(t *testing.T) {
+	srv := startServer(t, nil)
+	addr := srv.Addrs().GRPC.String()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code exitCode
+		out  string
+	}{
+		{"request error", []string{"-dial_string", addr, "-domain", "d", "-descriptors", "a=1", "-grpc-use-tls"}, 1, "request error: rpc error: code = Unavailable"},
+		{"bad tracing protocol", []string{"-dial_string", addr, "-domain", "d", "-descriptors", "a=1", "-oltp-protocol", "ftp"}, 2, "Invalid otlptrace client protocol: ftp"},
+		{"unknown flag", []string{"-bogus"}, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := captureStdout(t, func() error { return runClient(tc.args) })
+			if err != tc.code || !strings.Contains(out, tc.out) {
+				t.Fatalf("err %v, output %q; want exit status %d and %q", err, out, tc.code, tc.out)
+			}
+		})
+	}
+}
+
+// TestClientTLS: -grpc-use-tls with the server's CA (and a client
+// certificate, which a mutual-TLS server requires) reaches a TLS server.
+func TestClientTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := testenv.GenerateTLS(t, dir, "127.0.0.1", "localhost")
+	srv := startServer(t, map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key, "GRPC_CLIENT_TLS_CACERT": ca})
+	out, err := captureStdout(t, func() error {
+		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1",
+			"-grpc-use-tls", "-grpc-server-ca-file", ca, "-grpc-cert-file", cert, "-grpc-key-file", key})
+	})
+	if err != nil || !strings.Contains(out, "limit_remaining:999") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// Without the client certificate the mutual-TLS server refuses.
+	out, err = captureStdout(t, func() error {
+		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1",
+			"-grpc-use-tls", "-grpc-server-ca-file", ca})
+	})
+	if err != exitCode(1) || !strings.Contains(out, "request error: ") {
+		t.Fatalf("no client certificate: %v\n%s", err, out)
+	}
+}
+
+// TestConfigCheckDir: the reference's config_check form, its output lines
+// and exit codes.
+func TestConfigCheckDir(t *testing.T) {
+	good := t.TempDir()
+	os.WriteFile(filepath.Join(good, "a.yaml"), []byte("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n"), 0o644)
+	os.WriteFile(filepath.Join(good, "b.yaml"), []byte("domain: d\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n"), 0o644)
+	bad := t.TempDir()
+	os.WriteFile(filepath.Join(bad, "a.yaml"), []byte("domain: e\ndescriptors:\n  - {key: a, rate_limit: {unit: eon, requests_per_unit: 1}}\n"), 0o644)
+	ga, gb, ba := filepath.Join(good, "a.yaml"), filepath.Join(good, "b.yaml"), filepath.Join(bad, "a.yaml")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code error
+		out  string
+	}{
+		{"merged", []string{"-config_dir", good, "-merge_domain_configs"}, nil,
+			"checking rate limit configs...\nloading config directory: " + good + "\nopening config file: " + ga + "\nopening config file: " + gb + "\nall rate limit configs ok\n"},
+		{"duplicate domain without merge", []string{"-config_dir", good}, exitCode(1),
+			"checking rate limit configs...\nloading config directory: " + good + "\nopening config file: " + ga + "\nopening config file: " + gb + "\nerror loading rate limit configs: " + gb + ": duplicate domain 'd' in config file\n"},
+		{"bad file", []string{"-config_dir", bad}, exitCode(1),
+			"checking rate limit configs...\nloading config directory: " + bad + "\nopening config file: " + ba + "\nerror loading rate limit configs: " + ba + ": invalid rate limit unit 'eon'\n"},
+		{"missing directory", []string{"-config_dir", filepath.Join(good, "nope")}, exitCode(1),
+			"checking rate limit configs...\nloading config directory: " + filepath.Join(good, "nope") + "\nerror opening directory " + filepath.Join(good, "nope") + ": open " + filepath.Join(good, "nope") + ": no such file or directory\n"},
+		{"unknown flag", []string{"-config_dirr", good}, exitCode(2), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := captureStdout(t, func() error { return runConfigCheck(tc.args) })
+			if err != tc.code || out != tc.out {
+				t.Fatalf("err %v, output:\n%s\nwant %v and:\n%s", err, out, tc.code, tc.out)
+			}
+		})
 	}
 }

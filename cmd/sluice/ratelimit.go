@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,7 @@ import (
 func init() {
 	registerCommand("ratelimit", "run the rate limit service alone (settings from the environment)", runRateLimit)
 	registerCommand("config-check", "validate rate limit YAML files: sluice config-check <file>...", runConfigCheck)
+	registerCommand("config_check", "the reference's config checker: sluice config_check -config_dir DIR [-merge_domain_configs]", runConfigCheck)
 }
 
 func runRateLimit(args []string) error {
@@ -86,12 +88,20 @@ func signalContext() (context.Context, context.CancelFunc) {
 func runConfigCheck(args []string) error {
 	fs := flag.NewFlagSet("config-check", flag.ContinueOnError)
 	merge := fs.Bool("merge", false, "allow several files to share a domain (MERGE_DOMAIN_CONFIG)")
+	dir := fs.String("config_dir", "", "path to directory containing rate limit configs (the reference's config_check)")
+	mergeDomains := fs.Bool("merge_domain_configs", false, "whether to merge configurations, referencing the same domain")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sluice config-check [-merge] <file.yaml>...")
+		fmt.Fprintln(fs.Output(), "usage: sluice config-check [-merge] <file.yaml>...\n       sluice config_check -config_dir DIR [-merge_domain_configs]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return exitCode(2) // as the reference's flag handling
+	}
+	if *dir != "" || (fs.NArg() == 0 && isFlagSet(fs, "config_dir")) {
+		return configCheckDir(*dir, *merge || *mergeDomains, fs.Args())
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -105,7 +115,7 @@ func runConfigCheck(args []string) error {
 		}
 		files = append(files, engine.ConfigFile{Name: path, YAML: data})
 	}
-	cfg, err := engine.LoadConfig(files, engine.ConfigOptions{MergeDomains: *merge})
+	cfg, err := engine.LoadConfig(files, engine.ConfigOptions{MergeDomains: *merge || *mergeDomains})
 	if err != nil {
 		return err
 	}
@@ -116,5 +126,47 @@ func runConfigCheck(args []string) error {
 			fmt.Println("  " + line)
 		}
 	}
+	return nil
+}
+
+func isFlagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// configCheckDir is the reference's config_check: every file of the
+// directory (not its subdirectories' files: a subdirectory fails to read, as
+// there), named by its path, with the reference's lines on standard output
+// and exit status 1 on any problem. Files given as arguments are checked
+// with them.
+func configCheckDir(dir string, merge bool, extra []string) error {
+	fmt.Printf("checking rate limit configs...\n")
+	fmt.Printf("loading config directory: %s\n", dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		fmt.Printf("error opening directory %s: %s\n", dir, err)
+		return exitCode(1)
+	}
+	paths := make([]string, 0, len(entries)+len(extra))
+	for _, e := range entries {
+		paths = append(paths, filepath.Join(dir, e.Name()))
+	}
+	paths = append(paths, extra...)
+	var files []engine.ConfigFile
+	for _, path := range paths {
+		fmt.Printf("opening config file: %s\n", path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Printf("error reading file %s: %s\n", path, err)
+			return exitCode(1)
+		}
+		files = append(files, engine.ConfigFile{Name: path, YAML: data})
+	}
+	if _, err := engine.LoadConfig(files, engine.ConfigOptions{MergeDomains: merge}); err != nil {
+		fmt.Printf("error loading rate limit configs: %s\n", err)
+		return exitCode(1)
+	}
+	fmt.Printf("all rate limit configs ok\n")
 	return nil
 }

@@ -472,6 +472,40 @@ func TestSRV(t *testing.T) {
 	}
 }
 
+// TestOpGet: reads are part of the one GetMulti, queue no increment, and
+// leave the stored value alone; a missing key reads 0.
+func TestOpGet(t *testing.T) {
+	m := testenv.StartMemcached(t)
+	b := newBackend(t, options(m.Addr))
+	ctx := testCtx(t)
+	if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "held", Hits: 4, TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, b, 1)
+	batch := []engine.Increment{
+		{Key: "held", Kind: engine.OpGet, Hits: 9, TTL: time.Second}, // hits and TTL are ignored
+		{Key: "missing", Kind: engine.OpGet},
+		{Key: "counted", Hits: 2, TTL: time.Minute},
+	}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if batch[0].After != 4 || batch[1].After != 0 || batch[2].After != 2 {
+		t.Fatalf("After = %d %d %d, want 4 0 2", batch[0].After, batch[1].After, batch[2].After)
+	}
+	waitApplied(t, b, 2)
+	b.Close() // drains the queue: nothing else may have been queued
+	if s := b.Stats(); s.Applied != 2 || s.Failed != 0 || s.Dropped != 0 {
+		t.Fatalf("stats %+v, want exactly 2 increments applied", s)
+	}
+	if v, _, ok := metaTTL(t, m.Addr, "held"); !ok || v != "4" {
+		t.Fatalf("held = %q (found %v) after a read, want 4", v, ok)
+	}
+	if _, _, ok := metaTTL(t, m.Addr, "missing"); ok {
+		t.Fatal("a read created the missing key")
+	}
+}
+
 // TestBucketStepsCompareAndSwap: replicas (here 4 goroutines, each its own
 // backend) stepping one bucket at once lose CAS races and retry; the bucket
 // admits exactly its burst, and a read (OpGet) returns a counter unchanged.

@@ -511,6 +511,114 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
+// cmdCalls is the server's call count of one command (INFO commandstats).
+func cmdCalls(t *testing.T, c *goredis.Client, cmd string) int {
+	t.Helper()
+	info, err := c.Info(testCtx(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// TestOpGet: a read is one GET in the same pipeline as the increments; it
+// neither creates the key nor touches its value or TTL, and a missing key
+// reads 0.
+func TestOpGet(t *testing.T) {
+	ctx := testCtx(t)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	o := singleOptions(r)
+	o.PoolSize = 1
+	b := newBackend(t, o)
+	c := r.Client(t)
+	if err := c.Set(ctx, "held", 7, 100*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "warm", Hits: 1, TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	get0, incr0, exp0 := cmdCalls(t, c, "get"), cmdCalls(t, c, "incrby"), cmdCalls(t, c, "expire")
+	_, _, reads0 := commandStats(t, c)
+	batch := []engine.Increment{
+		{Key: "held", Kind: engine.OpGet, Hits: 5, TTL: time.Second}, // hits and TTL are ignored
+		{Key: "missing", Kind: engine.OpGet},
+		{Key: "counted", Hits: 3, TTL: time.Minute},
+		{Key: "counted", Kind: engine.OpGet}, // after the increment, in batch order
+	}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := []uint64{batch[0].After, batch[1].After, batch[2].After, batch[3].After}; fmt.Sprint(got) != "[7 0 3 3]" {
+		t.Fatalf("After = %v, want [7 0 3 3]", got)
+	}
+	_, _, reads1 := commandStats(t, c)
+	if got := reads1 - reads0 - 1; got != 1 {
+		t.Errorf("pipelines (server read events) = %d, want 1", got)
+	}
+	if g, i, e := cmdCalls(t, c, "get")-get0, cmdCalls(t, c, "incrby")-incr0, cmdCalls(t, c, "expire")-exp0; g != 3 || i != 1 || e != 1 {
+		t.Errorf("GET %d INCRBY %d EXPIRE %d, want 3 1 1", g, i, e)
+	}
+	if v := c.Get(ctx, "held").Val(); v != "7" {
+		t.Errorf("held = %q after a read, want 7", v)
+	}
+	if ttl := c.TTL(ctx, "held").Val(); ttl > 100*time.Second || ttl < 90*time.Second {
+		t.Errorf("held TTL = %v after a read, want the 100s it had", ttl)
+	}
+	if n := c.Exists(ctx, "missing").Val(); n != 0 {
+		t.Errorf("a read created the missing key")
+	}
+
+	// A value that is not a counter fails the batch, naming the key.
+	if err := c.Set(ctx, "text", "abc", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := b.IncrementBatch(ctx, []engine.Increment{{Key: "text", Kind: engine.OpGet}})
+	if err == nil || !strings.Contains(err.Error(), `"text"`) {
+		t.Fatalf("GET of a non-counter: err = %v", err)
+	}
+}
+
+func TestOpGetCluster(t *testing.T) {
+	ctx := testCtx(t)
+	c := testenv.StartRedisCluster(t, 3)
+	o := DefaultOptions()
+	o.Type, o.SocketType, o.URL = "CLUSTER", "tcp", strings.Join(c.Addrs, ",")
+	b := newBackend(t, o)
+	const n = 30
+	batch := make([]engine.Increment, 0, 2*n)
+	for i := range n {
+		batch = append(batch, engine.Increment{Key: fmt.Sprintf("g%d", i), Hits: uint64(i + 1), TTL: time.Minute})
+	}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	batch = batch[:0]
+	for i := range 2 * n { // half of them were never written
+		batch = append(batch, engine.Increment{Key: fmt.Sprintf("g%d", i), Kind: engine.OpGet})
+	}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch {
+		want := uint64(0)
+		if i < n {
+			want = uint64(i + 1)
+		}
+		if batch[i].After != want {
+			t.Fatalf("%s After = %d, want %d", batch[i].Key, batch[i].After, want)
+		}
+	}
+	if n := c.Client(t).Exists(ctx, "g45").Val(); n != 0 {
+		t.Fatal("a read created a key")
+	}
+}
+
 // TestReadsAndBucketSteps: GET of a missing key is 0 and changes nothing;
 // bucket steps on one key apply in batch order; after SCRIPT FLUSH (a
 // restart or failover loses loaded scripts) the NOSCRIPT steps are rerun

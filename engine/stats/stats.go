@@ -23,6 +23,10 @@ type Counter struct{ v atomic.Uint64 }
 
 func (c *Counter) Add(n uint64) { c.v.Add(n) }
 func (c *Counter) Inc()         { c.v.Add(1) }
+
+// Set makes the counter n, for totals kept elsewhere (the Go runtime's, a
+// connection pool's) and copied in before a flush; n must not go down.
+func (c *Counter) Set(n uint64) { c.v.Store(n) }
 func (c *Counter) Value() uint64 {
 	return c.v.Load()
 }
@@ -37,15 +41,17 @@ func (g *Gauge) Value() int64 { return g.v.Load() }
 // Timer accumulates durations between flushes. Sinks drain it with Drain.
 type Timer struct {
 	mu      sync.Mutex
-	samples []float64 // milliseconds, as the reference's gostats timers
+	samples []float64 // whole milliseconds, as the reference's gostats timers
 }
 
 // maxTimerSamples bounds a timer's memory between flushes; later samples are
 // dropped rather than growing without limit when no sink drains the timer.
 const maxTimerSamples = 1 << 14
 
+// Record adds one sample in whole milliseconds, truncated, as the reference's
+// gostats timers do (a 2.9 ms call is sent as "2|ms" in every sink).
 func (t *Timer) Record(d time.Duration) {
-	ms := float64(d) / float64(time.Millisecond)
+	ms := float64(d / time.Millisecond)
 	t.mu.Lock()
 	if len(t.samples) < maxTimerSamples {
 		t.samples = append(t.samples, ms)
@@ -101,6 +107,28 @@ type Store struct {
 
 	sweepMu sync.Mutex
 	sweeps  atomic.Uint64
+
+	mu         sync.Mutex
+	collectors []func()
+}
+
+// OnCollect registers fn to refresh values kept elsewhere (runtime and pool
+// figures) right before a sink reads the store; see Collect.
+func (s *Store) OnCollect(fn func()) {
+	s.mu.Lock()
+	s.collectors = append(s.collectors, fn)
+	s.mu.Unlock()
+}
+
+// Collect runs the functions registered with OnCollect. Sinks call it at
+// each flush, before Each.
+func (s *Store) Collect() {
+	s.mu.Lock()
+	fns := append([]func(){}, s.collectors...)
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 // NewStore returns an empty store with the default bounds.

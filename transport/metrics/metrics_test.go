@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -183,7 +184,7 @@ func TestStatsdSinkLinesAndDeltas(t *testing.T) {
 		"ratelimit.localcache.entryCount.__az=eu_1.__env=prod:7|g",
 		"ratelimit.service.rate_limit.probe.k_two.over_limit.__az=eu_1.__env=prod:1|c",
 		"ratelimit.service.rate_limit.probe.k_two.total_hits.__az=eu_1.__env=prod:3|c",
-		"ratelimit_server.ShouldRateLimit.response_time.__az=eu_1.__env=prod:1.5|ms",
+		"ratelimit_server.ShouldRateLimit.response_time.__az=eu_1.__env=prod:1|ms",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -722,6 +723,120 @@ func TestFlushReleasesDroppedStats(t *testing.T) {
 		if !disabled && !strings.Contains(out.String(), `"value":"1.000000"`) {
 			t.Fatalf("a value named again: %q", out.String())
 		}
+	}
+}
+
+// TestRuntimeAndPoolStats: the reference's ratelimit.go.* runtime figures and
+// ratelimit.redis_pool.* / redis_per_second_pool.* pool figures are refreshed
+// at each flush, with gostats' kinds: gauges every flush, counters as the
+// change since the last one.
+func TestRuntimeAndPoolStats(t *testing.T) {
+	srv := newStatsdServer(t, "127.0.0.1:0")
+	st := stats.NewStore()
+	r := newReporter(t, statsdSettings(srv.port()), st, Options{})
+	RegisterRuntime(st)
+	pool := PoolFigures{Active: 2, Opened: 3, LocalCloses: 1}
+	RegisterPool(st, "ratelimit.redis_pool", func() PoolFigures { return pool })
+	RegisterPool(st, "ratelimit.redis_per_second_pool", func() PoolFigures { return PoolFigures{Active: 1, Opened: 1} })
+
+	// gostats registers 18 runtime values; lookups is never set (so never
+	// sent), sys is a gauge stuck at 0. The pools add 2 + 3 lines
+	// (cx_local_close of the per-second pool is 0, so not sent).
+	const want = 17 + 3 + 2
+	runtime.GC() // so that numGC and pauseTotalNs have moved and are sent
+	r.Flush()
+	lines := srv.take(want)
+	byName := map[string]string{}
+	for _, l := range lines {
+		name, value, _ := strings.Cut(l, ":")
+		byName[name] = value
+	}
+	for name, wantValue := range map[string]string{
+		"ratelimit.redis_pool.cx_active":            "2|g",
+		"ratelimit.redis_pool.cx_total":             "3|c",
+		"ratelimit.redis_pool.cx_local_close":       "1|c",
+		"ratelimit.redis_per_second_pool.cx_active": "1|g",
+		"ratelimit.redis_per_second_pool.cx_total":  "1|c",
+		"ratelimit.go.sys":                          "0|g",
+	} {
+		if byName[name] != wantValue {
+			t.Errorf("%s = %q, want %q", name, byName[name], wantValue)
+		}
+	}
+	for _, name := range []string{"alloc", "heapAlloc", "heapSys", "heapIdle", "heapInuse", "heapReleased", "heapObjects", "nextGC", "lastGC", "gcCPUPercent", "numGoroutine"} {
+		if v := byName["ratelimit.go."+name]; !strings.HasSuffix(v, "|g") {
+			t.Errorf("ratelimit.go.%s = %q, want a gauge", name, v)
+		}
+	}
+	for _, name := range []string{"totalAlloc", "mallocs", "frees", "numGC", "pauseTotalNs"} {
+		if v := byName["ratelimit.go."+name]; !strings.HasSuffix(v, "|c") {
+			t.Errorf("ratelimit.go.%s = %q, want a counter", name, v)
+		}
+	}
+	if _, sent := byName["ratelimit.go.lookups"]; sent {
+		t.Error("ratelimit.go.lookups sent; gostats never sets it")
+	}
+	if g := byName["ratelimit.go.numGoroutine"]; g == "0|g" {
+		t.Error("numGoroutine is 0")
+	}
+
+	// The next flush sends the pool's new connections as a delta.
+	pool = PoolFigures{Active: 1, Opened: 5, LocalCloses: 2}
+	runtime.GC()
+	r.Flush()
+	got := map[string]string{}
+	for {
+		l := srv.take(1)[0]
+		name, value, _ := strings.Cut(l, ":")
+		got[name] = value
+		if name == "ratelimit.redis_pool.cx_total" {
+			break
+		}
+	}
+	if got["ratelimit.redis_pool.cx_active"] != "1|g" || got["ratelimit.redis_pool.cx_local_close"] != "1|c" || got["ratelimit.redis_pool.cx_total"] != "2|c" {
+		t.Errorf("second flush pool lines %v", got)
+	}
+	if !strings.HasSuffix(got["ratelimit.go.numGC"], "|c") {
+		t.Errorf("numGC after a GC: %q", got["ratelimit.go.numGC"])
+	}
+}
+
+// TestTimersInWholeMilliseconds: a timer is sent as gostats sends it, whole
+// milliseconds (truncated) in every sink.
+func TestTimersInWholeMilliseconds(t *testing.T) {
+	srv := newStatsdServer(t, "127.0.0.1:0")
+	st := stats.NewStore()
+	r := newReporter(t, statsdSettings(srv.port()), st, Options{})
+	tm := st.Timer("ratelimit_server.ShouldRateLimit.response_time")
+	tm.Record(2904414 * time.Nanosecond)
+	tm.Record(999 * time.Microsecond)
+	r.Flush()
+	if got := strings.Join(srv.take(2), " "); got != "ratelimit_server.ShouldRateLimit.response_time:0|ms ratelimit_server.ShouldRateLimit.response_time:2|ms" {
+		t.Fatalf("lines %s", got)
+	}
+}
+
+// TestRuntimeAndPoolStatsPulled: the same figures under the names
+// statsd_exporter gives unmapped statsd names (the reference's default
+// mapping has no rule for them either).
+func TestRuntimeAndPoolStatsPulled(t *testing.T) {
+	st := stats.NewStore()
+	r := newReporter(t, pullSettings(), st, Options{})
+	RegisterRuntime(st)
+	RegisterPool(st, "ratelimit.redis_pool", func() PoolFigures { return PoolFigures{Active: 2, Opened: 3, LocalCloses: 1} })
+	runtime.GC()
+	mfs := scrape(t, "http://"+r.Addr().String()+"/metrics")
+	if v := find(t, mfs, "ratelimit_redis_pool_cx_active", nil).GetGauge().GetValue(); v != 2 {
+		t.Errorf("cx_active %v", v)
+	}
+	if v := find(t, mfs, "ratelimit_redis_pool_cx_total", nil).GetCounter().GetValue(); v != 3 {
+		t.Errorf("cx_total %v", v)
+	}
+	if v := find(t, mfs, "ratelimit_go_numGoroutine", nil).GetGauge().GetValue(); v < 1 {
+		t.Errorf("numGoroutine %v", v)
+	}
+	if v := find(t, mfs, "ratelimit_go_numGC", nil).GetCounter().GetValue(); v < 1 {
+		t.Errorf("numGC %v", v)
 	}
 }
 

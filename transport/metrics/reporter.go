@@ -193,6 +193,7 @@ func (r *Reporter) Flush() {
 		return
 	}
 	if !r.s.Disabled {
+		r.store.Collect()
 		if batch := r.collect(); len(batch) > 0 {
 			r.sink.send(batch)
 		}
