@@ -208,6 +208,9 @@ func checkPlaces(m map[any]any, allowed placeKeys, where string) string {
 type Config struct {
 	domains map[string]*node
 	stats   *stats.Store
+	// limits are every rule, so that a reload can release the statistics
+	// of the rules it removed.
+	limits []*RateLimit
 }
 
 // node is one level of a domain's descriptor tree.
@@ -251,17 +254,59 @@ type RuleStats struct {
 	ShadowMode              *stats.Counter
 }
 
+// ruleStatSuffixes are the counters of one stats key, in RuleStats order.
+var ruleStatSuffixes = [...]string{"total_hits", "over_limit", "near_limit", "over_limit_with_local_cache", "within_limit", "shadow_mode"}
+
+// OverflowStatsKey is the stats key counting, together, the request-named
+// keys (detailed_metric, value_to_metric, request overrides, unknown
+// domains) past the store's bound on such names.
+const OverflowStatsKey = "_overflow"
+
+func ruleStatPrefix(key string) string {
+	return "ratelimit.service.rate_limit." + stats.SanitizeName(key) + "."
+}
+
 // NewRuleStats resolves the counters of a stats key such as "probe.k_two".
 func NewRuleStats(s *stats.Store, key string) RuleStats {
-	p := "ratelimit.service.rate_limit." + stats.SanitizeName(key) + "."
-	return RuleStats{
-		TotalHits:               s.Counter(p + "total_hits"),
-		OverLimit:               s.Counter(p + "over_limit"),
-		NearLimit:               s.Counter(p + "near_limit"),
-		OverLimitWithLocalCache: s.Counter(p + "over_limit_with_local_cache"),
-		WithinLimit:             s.Counter(p + "within_limit"),
-		ShadowMode:              s.Counter(p + "shadow_mode"),
+	p := ruleStatPrefix(key)
+	var c [len(ruleStatSuffixes)]*stats.Counter
+	for i, suf := range ruleStatSuffixes {
+		c[i] = s.Counter(p + suf)
 	}
+	return RuleStats{c[0], c[1], c[2], c[3], c[4], c[5]}
+}
+
+// newDynamicRuleStats are the counters of a stats key a request named: they
+// are bounded in number and released when idle (stats.Store.DynamicCounter).
+func newDynamicRuleStats(s *stats.Store, key string) RuleStats {
+	p, o := ruleStatPrefix(key), ruleStatPrefix(OverflowStatsKey)
+	var c [len(ruleStatSuffixes)]*stats.Counter
+	for i, suf := range ruleStatSuffixes {
+		c[i] = s.DynamicCounter(p+suf, o+suf)
+	}
+	return RuleStats{c[0], c[1], c[2], c[3], c[4], c[5]}
+}
+
+// releaseRemoved releases the statistics of the rules of c that next does
+// not have (a reload removed them), so they do not stay forever.
+func (c *Config) releaseRemoved(next *Config) {
+	keep := map[string]bool{}
+	if next != nil && next.stats == c.stats {
+		for _, l := range next.limits {
+			keep[l.FullKey] = true
+		}
+	}
+	var names []string
+	for _, l := range c.limits {
+		if keep[l.FullKey] {
+			continue
+		}
+		p := ruleStatPrefix(l.FullKey)
+		for _, suf := range ruleStatSuffixes {
+			names = append(names, p+suf)
+		}
+	}
+	c.stats.Release(names...)
 }
 
 // LoadConfig validates and combines files into one Config. The first problem
@@ -294,6 +339,11 @@ func LoadConfig(files []ConfigFile, opts ConfigOptions) (*Config, error) {
 			return nil, err
 		}
 		c.domains[root.Domain] = dom
+	}
+	// Only a configuration that loads gets statistics: a rejected one
+	// leaves no counters behind in the store.
+	for _, l := range c.limits {
+		l.Stats = NewRuleStats(st, l.FullKey)
 	}
 	return c, nil
 }
@@ -372,7 +422,7 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 	if err != nil {
 		return nil, &ConfigError{file, "error parsing metadata: " + err.Error()}
 	}
-	return &RateLimit{
+	rl := &RateLimit{
 		FullKey:         fullKey,
 		RequestsPerUnit: r.RequestsPerUnit,
 		Unit:            unit,
@@ -383,10 +433,11 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		DetailedMetric:  d.DetailedMetric,
 		Replaces:        replaces,
 		Metadata:        md,
-		Stats:           NewRuleStats(c.stats, fullKey),
 		Algorithm:       algo,
 		Burst:           r.Burst,
-	}, nil
+	}
+	c.limits = append(c.limits, rl)
+	return rl, nil
 }
 
 // normalizeMetadata checks that metadata converts to a protobuf Struct (string

@@ -93,7 +93,8 @@ func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bo
 	return m, true
 }
 
-func (c *Config) ruleStats(key string) RuleStats { return NewRuleStats(c.stats, key) }
+// ruleStats are the counters of a stats key that depends on the request.
+func (c *Config) ruleStats(key string) RuleStats { return newDynamicRuleStats(c.stats, key) }
 
 // descriptorStatsKey is "<domain>.<k1>_<v1>.<k2>" (the value left out when empty).
 func descriptorStatsKey(domain string, entries []Entry) string {

@@ -142,8 +142,13 @@ func NewService(o Options) (*Service, error) {
 // Stats is the store the service counts into.
 func (s *Service) Stats() *stats.Store { return s.o.Stats }
 
-// SetConfig swaps in a new configuration (nil unloads it).
-func (s *Service) SetConfig(c *Config) { s.cfg.Store(c) }
+// SetConfig swaps in a new configuration (nil unloads it). The statistics
+// of rules the new one no longer has are released.
+func (s *Service) SetConfig(c *Config) {
+	if old := s.cfg.Swap(c); old != nil && old != c {
+		old.releaseRemoved(c)
+	}
+}
 
 // Config is the configuration in use, or nil.
 func (s *Service) Config() *Config { return s.cfg.Load() }
@@ -221,7 +226,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 	for i := range req.Descriptors {
 		m, found := cfg.getLimit(req.Domain, &req.Descriptors[i])
 		if !found {
-			s.o.Stats.Counter("ratelimit.service.rate_limit." + stats.SanitizeName(req.Domain) + ".domain_not_found").Inc()
+			// Any caller can name any domain: a bounded set of names.
+			s.o.Stats.DynamicCounter("ratelimit.service.rate_limit."+stats.SanitizeName(req.Domain)+".domain_not_found",
+				"ratelimit.service.rate_limit."+OverflowStatsKey+".domain_not_found").Inc()
 		}
 		infos[i] = limitInfo{m: m, op: -1, prevOp: -1}
 	}

@@ -73,7 +73,13 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 	switch s.Backend.Type {
 	case "memory":
 		// One store per shard: a shard's counters are only ever its own.
-		b.main = func(int) engine.Backend { return b.own(memory.New(clock)) }
+		// One budget for all: the bound is the process's, whatever the shard count.
+		m := s.Backend.Memory
+		budget := memory.NewBudget(m.MaxBytes)
+		b.main = func(int) engine.Backend {
+			return b.own(memory.NewWithOptions(memory.Options{Clock: clock, Budget: budget, MaxKeyBytes: m.MaxKeyBytes, SweepEvery: m.SweepEvery}))
+		}
+		b.validator = memory.KeyLimit(m.MaxKeyBytes)
 		return b, nil
 	case "redis", "":
 		// go-redis logs pool trouble through a global logger; send it to ours.

@@ -1,13 +1,17 @@
 package transport
 
 import (
+	"encoding/json"
 	"expvar"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sort"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // ConfigDumper is what the debug server prints at /rlconfig.
@@ -26,7 +30,7 @@ func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Hand
 		"/stats":               "print out stats",
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -40,7 +44,15 @@ func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Hand
 	})
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		expvar.Do(func(kv expvar.KeyValue) { fmt.Fprintf(w, "%s: %s\n", kv.Key, kv.Value) })
+		expvar.Do(func(kv expvar.KeyValue) {
+			v := kv.Value.String()
+			if kv.Key == "cmdline" {
+				// The command line may carry a database URL with its password.
+				b, _ := json.Marshal(redact.Args(os.Args))
+				v = string(b)
+			}
+			fmt.Fprintf(w, "%s: %s\n", kv.Key, v)
+		})
 	})
 	for path, ep := range extra {
 		endpoints[path] = ep.Help
@@ -57,6 +69,14 @@ func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Hand
 		io.WriteString(w, strings.Join(lines, "\n")+"\n")
 	})
 	return mux
+}
+
+// cmdline is pprof's /debug/pprof/cmdline with passwords masked: the
+// command line may carry a database URL (-db postgres://user:password@...).
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(redact.Args(os.Args), "\x00"))
 }
 
 // DebugEndpoint is an extra debug path, added by other parts (metrics, caches).

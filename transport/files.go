@@ -21,6 +21,11 @@ import (
 type ConfigEvent struct {
 	Files []engine.ConfigFile
 	Err   error
+	// Applied, when not nil, receives the outcome once the event has been
+	// loaded (nil) or rejected (the error): a source that acknowledges
+	// configuration upstream (xDS) must not do so before it is in use.
+	// It must have room for one value; the server never blocks on it.
+	Applied chan<- error
 }
 
 // FileSource reads rule files the way the reference's runtime loader does and
@@ -107,14 +112,16 @@ func (f *FileSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
 	}
 	defer w.Close()
 
-	watched := f.dir()
 	root := filepath.Clean(f.s.RuntimeRoot)
+	var dw *dirWatch
 	if f.s.WatchRoot {
 		// The symlink itself is replaced, so watch the directory holding it.
-		watched = filepath.Dir(root)
-	}
-	if err := w.Add(watched); err != nil {
-		f.log.Warn("cannot watch configuration directory; changes will not be picked up", "dir", watched, "error", err)
+		if err := w.Add(filepath.Dir(root)); err != nil {
+			f.log.Warn("cannot watch configuration directory; changes will not be picked up", "dir", filepath.Dir(root), "error", err)
+		}
+	} else {
+		dw = &dirWatch{w: w, dir: filepath.Clean(f.dir()), log: f.log}
+		dw.update()
 	}
 
 	send := func() bool {
@@ -144,6 +151,11 @@ func (f *FileSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
 			if f.relevant(ev, root) {
 				timer = time.After(settle)
 			}
+			if dw != nil && ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
+				// The directory (or one above it) came or went: watch what
+				// exists now, so a recreated directory is watched again.
+				dw.update()
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
@@ -151,9 +163,8 @@ func (f *FileSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
 			f.log.Warn("configuration watcher error", "error", err)
 		case <-timer:
 			timer = nil
-			if !f.s.WatchRoot {
-				// The directory may have been recreated; keep watching it.
-				_ = w.Add(watched)
+			if dw != nil {
+				dw.update()
 			}
 			if !send() {
 				return nil
@@ -167,4 +178,45 @@ func (f *FileSource) relevant(ev fsnotify.Event, root string) bool {
 		return filepath.Clean(ev.Name) == root && ev.Op&(fsnotify.Create|fsnotify.Rename|fsnotify.Write|fsnotify.Remove) != 0
 	}
 	return ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Chmod|fsnotify.Remove) != 0
+}
+
+// dirWatch keeps a watch on a directory that may be deleted and created again
+// (RUNTIME_WATCH_ROOT=false). While the directory exists it is watched
+// itself; while it does not, its nearest existing ancestor is, so that its
+// creation is an event. A reload follows every such change and reads every
+// file, so files written before the new watch took hold are not missed.
+type dirWatch struct {
+	w       *fsnotify.Watcher
+	dir     string
+	log     *slog.Logger
+	watched string // the path watched now, "" when none
+	warned  bool
+}
+
+func (d *dirWatch) update() {
+	for p := d.dir; ; p = filepath.Dir(p) {
+		// Add again even when p is watched already: a no-op for the same
+		// directory, and the way to watch one deleted and created again
+		// between two looks (its old watch went with it).
+		if err := d.w.Add(p); err == nil {
+			if d.watched != p {
+				if d.watched != "" {
+					_ = d.w.Remove(d.watched) // gone with its directory, or an ancestor no longer needed
+				}
+				if p != d.dir {
+					d.log.Warn("configuration directory is missing; watching for it to be created", "dir", d.dir, "watching", p)
+				}
+				d.watched, d.warned = p, false
+			}
+			return
+		}
+		if filepath.Dir(p) == p {
+			if !d.warned {
+				d.log.Warn("cannot watch configuration directory; changes will not be picked up", "dir", d.dir)
+				d.warned = true
+			}
+			d.watched = ""
+			return
+		}
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/ratelog"
 )
 
 // maxJSONBody bounds a /json request body; a real request is a few hundred bytes.
@@ -18,14 +20,14 @@ const maxJSONBody = 1 << 20
 
 // newHTTPHandler serves /json and /healthcheck, any method, exact paths; every
 // other path is the standard 404.
-func newHTTPHandler(d Decider, h *Health, log *slog.Logger) http.Handler {
+func newHTTPHandler(d Decider, h *Health, log *slog.Logger, errs *errorLog) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/json", jsonHandler(d, log))
+	mux.HandleFunc("/json", jsonHandler(d, log, errs))
 	mux.HandleFunc("/healthcheck", healthHandler(h))
 	return mux
 }
 
-func jsonHandler(d Decider, log *slog.Logger) http.HandlerFunc {
+func jsonHandler(d Decider, log *slog.Logger, errs *errorLog) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
 		if err != nil || len(body) > maxJSONBody {
@@ -42,7 +44,7 @@ func jsonHandler(d Decider, log *slog.Logger) http.HandlerFunc {
 		// half-way; the engine's own timeout still bounds it.
 		resp, err := decide(context.WithoutCancel(r.Context()), d, &req)
 		if err != nil {
-			log.Warn("error: " + err.Error())
+			errs.warn(err)
 			// The reason is in the log line above. A request error is the
 			// reference's plain "Bad Request"; a service that cannot decide
 			// says why, with 503 (a documented difference).
@@ -81,4 +83,30 @@ func healthHandler(h *Health) http.HandlerFunc {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "OK")
 	}
+}
+
+// errorLog logs failed decisions as the reference does ("error: ..."), but
+// at most one line per interval for each kind of failure, with a count:
+// during a backend outage every decision fails, and a line each would flood
+// the log (tens of thousands of lines a second).
+type errorLog struct {
+	backend, request *ratelog.Warner
+}
+
+func newErrorLog(log *slog.Logger, every time.Duration) *errorLog {
+	return &errorLog{backend: ratelog.New(log, "error", every), request: ratelog.New(log, "error", every)}
+}
+
+func (e *errorLog) warn(err error) {
+	if errors.Is(err, engine.ErrBackend) || errors.Is(err, engine.ErrNoConfig) {
+		e.backend.Warn(err)
+		return
+	}
+	e.request.Warn(err)
+}
+
+// close reports what is still counted.
+func (e *errorLog) close() {
+	e.backend.Close()
+	e.request.Close()
 }

@@ -23,14 +23,15 @@ type rlsServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	decider Decider
 	log     *slog.Logger
+	errs    *errorLog // failed decisions, one line per interval
 	// info and handler are what the hand-coded handler gives interceptors,
 	// made once instead of per call.
 	info    *grpc.UnaryServerInfo
 	handler grpc.UnaryHandler
 }
 
-func newRLSServer(d Decider, log *slog.Logger) *rlsServer {
-	s := &rlsServer{decider: d, log: log}
+func newRLSServer(d Decider, log *slog.Logger, errs *errorLog) *rlsServer {
+	s := &rlsServer{decider: d, log: log, errs: errs}
 	s.info = &grpc.UnaryServerInfo{Server: s, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
 	s.handler = func(ctx context.Context, req any) (any, error) { return s.wireDecide(ctx, req.(*wireRequest)) }
 	return s
@@ -43,7 +44,7 @@ func newRLSServer(d Decider, log *slog.Logger) *rlsServer {
 func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := decide(ctx, s.decider, req)
 	if err != nil {
-		s.log.Warn("error: " + err.Error())
+		s.errs.warn(err)
 		return nil, status.Error(grpcCode(err), err.Error())
 	}
 	return resp, nil

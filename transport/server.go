@@ -57,6 +57,7 @@ type Server struct {
 	o      Options
 	s      Settings
 	log    *slog.Logger
+	errs   *errorLog // failed decisions, one line per interval and kind
 	stats  *stats.Store
 	svc    *engine.Service
 	router *actors.Router
@@ -98,10 +99,12 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	if o.Stats == nil {
 		o.Stats = stats.NewStore()
 	}
+	o.Stats.SetDynamicLimit(s.Limiter.StatsMaxDynamic, stats.DefaultMaxDynamicNameSize)
 	srv := &Server{o: o, s: s, log: o.Logger, stats: o.Stats,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
 	}
+	srv.errs = newErrorLog(srv.log, s.Log.RepeatInterval)
 	if s.Config.Type == "FILE" {
 		// The reference's file runtime (goruntime) counts its loads under
 		// the "runtime" scope.
@@ -229,6 +232,16 @@ type runtimeStats struct {
 
 // apply loads one configuration event; a failure keeps the previous config.
 func (s *Server) apply(ev ConfigEvent) {
+	err := s.load(ev)
+	if ev.Applied != nil {
+		select {
+		case ev.Applied <- err:
+		default: // a source that asked must leave room; never block the loader
+		}
+	}
+}
+
+func (s *Server) load(ev ConfigEvent) error {
 	if rs := s.runtimeStats; rs != nil {
 		rs.attempts.Inc()
 		if ev.Err != nil {
@@ -244,12 +257,13 @@ func (s *Server) apply(ev ConfigEvent) {
 	if err != nil {
 		s.loadError.Inc()
 		s.log.Error("Error loading new configuration: " + err.Error())
-		return
+		return err
 	}
 	s.svc.SetConfig(cfg)
 	s.loadSuccess.Inc()
 	s.health.Set(ComponentConfig, len(cfg.Domains()) > 0)
 	s.log.Info("Successfully loaded new configuration")
+	return nil
 }
 
 // Run loads configuration, listens, and serves until ctx ends; then it stops
@@ -286,6 +300,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		bg.Wait()
 		s.router.Close()
 		s.back.Close()
+		s.errs.close()
 		s.closeOps() // last, so the final statistics flush sees everything
 	}()
 	if err := s.startOps(cfgCtx, &bg); err != nil {
@@ -305,8 +320,8 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	s.grpc = s.newGRPCServer()
-	s.http = &http.Server{Handler: s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log)), ReadHeaderTimeout: 10 * time.Second}
-	s.debug = &http.Server{Handler: newDebugHandler(s, s.o.DebugEndpoints), ReadHeaderTimeout: 10 * time.Second}
+	s.http = s.s.Listen.HTTPTimeouts.Server(s.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs)))
+	s.debug = s.s.Listen.HTTPTimeouts.Server(newDebugHandler(s, s.o.DebugEndpoints))
 
 	errc := make(chan error, 3)
 	go func() { errc <- s.grpc.Serve(lns[0]) }()
@@ -399,7 +414,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	}
 	opts = append(opts, s.o.GRPCServerOptions...)
 	g := grpc.NewServer(opts...)
-	rls := newRLSServer(s.decider(), s.log)
+	rls := newRLSServer(s.decider(), s.log, s.errs)
 	g.RegisterService(rls.serviceDesc(), rls)
 	healthpb.RegisterHealthServer(g, s.ghs)
 	return g
@@ -506,7 +521,8 @@ type ops struct {
 
 func (s *Server) buildOps() error {
 	var err error
-	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput, Refresh: s.publishShardDepth})
+	s.ops.metrics, err = metrics.New(s.s.Stats, s.stats, metrics.Options{Logger: s.log, Stdout: s.o.StatsOutput,
+		Refresh: s.publishShardDepth, HTTPServer: s.s.Listen.HTTPTimeouts.Server})
 	if err != nil {
 		return fmt.Errorf("statistics: %w", err)
 	}
@@ -584,13 +600,22 @@ func (s *Server) publishShardDepth() {
 func (s *Server) MetricsAddr() net.Addr { return s.ops.metrics.Addr() }
 
 // xdsConfigSource turns the xDS client's deliveries into configuration events.
+// A delivery returns only once the server has applied it, so the client's ACK
+// means "in use", not "received": a management server (or a test) that saw
+// the ACK sees the new rules enforced.
 type xdsConfigSource struct{ src *xds.Source }
 
 func (x xdsConfigSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
 	defer close(out)
 	return x.src.Run(ctx, func(files []engine.ConfigFile, err error) bool {
+		applied := make(chan error, 1)
 		select {
-		case out <- ConfigEvent{Files: files, Err: err}:
+		case out <- ConfigEvent{Files: files, Err: err, Applied: applied}:
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case <-applied:
 			return true
 		case <-ctx.Done():
 			return false

@@ -3,13 +3,19 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
+	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
+	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -42,6 +48,49 @@ type ListenSettings struct {
 	GRPCUDS                   string
 	MaxConnectionAge          time.Duration
 	MaxConnectionAgeGrace     time.Duration
+	// HTTPTimeouts bound the /json, debug and pull metrics connections.
+	HTTPTimeouts HTTPTimeouts
+}
+
+// HTTPTimeouts bound how long an HTTP client may hold a connection without
+// making progress, so that slow or idle clients cannot pile up connections
+// (SLUICE_HTTP_READ_HEADER_TIMEOUT, SLUICE_HTTP_READ_TIMEOUT,
+// SLUICE_HTTP_IDLE_TIMEOUT). The defaults are the OData port's.
+type HTTPTimeouts struct {
+	// ReadHeader is the longest a client may take to send a request's headers.
+	ReadHeader time.Duration
+	// Read is the longest a client may take to send a whole request, body included.
+	Read time.Duration
+	// Idle is how long a keep-alive connection may wait for its next request.
+	Idle time.Duration
+}
+
+// DefaultHTTPTimeouts are the OData port's limits.
+func DefaultHTTPTimeouts() HTTPTimeouts {
+	return HTTPTimeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Idle: 90 * time.Second}
+}
+
+// Validate reports a timeout that would turn the limit off or never let a request in.
+func (t HTTPTimeouts) Validate() error {
+	var errs []error
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"SLUICE_HTTP_READ_HEADER_TIMEOUT", t.ReadHeader}, {"SLUICE_HTTP_READ_TIMEOUT", t.Read}, {"SLUICE_HTTP_IDLE_TIMEOUT", t.Idle}} {
+		if v.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", v.name, v.d))
+		}
+	}
+	if t.ReadHeader > t.Read && t.Read > 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_HTTP_READ_HEADER_TIMEOUT (%v) must not exceed SLUICE_HTTP_READ_TIMEOUT (%v)", t.ReadHeader, t.Read))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is an http.Server for h with these timeouts. No write timeout: a
+// CPU profile or trace from the debug port streams for as long as it was asked.
+func (t HTTPTimeouts) Server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, IdleTimeout: t.Idle}
 }
 
 // HTTPAddr is the /json and /healthcheck address.
@@ -64,6 +113,10 @@ func joinHostPort(h string, p int) string {
 type LogSettings struct {
 	Level  string
 	Format string
+	// RepeatInterval: a warning repeated during an outage (a failed
+	// decision, a failed memcache increment) is logged once per interval
+	// with a count (SLUICE_LOG_REPEAT_INTERVAL).
+	RepeatInterval time.Duration
 }
 
 // ConfigSettings say where rules come from and how health depends on them.
@@ -93,6 +146,9 @@ type LimiterSettings struct {
 	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
 	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
 	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards
+	// StatsMaxDynamic bounds the statistics names requests create (unknown
+	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
+	StatsMaxDynamic int
 }
 
 // BackendSettings choose and configure the counter store.
@@ -105,6 +161,32 @@ type BackendSettings struct {
 	RedisPerSecond RedisSettings
 
 	Memcache memcache.Options
+
+	// Memory bounds the embedded backend (BACKEND_TYPE=memory).
+	Memory MemorySettings
+}
+
+// MemorySettings bound the embedded backend: the bytes its counters may take
+// (SLUICE_MEMORY_MAX_BYTES; then a new counter fails its request with 503),
+// the longest cache key (SLUICE_MEMORY_MAX_KEY_BYTES; a longer one is a 400),
+// and how often expired counters are dropped with no traffic
+// (SLUICE_MEMORY_SWEEP_INTERVAL).
+type MemorySettings struct {
+	MaxBytes    int64
+	MaxKeyBytes int
+	SweepEvery  time.Duration
+}
+
+// DefaultMemoryMaxBytes is an eighth of the machine's memory, between 64 MiB
+// and 1 GiB: a counter takes ~100 bytes, so even the floor holds over half a
+// million live windows.
+func DefaultMemoryMaxBytes() int64 {
+	const lo, hi = 64 << 20, 1 << 30
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 256 << 20
+	}
+	return min(max(int64(si.Totalram)*int64(si.Unit)/8, lo), hi)
 }
 
 // RedisSettings are one Redis instance's client options plus the shard
@@ -132,7 +214,14 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		MaxConnectionAge:      e.Duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		MaxConnectionAgeGrace: e.Duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
 	}
-	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text")}
+	ht := DefaultHTTPTimeouts()
+	s.Listen.HTTPTimeouts = HTTPTimeouts{
+		ReadHeader: e.Duration("SLUICE_HTTP_READ_HEADER_TIMEOUT", ht.ReadHeader),
+		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
+		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
+	}
+	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text"),
+		RepeatInterval: e.Duration("SLUICE_LOG_REPEAT_INTERVAL", ratelog.DefaultInterval)}
 	s.Config = ConfigSettings{
 		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
 		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
@@ -160,10 +249,16 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		QuotaMode:       e.Bool("QUOTA_MODE", false),
 		DynamicMetadata: e.Bool("RESPONSE_DYNAMIC_METADATA", false),
 		BackendTimeout:  e.Duration("SLUICE_BACKEND_TIMEOUT", time.Second),
+		StatsMaxDynamic: e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
 		Shards:          e.Int("SLUICE_SHARDS", 0),
 		MaxInFlight:     e.Int("SLUICE_MAX_IN_FLIGHT", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
+	s.Backend.Memory = MemorySettings{
+		MaxBytes:    int64(e.Int("SLUICE_MEMORY_MAX_BYTES", int(DefaultMemoryMaxBytes()))),
+		MaxKeyBytes: e.Int("SLUICE_MEMORY_MAX_KEY_BYTES", memory.DefaultMaxKeyBytes),
+		SweepEvery:  e.Duration("SLUICE_MEMORY_SWEEP_INTERVAL", 10*time.Second),
+	}
 	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
 	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
 	s.Backend.RedisPerSecond = redisFromEnv(e, "REDIS_PERSECOND_", &s.Backend.Redis.Options)
@@ -266,6 +361,12 @@ func (s Settings) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be a port number, got %d", name, p))
 		}
 	}
+	if s.Log.RepeatInterval <= 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_LOG_REPEAT_INTERVAL must be positive, got %v", s.Log.RepeatInterval))
+	}
+	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if s.Limiter.NearLimitRatio < 0 || s.Limiter.NearLimitRatio > 1 {
 		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO must be between 0 and 1, got %v", s.Limiter.NearLimitRatio))
 	}
@@ -285,10 +386,17 @@ func (s Settings) Validate() error {
 			}
 		}
 	}
+	if m := s.Backend.Memory; s.Backend.Type == "memory" && (m.MaxBytes <= 0 || m.MaxKeyBytes <= 0 || m.SweepEvery <= 0) {
+		errs = append(errs, fmt.Errorf("SLUICE_MEMORY_MAX_BYTES (%d), SLUICE_MEMORY_MAX_KEY_BYTES (%d) and SLUICE_MEMORY_SWEEP_INTERVAL (%v) must be positive",
+			m.MaxBytes, m.MaxKeyBytes, m.SweepEvery))
+	}
 	if s.Backend.Type == "memcache" {
 		if err := s.Backend.Memcache.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("MEMCACHE_*: %w", err))
 		}
+	}
+	if s.Limiter.StatsMaxDynamic < 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_STATS_MAX_DYNAMIC must not be negative, got %d", s.Limiter.StatsMaxDynamic))
 	}
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))

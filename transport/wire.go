@@ -460,7 +460,7 @@ func rlsHandler(srv any, ctx context.Context, dec func(any) error, interceptor g
 func (s *rlsServer) wireDecide(ctx context.Context, in *wireRequest) (any, error) {
 	r, err := s.decider.ShouldRateLimit(ctx, &in.Request)
 	if err != nil {
-		s.log.Warn("error: " + err.Error())
+		s.errs.warn(err)
 		return nil, status.Error(grpcCode(err), err.Error())
 	}
 	if r.DynamicMetadata != nil {

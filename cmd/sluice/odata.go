@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/csvimport"
 	"github.com/sluicehq/sluice/odata/gen"
@@ -28,7 +29,40 @@ import (
 const defaultODataDB = "sqlite:var/odata.sqlite"
 
 func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", defaultODataDB, `store: "postgres://user@host/db" or "sqlite:/path/file.sqlite"`)
+	return fs.String("db", defaultODataDB, `store: "postgres://user@host/db" or "sqlite:/path/file.sqlite" (or $SLUICE_DB, or the file $SLUICE_DB_FILE: keeps a password off the command line)`)
+}
+
+// dbFromEnv fills in the store from SLUICE_DB or SLUICE_DB_FILE (a file
+// holding the URL, as a mounted secret) when -db was not given, so that a
+// password need not be on the command line, where ps and the debug port's
+// cmdline show it. Call it after fs.Parse.
+func dbFromEnv(fs *flag.FlagSet, db *string, lookup func(string) (string, bool)) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "db" })
+	env, envSet := lookup("SLUICE_DB")
+	file, fileSet := lookup("SLUICE_DB_FILE")
+	switch {
+	case envSet && fileSet:
+		return errors.New("SLUICE_DB and SLUICE_DB_FILE are both set; set one")
+	case given:
+		return nil
+	case envSet:
+		if strings.TrimSpace(env) == "" {
+			return errors.New("SLUICE_DB is set but empty")
+		}
+		*db = strings.TrimSpace(env)
+	case fileSet:
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("SLUICE_DB_FILE: %w", err)
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return fmt.Errorf("SLUICE_DB_FILE: %s is empty", file)
+		}
+		*db = v
+	}
+	return nil
 }
 
 // openODataStore opens a store, creating the directory of an SQLite file.
@@ -68,7 +102,7 @@ type odataConfig struct {
 // defaults.
 func odataFlags(fs *flag.FlagSet) *odataConfig {
 	c := &odataConfig{opts: odata.DefaultOptions()}
-	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://..." or "sqlite:/path" (an empty SQLite store gets demo data)`)
+	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://..." or "sqlite:/path" (an empty SQLite store gets demo data; or $SLUICE_DB, or the file $SLUICE_DB_FILE)`)
 	fs.StringVar(&c.opts.Addr, "odata-addr", c.opts.Addr, "OData API listen address")
 	fs.StringVar(&c.opts.Root, "odata-root", c.opts.Root, "path root of the collections")
 	fs.StringVar(&c.opts.PublicURL, "public-url", "", "scheme://host[:port] for next links (default: the request's Host)")
@@ -158,7 +192,7 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 		return nil, err
 	}
 	if empty {
-		fmt.Fprintf(os.Stderr, "The OData store %s is empty: generating %d demo observations.\n", c.db, c.demoRows)
+		fmt.Fprintf(os.Stderr, "The OData store %s is empty: generating %d demo observations.\n", redact.String(c.db), c.demoRows)
 		bar := newProgressBar(os.Stderr, "generate", "rows")
 		s.demoKey, err = odata.EnsureDemo(ctx, db, c.demoRows, bar.update)
 		bar.finish()
@@ -284,6 +318,9 @@ func runOData(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := dbFromEnv(fs, &c.db, os.LookupEnv); err != nil {
+		return err
+	}
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -304,6 +341,9 @@ func runImport(args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := dbFromEnv(fs, db, os.LookupEnv); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -339,7 +379,7 @@ func runImport(args []string) error {
 	if err != nil {
 		return fmt.Errorf("nothing was imported: %w", err)
 	}
-	fmt.Printf("imported %d datasets, %d locations, %d observations into %s\n", res.Datasets, res.Locations, res.Observations, *db)
+	fmt.Printf("imported %d datasets, %d locations, %d observations into %s\n", res.Datasets, res.Locations, res.Observations, redact.String(*db))
 	return nil
 }
 
@@ -351,6 +391,9 @@ func runGenerate(args []string) error {
 	datasets := fs.Int("datasets", 0, "datasets (default: grows with -rows, dozens)")
 	locations := fs.Int("locations", 0, "locations (default: grows with -rows, up to thousands)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := dbFromEnv(fs, db, os.LookupEnv); err != nil {
 		return err
 	}
 	cfg := gen.Config{Rows: *rows, Datasets: *datasets, Locations: *locations, Seed: *seed}
@@ -376,7 +419,7 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("nothing was added: %w", err)
 	}
 	fmt.Printf("generated %d datasets, %d locations, %d observations into %s in %s (indexes and statistics included)\n",
-		res.Datasets, res.Locations, res.Observations, *db, time.Since(start).Round(time.Second))
+		res.Datasets, res.Locations, res.Observations, redact.String(*db), time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -411,6 +454,9 @@ func runKeysTo(out io.Writer, args []string) error {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), keysUsage) }
 	db := dbFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if err := dbFromEnv(fs, db, os.LookupEnv); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()

@@ -17,6 +17,9 @@ func runServe(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := dbFromEnv(fs, &oc.db, os.LookupEnv); err != nil {
+		return err
+	}
 	ctx, stop := signalContext()
 	defer stop()
 	rl, err := startRateLimit(ctx, os.LookupEnv)

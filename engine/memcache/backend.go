@@ -17,6 +17,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/sluicehq/sluice/internal/ratelog"
+
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -36,6 +38,7 @@ type Backend struct {
 	client  *memcache.Client
 	servers *memcache.ServerList
 	log     *slog.Logger
+	failed  *ratelog.Warner // failed increments: one line per interval during an outage
 	now     func() time.Time
 
 	jobs        chan job
@@ -109,6 +112,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
+	b.failed = ratelog.New(b.log, "memcache increment failed", ratelog.DefaultInterval)
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -353,7 +357,7 @@ func (b *Backend) worker() {
 		}
 		if err := b.apply(j); err != nil {
 			b.stats.failed.Add(1)
-			b.log.Warn("memcache increment failed", "key", j.key, "hits", j.hits, "err", err)
+			b.failed.Warn(err, "key", j.key, "hits", j.hits)
 		} else {
 			b.stats.applied.Add(1)
 		}
@@ -508,6 +512,7 @@ func (b *Backend) Close() error {
 		}
 		b.cancelBG()
 		b.bgDone.Wait()
+		b.failed.Close()
 		if err := b.client.Close(); err != nil {
 			b.closeErr = fmt.Errorf("memcache: close connections: %w", err)
 		}

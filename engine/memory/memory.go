@@ -2,7 +2,10 @@ package memory
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -13,10 +16,67 @@ type entry struct {
 	expires int64 // unix nanoseconds
 }
 
+// entryOverhead approximates what one counter costs besides its key: the
+// map slot, the string header and the entry.
+const entryOverhead = 64
+
+// DefaultMaxKeyBytes is the longest cache key accepted by default.
+const DefaultMaxKeyBytes = 4096
+
+// cost is what a counter under key is charged against a Budget.
+func cost(key string) int64 { return int64(len(key)) + entryOverhead }
+
+// Budget is the memory the counters of one service may take, shared by its
+// backends (one per shard).
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget allows maxBytes of counters (keys included).
+func NewBudget(maxBytes int64) *Budget { return &Budget{max: maxBytes} }
+
+// Used is the bytes charged now.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
+// Max is the bound.
+func (b *Budget) Max() int64 { return b.max }
+
+// reserve charges n bytes if they fit.
+func (b *Budget) reserve(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *Budget) release(n int64) { b.used.Add(-n) }
+
+// Options configure a bounded backend.
+type Options struct {
+	// Clock is the time source; time.Now when nil.
+	Clock func() time.Time
+	// Budget bounds the memory of the counters; nil is no bound.
+	Budget *Budget
+	// MaxKeyBytes rejects longer keys (ValidateKey); 0 is DefaultMaxKeyBytes.
+	MaxKeyBytes int
+	// SweepEvery, when positive, runs a goroutine that drops expired
+	// counters this often, so memory is returned with no traffic at all.
+	// Close stops it.
+	SweepEvery time.Duration
+}
+
 // Backend holds counters in memory. It is safe for concurrent use, though the
 // shard that owns it is normally its only caller (so the lock is uncontended).
 type Backend struct {
-	clock func() time.Time
+	clock       func() time.Time
+	budget      *Budget
+	maxKeyBytes int
 
 	mu sync.Mutex
 	m  map[string]entry
@@ -24,20 +84,81 @@ type Backend struct {
 	// a sweep runs once it reaches the map's size, so sweeping is amortised
 	// O(1) per operation and memory stays bounded by live windows.
 	sinceSweep int
+	closed     bool
+
+	stop chan struct{} // closed by Close; ends the sweeper
+	done chan struct{} // closed when the sweeper has returned
 }
 
-// New returns an empty backend; clock may be nil for time.Now.
-func New(clock func() time.Time) *Backend {
-	if clock == nil {
-		clock = time.Now
+// New returns an empty, unbounded backend; clock may be nil for time.Now.
+func New(clock func() time.Time) *Backend { return NewWithOptions(Options{Clock: clock}) }
+
+// NewWithOptions returns an empty backend with a memory bound and a sweeper
+// as o says.
+func NewWithOptions(o Options) *Backend {
+	if o.Clock == nil {
+		o.Clock = time.Now
 	}
-	return &Backend{clock: clock, m: map[string]entry{}}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	b := &Backend{clock: o.Clock, budget: o.Budget, maxKeyBytes: o.MaxKeyBytes, m: map[string]entry{}}
+	if o.SweepEvery > 0 {
+		b.stop, b.done = make(chan struct{}), make(chan struct{})
+		go b.sweeper(o.SweepEvery)
+	}
+	return b
 }
 
-// IncrementBatch implements engine.Backend.
+func (b *Backend) sweeper(every time.Duration) {
+	defer close(b.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.mu.Lock()
+			b.sweep(b.clock().UnixNano())
+			b.mu.Unlock()
+		}
+	}
+}
+
+// ErrFull is returned when new counters do not fit the memory bound.
+var ErrFull = fmt.Errorf("memory backend full")
+
+// ValidateKey rejects keys longer than the backend accepts, so that one
+// oversized descriptor value fails its own request with a clear message.
+func (b *Backend) ValidateKey(key string) error { return KeyLimit(b.maxKeyBytes).ValidateKey(key) }
+
+// KeyLimit is the longest cache key a memory backend accepts, as an
+// engine.KeyValidator shared by every shard's backend.
+type KeyLimit int
+
+// ValidateKey implements engine.KeyValidator.
+func (k KeyLimit) ValidateKey(key string) error {
+	if len(key) > int(k) {
+		return fmt.Errorf("memory backend: cache key of %d bytes is over the limit of %d bytes (a descriptor value too long?)", len(key), int(k))
+	}
+	return nil
+}
+
+// IncrementBatch implements engine.Backend. With a Budget, the counters the
+// batch would create must fit (after dropping expired ones), or nothing of
+// the batch is applied and ErrFull is returned.
 func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) error {
 	now := b.clock().UnixNano()
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	var charged []string
+	if b.budget != nil {
+		var err error
+		if charged, err = b.reserveNew(batch, now); err != nil {
+			return err
+		}
+	}
 	for i := range batch {
 		inc := &batch[i]
 		e := b.m[inc.Key]
@@ -60,19 +181,74 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 		b.m[inc.Key] = e
 		inc.After = e.n
 	}
+	for _, k := range charged {
+		if _, ok := b.m[k]; !ok { // a step that stored nothing (a bucket that refused)
+			b.budget.release(cost(k))
+		}
+	}
 	b.sinceSweep += len(batch)
 	if b.sinceSweep >= max(len(b.m), 1024) {
 		b.sweep(now)
 	}
-	b.mu.Unlock()
 	return nil
 }
 
+// newKeys are the keys of batch not held yet that an op may create (a read
+// creates nothing), each once.
+func (b *Backend) newKeys(batch []engine.Increment) (keys []string, need int64) {
+	var seen map[string]bool // a key can come twice, with two kinds; only in big batches is a map cheaper
+	if len(batch) > 32 {
+		seen = make(map[string]bool)
+	}
+	for i := range batch {
+		k := batch[i].Key
+		if batch[i].Kind == engine.OpGet {
+			continue
+		}
+		if _, ok := b.m[k]; ok {
+			continue
+		}
+		if seen != nil {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		} else if slices.Contains(keys, k) {
+			continue
+		}
+		keys = append(keys, k)
+		need += cost(k)
+	}
+	return keys, need
+}
+
+// reserveNew charges the budget for the counters batch may create and
+// returns their keys.
+func (b *Backend) reserveNew(batch []engine.Increment, now int64) ([]string, error) {
+	keys, need := b.newKeys(batch)
+	if need == 0 || b.budget.reserve(need) {
+		return keys, nil
+	}
+	// Full: expired counters may be what fills it.
+	b.sweep(now)
+	keys, need = b.newKeys(batch)
+	if need == 0 || b.budget.reserve(need) {
+		return keys, nil
+	}
+	return nil, fmt.Errorf("%w: %d of %d bytes hold live counters, %d more needed (SLUICE_MEMORY_MAX_BYTES)",
+		ErrFull, b.budget.Used(), b.budget.max, need)
+}
+
 func (b *Backend) sweep(now int64) {
+	var freed int64
 	for k, e := range b.m {
 		if e.expires <= now {
 			delete(b.m, k)
+			freed += cost(k)
 		}
+	}
+	if b.budget != nil && freed > 0 {
+		b.budget.release(freed)
 	}
 	b.sinceSweep = 0
 }
@@ -88,10 +264,23 @@ func (b *Backend) Len() int {
 // goroutine of their own.
 func (b *Backend) Inline() bool { return true }
 
-// Close drops every counter.
+// Close drops every counter and stops the sweeper.
 func (b *Backend) Close() error {
 	b.mu.Lock()
+	if b.budget != nil {
+		var held int64
+		for k := range b.m {
+			held += cost(k)
+		}
+		b.budget.release(held)
+	}
 	b.m = map[string]entry{}
+	first := !b.closed
+	b.closed = true
 	b.mu.Unlock()
+	if first && b.stop != nil {
+		close(b.stop)
+		<-b.done
+	}
 	return nil
 }

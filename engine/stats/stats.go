@@ -73,12 +73,40 @@ type entry struct {
 	counter *Counter
 	gauge   *Gauge
 	timer   *Timer
+	// dynamic entries were named by a request (DynamicCounter); they count
+	// against the store's bound and are released once idle.
+	dynamic atomic.Bool
+	// retired is the sweep after which the entry is deleted (0: in use).
+	retired atomic.Uint64
+	// seen is the counter's value at the previous sweep (dynamic entries;
+	// read and written only by Sweep).
+	seen uint64
 }
+
+// Default bounds of the names requests create (DynamicCounter).
+const (
+	DefaultMaxDynamic         = 20000
+	DefaultMaxDynamicNameSize = 256
+)
 
 // Store is the registry of every value, keyed by its full dotted name.
 // Lookups of existing names take no lock.
+//
+// Names come from two places. The service and its rules name most values;
+// those live until Release (a rule removed by a reload). Requests name the
+// others (an unknown domain's domain_not_found, detailed_metric keys): those
+// are bounded in number and length (SetDynamicLimit), further ones count
+// under an overflow name, and one idle for a whole sweep interval is
+// released. A released value is deleted by the second Sweep after, so a
+// sink that reads values just before each Sweep reports its last change.
 type Store struct {
 	m sync.Map // name → *entry
+
+	maxDynamic, maxNameSize int64
+	dynamic                 atomic.Int64 // live dynamic entries
+
+	sweepMu sync.Mutex
+	sweeps  atomic.Uint64
 
 	mu         sync.Mutex
 	collectors []func()
@@ -103,13 +131,33 @@ func (s *Store) Collect() {
 	}
 }
 
-// NewStore returns an empty store.
-func NewStore() *Store { return &Store{} }
+// NewStore returns an empty store with the default bounds.
+func NewStore() *Store {
+	return &Store{maxDynamic: DefaultMaxDynamic, maxNameSize: DefaultMaxDynamicNameSize}
+}
+
+// SetDynamicLimit bounds the names requests create: at most names of them,
+// each at most nameSize bytes. Call it before the store is shared.
+func (s *Store) SetDynamicLimit(names, nameSize int) {
+	s.maxDynamic, s.maxNameSize = int64(names), int64(nameSize)
+}
 
 func (s *Store) get(name string, kind Kind) *entry {
 	if e, ok := s.m.Load(name); ok {
-		return e.(*entry)
+		e := e.(*entry)
+		if e.retired.Load() != 0 {
+			e.retired.Store(0) // named again (a rule back after a reload): keep it
+		}
+		if e.dynamic.Load() && e.dynamic.CompareAndSwap(true, false) {
+			s.dynamic.Add(-1) // a rule now owns it: no longer released when idle
+		}
+		return e
 	}
+	actual, _ := s.m.LoadOrStore(name, newEntry(kind))
+	return actual.(*entry)
+}
+
+func newEntry(kind Kind) *entry {
 	e := &entry{kind: kind}
 	switch kind {
 	case KindCounter:
@@ -119,8 +167,88 @@ func (s *Store) get(name string, kind Kind) *entry {
 	case KindTimer:
 		e.timer = &Timer{}
 	}
-	actual, _ := s.m.LoadOrStore(name, e)
-	return actual.(*entry)
+	return e
+}
+
+// DynamicCounter is the counter of a name a request made up. Past the
+// store's bounds (too many such names, or this one too long) it is the
+// counter named overflow instead, which lives as long as the store.
+func (s *Store) DynamicCounter(name, overflow string) *Counter {
+	if e, ok := s.m.Load(name); ok {
+		e := e.(*entry)
+		if e.retired.Load() != 0 {
+			e.retired.Store(0) // busy again before its deletion
+		}
+		if e.counter != nil {
+			return e.counter
+		}
+		return &Counter{}
+	}
+	if int64(len(name)) > s.maxNameSize || s.dynamic.Load() >= s.maxDynamic {
+		return s.Counter(overflow)
+	}
+	e := newEntry(KindCounter)
+	e.dynamic.Store(true)
+	actual, loaded := s.m.LoadOrStore(name, e)
+	if !loaded {
+		s.dynamic.Add(1)
+	}
+	if c := actual.(*entry).counter; c != nil {
+		return c
+	}
+	return &Counter{}
+}
+
+// DynamicNames is how many names requests have created and the store holds.
+func (s *Store) DynamicNames() int { return int(s.dynamic.Load()) }
+
+// Release marks names as no longer used (the stats of a removed rule). They
+// are deleted by the second Sweep from now unless named again before.
+func (s *Store) Release(names ...string) {
+	next := s.sweeps.Load() + 1
+	for _, n := range names {
+		if e, ok := s.m.Load(n); ok {
+			e.(*entry).retired.Store(next)
+		}
+	}
+}
+
+// Sweep deletes the values released before the previous Sweep and marks
+// request-named counters unchanged since then as released. It returns the
+// deleted names, so that a sink can forget what it remembered of them. A
+// statistics sink calls it right after reading the values, at every flush.
+func (s *Store) Sweep() []string {
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	n := s.sweeps.Add(1)
+	var deleted []string
+	s.m.Range(func(k, v any) bool {
+		e := v.(*entry)
+		if r := e.retired.Load(); r != 0 && r < n {
+			s.m.Delete(k)
+			if e.dynamic.Load() {
+				s.dynamic.Add(-1)
+			}
+			deleted = append(deleted, k.(string))
+			return true
+		}
+		if e.dynamic.Load() && e.counter != nil {
+			if v := e.counter.Value(); v == e.seen {
+				e.retired.CompareAndSwap(0, n)
+			} else {
+				e.seen = v
+			}
+		}
+		return true
+	})
+	return deleted
+}
+
+// Len is the number of values the store holds.
+func (s *Store) Len() int {
+	n := 0
+	s.m.Range(func(any, any) bool { n++; return true })
+	return n
 }
 
 // Counter returns the counter of that name, creating it at zero.

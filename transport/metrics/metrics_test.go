@@ -686,6 +686,46 @@ func BenchmarkFlushStatsd(b *testing.B) {
 	}
 }
 
+// A flush reports a released value's last change, then the store drops it and
+// the reporter forgets it: a rule added again later starts from zero, with
+// no negative (wrapped) delta. With DISABLE_STATS the flushes still release.
+func TestFlushReleasesDroppedStats(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		st := stats.NewStore()
+		s := DefaultSettings()
+		s.UseStatsd, s.Disabled = false, disabled
+		s.FlushInterval = time.Hour
+		var out bytes.Buffer
+		r := newReporter(t, s, st, Options{Stdout: &out})
+		c := st.Counter("ratelimit.service.rate_limit.d.k.total_hits")
+		c.Add(5)
+		r.Flush()
+		c.Add(2) // counted after the last flush, before the rule goes
+		st.Release("ratelimit.service.rate_limit.d.k.total_hits")
+		out.Reset()
+		r.Flush() // reports the last change
+		if !disabled && !strings.Contains(out.String(), `"value":"2.000000"`) {
+			t.Fatalf("last change not reported: %q", out.String())
+		}
+		r.Flush() // dropped now
+		if st.Len() != 0 {
+			t.Fatalf("disabled=%v: %d values still held", disabled, st.Len())
+		}
+		r.mu.Lock()
+		held := len(r.counters)
+		r.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("the reporter still remembers %d dropped values", held)
+		}
+		st.Counter("ratelimit.service.rate_limit.d.k.total_hits").Inc()
+		out.Reset()
+		r.Flush()
+		if !disabled && !strings.Contains(out.String(), `"value":"1.000000"`) {
+			t.Fatalf("a value named again: %q", out.String())
+		}
+	}
+}
+
 // TestRuntimeAndPoolStats: the reference's ratelimit.go.* runtime figures and
 // ratelimit.redis_pool.* / redis_per_second_pool.* pool figures are refreshed
 // at each flush, with gostats' kinds: gauges every flush, counters as the

@@ -24,6 +24,9 @@ type Options struct {
 	Stdout io.Writer
 	// Clock stamps the standard-output sink's lines; time.Now when nil.
 	Clock func() time.Time
+	// HTTPServer builds the pull metrics server (with the service's listener
+	// timeouts); a server with a 10 s header timeout when nil.
+	HTTPServer func(http.Handler) *http.Server
 	// Refresh, when set, runs at the start of every flush (the timer's, a
 	// scrape's, the final one) to set gauges whose value is read from
 	// elsewhere (shard queue depth) rather than kept current on the hot path.
@@ -60,13 +63,14 @@ type Reporter struct {
 	counters map[string]uint64
 	gauges   map[string]int64
 
-	stop    chan struct{}
-	done    chan struct{}
-	started bool
-	closed  bool
-	httpSrv *http.Server
-	served  chan struct{} // closed when the pull metrics server's goroutine returns
-	ln      net.Listener
+	stop      chan struct{}
+	done      chan struct{}
+	started   bool
+	closed    bool
+	httpSrv   *http.Server
+	newServer func(http.Handler) *http.Server
+	served    chan struct{} // closed when the pull metrics server's goroutine returns
+	ln        net.Listener
 }
 
 // New builds the sink the settings choose. It opens nothing yet: Start does.
@@ -83,7 +87,12 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	r := &Reporter{s: s, store: store, log: o.Logger, refresh: o.Refresh, counters: map[string]uint64{}, gauges: map[string]int64{},
+	if o.HTTPServer == nil {
+		o.HTTPServer = func(h http.Handler) *http.Server {
+			return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		}
+	}
+	r := &Reporter{s: s, store: store, log: o.Logger, newServer: o.HTTPServer, refresh: o.Refresh, counters: map[string]uint64{}, gauges: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	addr := net.JoinHostPort(s.StatsdHost, fmt.Sprint(s.StatsdPort))
 	switch {
@@ -128,7 +137,7 @@ func (r *Reporter) Start() error {
 		mux := http.NewServeMux()
 		mux.Handle(r.s.PullPath, r.pull.handler(r.Flush))
 		r.ln = ln
-		r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		r.httpSrv = r.newServer(mux)
 		r.served = make(chan struct{})
 		go func() {
 			defer close(r.served)
@@ -139,11 +148,9 @@ func (r *Reporter) Start() error {
 		r.log.Info("Starting pull metrics sink on " + ln.Addr().String() + r.s.PullPath)
 	}
 	r.started = true
-	if r.s.Disabled {
-		close(r.done)
-		return nil
+	if !r.s.Disabled {
+		r.log.Info("Stats initialized for " + r.Sink())
 	}
-	r.log.Info("Stats initialized for " + r.Sink())
 	go r.loop()
 	return nil
 }
@@ -160,7 +167,11 @@ func (r *Reporter) Addr() net.Addr {
 
 func (r *Reporter) loop() {
 	defer close(r.done)
-	t := time.NewTicker(r.s.FlushInterval)
+	every := r.s.FlushInterval
+	if every <= 0 { // DISABLE_STATS: nothing is sent, but released values still go
+		every = 10 * time.Second
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -172,16 +183,24 @@ func (r *Reporter) loop() {
 	}
 }
 
-// Flush sends what changed since the previous flush now.
+// Flush sends what changed since the previous flush now. Then the store
+// drops the values it released (removed rules, idle request-named ones),
+// whose last change this flush has just sent.
 func (r *Reporter) Flush() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.s.Disabled || r.closed {
+	if r.closed {
 		return
 	}
-	r.store.Collect()
-	if batch := r.collect(); len(batch) > 0 {
-		r.sink.send(batch)
+	if !r.s.Disabled {
+		r.store.Collect()
+		if batch := r.collect(); len(batch) > 0 {
+			r.sink.send(batch)
+		}
+	}
+	for _, name := range r.store.Sweep() {
+		delete(r.counters, name)
+		delete(r.gauges, name)
 	}
 }
 

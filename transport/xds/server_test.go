@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -98,6 +100,26 @@ func TestServiceFromManagementServer(t *testing.T) {
 		t.Fatalf("after v2 the limit is %d", got)
 	}
 
+	// An ACK means the rules are in use: right after each ACK the new limit
+	// applies. (The ACK used to be sent when the rules were handed over, not
+	// when they were loaded; a busy machine then saw the previous rules. Rule
+	// sets large enough to take a while to load make that gap visible.)
+	for rpu := uint32(10); rpu < 13; rpu++ {
+		v := fmt.Sprintf("v2.%d", rpu)
+		big := rule("rules", "d", rpu)
+		for i := 0; i < 3000; i++ {
+			big.Descriptors = append(big.Descriptors, &rlsconf.RateLimitDescriptor{Key: "pad", Value: fmt.Sprint(i),
+				RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 1}})
+		}
+		setSnapshot(t, cache, "sluice-test", v, big)
+		mg.waitACK(v)
+		if got := limitOf("b"); got != rpu {
+			t.Fatalf("right after the ACK of %s the limit is %d, want %d", v, got, rpu)
+		}
+	}
+	setSnapshot(t, cache, "sluice-test", "v2", rule("rules", "d", 5))
+	mg.waitACK("v2")
+
 	// A resource that does not unmarshal, then one that does not validate:
 	// both NACKed, the v2 rules still enforced, the second counted as a failed load.
 	loadErrors := st.CounterValue("ratelimit.service.config_load_error")
@@ -129,7 +151,7 @@ func TestServiceFromManagementServer(t *testing.T) {
 	if got := limitOf("f"); got != 7 {
 		t.Fatalf("after the restart the limit is %d", got)
 	}
-	if got := st.CounterValue("ratelimit.service.config_load_success"); got != 3 {
-		t.Errorf("config_load_success %d, want 3 (v1, v2, v5)", got)
+	if got := st.CounterValue("ratelimit.service.config_load_success"); got != 7 {
+		t.Errorf("config_load_success %d, want 7 (v1, v2, 3 updates, v2 again, v5)", got)
 	}
 }

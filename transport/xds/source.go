@@ -43,7 +43,8 @@ type Options struct {
 // Deliver hands one configuration to the service: the files of an accepted
 // response, or the validation error of a rejected one (so that the service
 // counts and logs it as a failed load). It returns false when the service
-// is stopping.
+// is stopping. The response is ACKed after it returns, so it should return
+// once the configuration is in use.
 type Deliver func(files []engine.ConfigFile, err error) bool
 
 // Source is an xDS SotW client for rate limit configuration.

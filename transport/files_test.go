@@ -1,0 +1,96 @@
+package transport_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/transport"
+)
+
+// With RUNTIME_WATCH_ROOT=false, a config directory deleted and created again
+// (or one that did not exist at start) is watched again: rules written into
+// the new directory load without a restart.
+func TestFileSourceRecreatedDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		remove string // relative to RUNTIME_ROOT: what is deleted
+	}{
+		{"config directory", "app/config"},
+		{"its parent too", "app"},
+		{"missing at start", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "app", "config")
+			if tc.remove != "" {
+				write(t, dir, "a.yaml", "domain: first\n")
+			}
+			src := transport.NewFileSource(transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+				slog.New(slog.NewTextHandler(io.Discard, nil)))
+			ctx, cancel := context.WithCancel(context.Background())
+			events := make(chan transport.ConfigEvent)
+			done := make(chan error, 1)
+			go func() { done <- src.Run(ctx, events) }()
+			defer func() {
+				cancel()
+				for range events { // Run closes it on return
+				}
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+			waitEvent := func(what string, ok func(transport.ConfigEvent) bool) {
+				t.Helper()
+				deadline := time.After(10 * time.Second)
+				for {
+					select {
+					case ev := <-events:
+						if ok(ev) {
+							return
+						}
+					case <-deadline:
+						t.Fatalf("no configuration event with %s", what)
+					}
+				}
+			}
+			if tc.remove != "" {
+				waitEvent("the first rules", func(ev transport.ConfigEvent) bool { return names(ev) == "a.yaml" })
+				if err := os.RemoveAll(filepath.Join(root, tc.remove)); err != nil {
+					t.Fatal(err)
+				}
+				waitEvent("the directory gone", func(ev transport.ConfigEvent) bool { return ev.Err != nil })
+			} else {
+				waitEvent("the directory missing", func(ev transport.ConfigEvent) bool { return ev.Err != nil })
+			}
+			// Twice: the second time proves the new directory itself is watched.
+			write(t, dir, "b.yaml", "domain: second\n")
+			waitEvent("the new directory's rules", func(ev transport.ConfigEvent) bool { return ev.Err == nil && names(ev) == "b.yaml" })
+			write(t, dir, "c.yaml", "domain: third\n")
+			waitEvent("a file added to the new directory", func(ev transport.ConfigEvent) bool { return names(ev) == "b.yaml c.yaml" })
+		})
+	}
+}
+
+func write(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(ev transport.ConfigEvent) string {
+	var n []string
+	for _, f := range ev.Files {
+		n = append(n, f.Name)
+	}
+	return strings.Join(n, " ")
+}
