@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/transport"
@@ -61,36 +58,7 @@ func TestConfigCheck(t *testing.T) {
 // adds settings.
 func startServer(t *testing.T, env map[string]string) *transport.Server {
 	t.Helper()
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "app", "config"), 0o755)
-	os.WriteFile(filepath.Join(root, "app", "config", "r.yaml"), []byte("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000}}\n"), 0o644)
-	vars := map[string]string{
-		"BACKEND_TYPE": "memory", "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
-		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app", "RUNTIME_WATCH_ROOT": "false",
-	}
-	for k, v := range env {
-		vars[k] = v
-	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(vars))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ready) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
-	return srv
+	return runServer(t, env, "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000}}\n")
 }
 
 func TestClientAgainstAServer(t *testing.T) {
