@@ -1,0 +1,132 @@
+package odata
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/odata/sqlstore"
+)
+
+// cors reads the request's Origin and, when it is an allowed browser
+// origin, sets the headers that let the page read the response.
+func (s *Server) cors(ctx *fasthttp.RequestCtx) (origin string, browser bool) {
+	origin = string(ctx.Request.Header.Peek("Origin"))
+	browser = origin != "" && s.origins[strings.ToLower(origin)]
+	if browser {
+		h := &ctx.Response.Header
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Expose-Headers", "Link, Retry-After, OData-Version")
+		h.Add("Vary", "Origin")
+	}
+	return origin, browser
+}
+
+// authenticate identifies the caller by API key, or by an allowed browser
+// origin and the client's address when no key is sent (originName is then
+// the origin, for its in-flight cap). It answers 401/403/429/503 itself.
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool) (caller, originName string, ok bool) {
+	key := ctx.Request.Header.Peek("X-Api-Key")
+	addr := ctx.RemoteIP().String()
+	if len(key) == 0 {
+		if browser {
+			// Per origin and address: anyone can send any Origin header,
+			// so one slow reader with it must not lock out every browser
+			// user of that origin.
+			o := strings.ToLower(origin)
+			return "origin:" + o + "@" + addr, o, true
+		}
+		s.write(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		return "", "", false
+	}
+	if id, hit := s.keyCache.get(string(key)); hit {
+		return "key:" + id, "", true
+	}
+	if wait, blocked := s.keyFails.blocked(addr); blocked {
+		s.tooMany(ctx, wait)
+		return "", "", false
+	}
+	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
+	defer cancel()
+	id, ok, err := s.keys.CheckKey(reqCtx, string(key))
+	if err != nil {
+		if sqlstore.Unavailable(err) {
+			s.unavailable(ctx, fmt.Errorf("check key: %w", err))
+			return "", "", false
+		}
+		s.internal(ctx, fmt.Errorf("check key: %w", err))
+		return "", "", false
+	}
+	if !ok {
+		s.keyFails.failed(addr)
+		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
+		return "", "", false
+	}
+	s.keyCache.put(string(key), id)
+	return "key:" + id, "", true
+}
+
+// allow applies the rate limiter; it answers 429 or 503 itself.
+func (s *Server) allow(ctx *fasthttp.RequestCtx, caller string) bool {
+	if s.limiter == nil {
+		return true
+	}
+	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
+	defer cancel()
+	ok, retry, err := s.limiter.Allow(reqCtx, caller)
+	if err != nil {
+		// Once per outage, not once per request.
+		if s.limiterDown.CompareAndSwap(false, true) {
+			s.log.Warn("odata: rate limiter failed; until it answers again requests are "+map[bool]string{true: "served without its limit (fail open)", false: "refused with 503"}[s.opts.FailOpen],
+				"err", err)
+		}
+		if s.opts.FailOpen {
+			return true
+		}
+		ctx.Response.Header.Set("Retry-After", "1")
+		s.fail(ctx, fasthttp.StatusServiceUnavailable, "rate limiting is unavailable; retry later")
+		return false
+	}
+	if s.limiterDown.CompareAndSwap(true, false) {
+		s.log.Info("odata: rate limiter answers again")
+	}
+	if !ok {
+		s.tooMany(ctx, retry)
+		return false
+	}
+	return true
+}
+
+func (s *Server) tooMany(ctx *fasthttp.RequestCtx, retry time.Duration) {
+	secs := int64(math.Ceil(retry.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
+	s.write(ctx, fasthttp.StatusTooManyRequests, bodyTooMany)
+}
+
+func (s *Server) options(ctx *fasthttp.RequestCtx, origin string, browser bool) {
+	ctx.Response.Header.Set("Allow", "GET, HEAD, OPTIONS")
+	if origin == "" {
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
+	}
+	if !browser {
+		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
+		return
+	}
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
+	if req := ctx.Request.Header.Peek("Access-Control-Request-Headers"); len(req) > 0 {
+		h.SetBytesV("Access-Control-Allow-Headers", req)
+		h.Add("Vary", "Access-Control-Request-Headers")
+	}
+	h.Set("Access-Control-Max-Age", "600")
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}

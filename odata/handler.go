@@ -1,0 +1,219 @@
+package odata
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/odata/query"
+	"github.com/sluicehq/sluice/odata/sqlstore"
+)
+
+// controlTimeout bounds the key check and the rate limit decision, which
+// are not part of the query's budget.
+const controlTimeout = 10 * time.Second
+
+var (
+	jsonType      = "application/json; charset=utf-8"
+	csvType       = "text/csv; charset=utf-8; header=present"
+	bodyNullMsg   = []byte(`{"message":null}`)
+	bodyUnauth    = []byte(`{"message":"Unauthorized"}`)
+	bodyForbidden = []byte(`{"message":"Forbidden"}`)
+	bodyTooMany   = []byte(`{"message":"Too Many Requests"}`)
+)
+
+// targetKind is what a path under Root names.
+type targetKind uint8
+
+const (
+	targetCollection targetKind = iota // /Observations
+	targetRoot                         // / (the service document)
+	targetMetadata                     // /$metadata
+	targetCount                        // /Observations/$count
+	targetEntity                       // /Observations(1), /Metadata('<uuid>')
+)
+
+type target struct {
+	kind targetKind
+	coll *query.Collection
+	key  string // targetEntity: the text between the parentheses
+}
+
+func (s *Server) route(path []byte) (target, bool) {
+	rest, found := bytes.CutPrefix(path, []byte(s.opts.Root))
+	if !found {
+		return target{}, false
+	}
+	if len(rest) == 0 || string(rest) == "/" {
+		return target{kind: targetRoot}, true
+	}
+	if rest[0] != '/' {
+		return target{}, false
+	}
+	seg := string(rest[1:])
+	if seg == "$metadata" {
+		return target{kind: targetMetadata}, true
+	}
+	t := target{kind: targetCollection}
+	if name, ok := strings.CutSuffix(seg, "/$count"); ok {
+		t.kind, seg = targetCount, name
+	} else if open := strings.IndexByte(seg, '('); open > 0 && strings.HasSuffix(seg, ")") {
+		t.kind, t.key, seg = targetEntity, seg[open+1:len(seg)-1], seg[:open]
+	}
+	c, ok := query.Collections[seg]
+	t.coll = c
+	return t, ok
+}
+
+// handleLogged handles a request and writes its access-log line; a page
+// streamed after the handler returns is logged when its body closes.
+func (s *Server) handleLogged(ctx *fasthttp.RequestCtx) {
+	if s.access == nil {
+		s.handle(ctx, &accessRecord{})
+		return
+	}
+	rec := newAccessRecord(ctx)
+	s.handle(ctx, &rec)
+	if _, streamed := ctx.Response.BodyStream().(*pageBody); streamed {
+		return
+	}
+	s.access.write(&rec, ctx.Response.StatusCode(), int64(len(ctx.Response.Body())))
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
+	ctx.Response.Header.Set("OData-Version", "4.0")
+	t, ok := s.route(ctx.Path())
+	origin, browser := s.cors(ctx)
+	if !ok {
+		s.fail(ctx, fasthttp.StatusNotFound, "no such resource; collections are "+s.opts.Root+"/Metadata, /Locations, /Observations and /Records")
+		return
+	}
+	switch {
+	case ctx.IsGet() || ctx.IsHead():
+	case ctx.IsOptions():
+		s.options(ctx, origin, browser)
+		return
+	default:
+		ctx.Response.Header.Set("Allow", "GET, HEAD, OPTIONS")
+		s.fail(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" is not allowed; the API is read-only (GET)")
+		return
+	}
+
+	params, err := query.Decode(ctx.URI().QueryString())
+	if err != nil {
+		s.write(ctx, fasthttp.StatusBadRequest, bodyNullMsg)
+		return
+	}
+
+	caller, originName, ok := s.authenticate(ctx, origin, browser)
+	if !ok {
+		return
+	}
+	rec.caller = caller
+	g := &grant{s: s}
+	streaming := false
+	defer func() {
+		if !streaming {
+			g.release()
+		}
+	}()
+	if originName != "" {
+		if !s.originSlots.acquire(originName) {
+			s.tooMany(ctx, time.Second)
+			return
+		}
+		g.origin = originName
+	}
+	if s.opts.Sequential {
+		if !s.leases.acquire(caller) {
+			s.tooMany(ctx, time.Second)
+			return
+		}
+		g.lease = caller
+	}
+	if !s.allow(ctx, caller) {
+		return
+	}
+
+	switch t.kind {
+	case targetRoot:
+		s.serviceDocument(ctx)
+		return
+	case targetMetadata:
+		s.metadata(ctx, params)
+		return
+	case targetEntity:
+		if s.entity(ctx, t, params) {
+			rec.rows = 1
+		}
+		return
+	}
+	q, err := query.Parse(t.coll, params)
+	if err != nil {
+		s.badQuery(ctx, err)
+		return
+	}
+	if s.opts.FilterBudget > 0 {
+		if cost, why := sqlstore.Cost(q); cost > s.opts.FilterBudget {
+			s.fail(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(
+				"the $filter costs %d units, over the budget of %d per request: %s. Use fewer alternatives, put an eq, in, lt or gt on a filterable field beside endswith, startswith, contains and ne, or split the request into several",
+				cost, s.opts.FilterBudget, why))
+			return
+		}
+	}
+	if s.queries != nil {
+		select {
+		case s.queries <- struct{}{}:
+			g.query = true
+		default:
+			ctx.Response.Header.Set("Retry-After", "1")
+			s.fail(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf(
+				"the server is running as many data queries as it allows (%d); retry in a second", cap(s.queries)))
+			return
+		}
+	}
+	if t.kind == targetCount {
+		s.countOnly(ctx, q)
+		return
+	}
+	streaming = s.serve(ctx, q, g, rec)
+}
+
+// badQuery answers an error of query.Parse: 400 naming what is wrong.
+func (s *Server) badQuery(ctx *fasthttp.RequestCtx, err error) {
+	var qe *query.Error
+	if errors.As(err, &qe) {
+		s.fail(ctx, fasthttp.StatusBadRequest, qe.Detail)
+		return
+	}
+	s.internal(ctx, err)
+}
+
+// grant is what a request holds while it runs: its caller's lease, its
+// origin's slot, a data query token. The response body releases it when
+// it streams; otherwise the handler does.
+type grant struct {
+	s      *Server
+	lease  string
+	origin string
+	query  bool
+}
+
+func (g *grant) release() {
+	if g.lease != "" {
+		g.s.leases.release(g.lease)
+		g.lease = ""
+	}
+	if g.origin != "" {
+		g.s.originSlots.release(g.origin)
+		g.origin = ""
+	}
+	if g.query {
+		<-g.s.queries
+		g.query = false
+	}
+}

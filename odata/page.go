@@ -1,0 +1,197 @@
+package odata
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/odata/query"
+)
+
+// serve answers a valid query. It returns true when a body stream was
+// started, which then owns the caller's lease.
+func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *accessRecord) bool {
+	budget, cancelBudget := context.WithTimeout(s.base, s.opts.QueryTimeout)
+	defer cancelBudget()
+	level := metadataLevel(ctx)
+	csv := wantsCSV(ctx, q)
+	var count []byte // an OData client's "@odata.count":n,
+	if q.Count {
+		n, err := s.store.Count(budget, q)
+		if err != nil {
+			s.dbFailed(ctx, budget, err)
+			return false
+		}
+		if level != metadataMinimal || csv {
+			// DataStream's form: the count as a string, no rows (the
+			// Python client crashes on anything else).
+			b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
+			s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
+			return false
+		}
+		// A client that announced OData gets the standard inline count
+		// beside the rows.
+		count = strconv.AppendInt(append(count, `"@odata.count":`...), n, 10)
+		count = append(count, ',')
+	}
+	page, err := s.store.Probe(budget, q)
+	if err != nil {
+		s.dbFailed(ctx, budget, err)
+		return false
+	}
+	var link []byte
+	if page.More {
+		link = s.nextLink(ctx, q, page.Last)
+	}
+	head := s.pageHead(ctx, q, level, csv, count)
+	if tooBig, err := s.overCap(budget, q, page, len(link)+len(head)); err != nil {
+		s.dbFailed(ctx, budget, err)
+		return false
+	} else if tooBig {
+		s.fail(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the page of %d rows would exceed %d bytes; lower $top or $select fewer fields", page.Rows, s.opts.MaxPageBytes))
+		return false
+	}
+
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	if csv {
+		ctx.SetContentType(csvType)
+	} else {
+		ctx.SetContentType(jsonType)
+	}
+	// The format follows Accept and the coding Accept-Encoding, also
+	// for HEAD, so caches keep the variants apart.
+	ctx.Response.Header.Add("Vary", "Accept, Accept-Encoding")
+	if link != nil {
+		ctx.Response.Header.Set("Link", "<"+string(link)+`>; rel="next"`)
+	}
+	if ctx.IsHead() {
+		return false
+	}
+
+	cur, streamCtx, cancelStream, err := s.openRows(budget, q, page)
+	if err != nil {
+		ctx.Response.Header.Del("Link")
+		s.dbFailed(ctx, budget, err)
+		return false
+	}
+
+	enc := s.encoding(ctx)
+	if enc != "" {
+		ctx.Response.Header.Set("Content-Encoding", enc)
+	}
+	// A body past StreamTimeout is cut by closing its connection: its
+	// writer may be blocked on a client that reads nothing, holding the
+	// cursor (and its database connection) until the write fails.
+	conn := ctx.Conn()
+	stopCut := context.AfterFunc(streamCtx, func() { conn.Close() })
+	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, stopCut: stopCut, grant: g, rec: *rec}
+	s.streams.Add(1)
+	ctx.Response.SetBodyStream(body, -1)
+	return true
+}
+
+// pageHead is what precedes the rows: the CSV header line, or the JSON
+// object up to "value":[ with the context URL and count an OData client
+// gets.
+func (s *Server) pageHead(ctx *fasthttp.RequestCtx, q *query.Query, level metaLevel, csv bool, count []byte) []byte {
+	if csv {
+		return appendCSVHeader(nil, q)
+	}
+	head := []byte{'{'}
+	if level == metadataMinimal {
+		head = append(head, `"@odata.context":`...)
+		head = appendJSONString(head, string(s.contextURL(ctx, q, "")))
+		head = append(head, ',')
+	}
+	head = append(head, count...)
+	return append(head, `"value":[`...)
+}
+
+// openRows opens the cursor of a page. The cursor lives as long as the
+// body, under StreamTimeout; the budget only bounds getting its first row.
+// On error nothing is left open.
+func (s *Server) openRows(budget context.Context, q *query.Query, page query.Page) (_ query.Cursor, streamCtx context.Context, cancel context.CancelFunc, err error) {
+	streamCtx, cancel = context.WithTimeout(s.base, s.opts.StreamTimeout)
+	var cur query.Cursor
+	defer func() {
+		if err != nil {
+			if cur != nil {
+				cur.Close()
+			}
+			cancel()
+		}
+	}()
+	deadline, _ := budget.Deadline()
+	timer := time.AfterFunc(time.Until(deadline), cancel)
+	cur, err = s.store.Rows(streamCtx, q, page)
+	if inTime := timer.Stop(); err == nil && !inTime {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cur, streamCtx, cancel, nil
+}
+
+// overCap decides 413: first from the stored size bounds, and only when
+// those exceed the cap, from the page's actual rows.
+func (s *Server) overCap(ctx context.Context, q *query.Query, p query.Page, linkLen int) (bool, error) {
+	fixed := int64(len(`{"value":[],"@odata.nextLink":""}`)+linkLen) + int64(p.Rows)*rowOverhead(q)
+	bound, err := s.store.ValueBytesBound(ctx, q, p.Rows)
+	if err != nil {
+		return false, err
+	}
+	if fixed+bound <= s.opts.MaxPageBytes {
+		return false, nil
+	}
+	exact, err := s.store.ExactValueBytes(ctx, q, p)
+	if err != nil {
+		return false, err
+	}
+	return fixed+exact > s.opts.MaxPageBytes, nil
+}
+
+// rowOverhead is the bytes of one row besides its values: braces, commas,
+// quoted field names and colons.
+func rowOverhead(q *query.Query) int64 {
+	n := int64(2 + 1) // {} and the comma between rows
+	for _, fi := range q.Fields {
+		n += int64(len(q.Collection.Fields[fi].Name)) + 4 // "name": and ,
+	}
+	return n
+}
+
+func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.Key) []byte {
+	b := s.appendServiceRoot(nil, ctx)
+	b = append(b, '/')
+	b = append(b, q.Collection.Name...)
+	b = append(b, '?')
+	return q.AppendNextQuery(b, last)
+}
+
+// appendServiceRoot appends the absolute URL of Root: from PublicURL, or
+// else the request's Host (https when the request came over TLS or
+// X-Forwarded-Proto says so).
+func (s *Server) appendServiceRoot(b []byte, ctx *fasthttp.RequestCtx) []byte {
+	if s.opts.PublicURL != "" {
+		b = append(b, strings.TrimSuffix(s.opts.PublicURL, "/")...)
+	} else {
+		scheme := "http://"
+		if ctx.IsTLS() || strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https") {
+			scheme = "https://"
+		}
+		b = append(b, scheme...)
+		b = append(b, ctx.Host()...)
+	}
+	return append(b, s.opts.Root...)
+}
+
+// encoding picks the response coding from Accept-Encoding.
+func (s *Server) encoding(ctx *fasthttp.RequestCtx) string {
+	return s.opts.negotiate(string(ctx.Request.Header.Peek("Accept-Encoding")))
+}
