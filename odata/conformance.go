@@ -287,12 +287,9 @@ func appendCSVRow(b []byte, q *query.Query, vals []query.Value) []byte {
 		if v.Null {
 			continue
 		}
-		switch q.Collection.Fields[fi].Kind {
-		case query.KindInt:
-			b = jsonenc.AppendInt(b, v.Int)
-		case query.KindFloat:
-			b = jsonenc.AppendFloat(b, v.Float)
-		default:
+		if k := q.Collection.Fields[fi].Kind; jsonenc.IsNumber(k) {
+			b = jsonenc.AppendNumber(b, k, v)
+		} else {
 			b = appendCSVField(b, v.Bytes)
 		}
 	}

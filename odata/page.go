@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/odata/internal/jsonenc"
 	"github.com/sluicehq/sluice/odata/query"
 )
 
@@ -48,7 +49,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 		link = s.nextLink(ctx, q, page.Last)
 	}
 	head := s.pageHead(ctx, q, level, csv, count)
-	if tooBig, err := s.overCap(budget, q, page, len(link)+len(head)); err != nil {
+	if tooBig, err := s.overCap(budget, q, page, len(head), len(link)); err != nil {
 		s.dbFailed(ctx, budget, err)
 		return false
 	} else if tooBig {
@@ -140,8 +141,8 @@ func (s *Server) openRows(budget context.Context, q *query.Query, page query.Pag
 
 // overCap decides 413: first from the stored size bounds, and only when
 // those exceed the cap, from the page's actual rows.
-func (s *Server) overCap(ctx context.Context, q *query.Query, p query.Page, linkLen int) (bool, error) {
-	fixed := int64(len(`{"value":[],"@odata.nextLink":""}`)+linkLen) + int64(p.Rows)*rowOverhead(q)
+func (s *Server) overCap(ctx context.Context, q *query.Query, p query.Page, headLen, linkLen int) (bool, error) {
+	fixed := jsonenc.PageOverhead(headLen, linkLen) + int64(p.Rows)*jsonenc.RowOverhead(q)
 	bound, err := s.store.ValueBytesBound(ctx, q, p.Rows)
 	if err != nil {
 		return false, err
@@ -154,16 +155,6 @@ func (s *Server) overCap(ctx context.Context, q *query.Query, p query.Page, link
 		return false, err
 	}
 	return fixed+exact > s.opts.MaxPageBytes, nil
-}
-
-// rowOverhead is the bytes of one row besides its values: braces, commas,
-// quoted field names and colons.
-func rowOverhead(q *query.Query) int64 {
-	n := int64(2 + 1) // {} and the comma between rows
-	for _, fi := range q.Fields {
-		n += int64(len(q.Collection.Fields[fi].Name)) + 4 // "name": and ,
-	}
-	return n
 }
 
 func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.Key) []byte {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // the embedded store's driver
 
+	"github.com/sluicehq/sluice/odata/internal/jsonenc"
 	"github.com/sluicehq/sluice/odata/query"
 )
 
@@ -30,7 +31,7 @@ type DB struct {
 	be backend
 
 	statsMu   sync.Mutex
-	stats     map[string]width // "table.column" → bounds of stored values
+	stats     map[string]jsonenc.Width // "table.column" → bounds of stored values
 	statsRead time.Time
 	now       func() time.Time
 }

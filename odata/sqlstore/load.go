@@ -93,8 +93,8 @@ type Loader struct {
 	nextObs int64
 	locs    map[int64]*locInfo
 	dois    map[string]bool
-	widths  map[string]width
-	obsW    [TailLen]width // observation columns, kept apart: they are hot
+	widths  map[string]jsonenc.Width
+	obsW    [TailLen]jsonenc.Width // observation columns, kept apart: they are hot
 	obs     int64
 	bulk    bool // observations were empty: indexes are rebuilt at the end
 }
@@ -129,7 +129,7 @@ func (db *DB) Load(ctx context.Context, fn func(*Loader) error) (LoadResult, err
 		return LoadResult{}, fmt.Errorf("sqlstore: load: %w", err)
 	}
 	l := &Loader{db: db, tx: tx, ctx: ctx, schema: schema, locs: map[int64]*locInfo{},
-		dois: map[string]bool{}, widths: map[string]width{}}
+		dois: map[string]bool{}, widths: map[string]jsonenc.Width{}}
 	if l.nextLoc, err = tx.queryInt(ctx, "SELECT COALESCE(MAX(id), 0) + 1 FROM locations"); err != nil {
 		return LoadResult{}, fmt.Errorf("sqlstore: load: %w", err)
 	}
@@ -183,20 +183,10 @@ func (db *DB) analyze(ctx context.Context) error {
 	return db.be.exec(ctx, "PRAGMA analysis_limit = 2000; ANALYZE")
 }
 
-func (w *width) observe(s string) {
-	n := int64(jsonenc.StringLen(s))
-	if n > w.JSON {
-		w.JSON = n
-	}
-	if e := n - 2 - int64(len(s)); e > w.Escape {
-		w.Escape = e
-	}
-}
-
 func (l *Loader) track(tbl, col string, s string) {
 	key := tbl + "." + col
 	w := l.widths[key]
-	w.observe(s)
+	w.Observe(s)
 	l.widths[key] = w
 }
 
@@ -208,7 +198,7 @@ func (l *Loader) saveWidths() error {
 		greatest = "GREATEST"
 	}
 	for i, w := range l.obsW {
-		if w != (width{}) {
+		if w != (jsonenc.Width{}) {
 			l.widths["observations."+obsColumnName(i)] = w
 		}
 	}
@@ -453,7 +443,7 @@ func (s *obsSource) advance() bool {
 				s.err = fmt.Errorf("observation: %s holds a NUL byte", TailField(i).Name)
 				return false
 			}
-			s.l.obsW[i].observe(c.S)
+			s.l.obsW[i].Observe(c.S)
 		}
 	}
 	s.row = obsRow{id: s.l.nextObs, locationID: o.LocationID, year: year, doi: o.DOI, group: group, loc: loc, tail: &o.Tail}

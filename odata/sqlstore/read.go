@@ -165,15 +165,9 @@ func (db *DB) queryInt(ctx context.Context, sqlText string, args []any) (int64, 
 	return vals[0].Int, rs.err()
 }
 
-// width bounds the JSON encoding of a column's stored values: the longest
-// encoded value, and the most bytes escapes add to one value.
-type width struct {
-	JSON, Escape int64
-}
-
 // columnStats returns the size bounds of every column, read from the store
 // at most every statsTTL.
-func (db *DB) columnStats(ctx context.Context) (map[string]width, error) {
+func (db *DB) columnStats(ctx context.Context) (map[string]jsonenc.Width, error) {
 	db.statsMu.Lock()
 	defer db.statsMu.Unlock()
 	if db.stats != nil && db.now().Sub(db.statsRead) < statsTTL {
@@ -184,13 +178,13 @@ func (db *DB) columnStats(ctx context.Context) (map[string]width, error) {
 		return nil, fmt.Errorf("sqlstore: column stats: %w", err)
 	}
 	defer rs.close()
-	out := map[string]width{}
+	out := map[string]jsonenc.Width{}
 	vals := make([]query.Value, 4)
 	for rs.next() {
 		if err := rs.values(vals); err != nil {
 			return nil, err
 		}
-		out[string(vals[0].Bytes)+"."+string(vals[1].Bytes)] = width{JSON: vals[2].Int, Escape: vals[3].Int}
+		out[string(vals[0].Bytes)+"."+string(vals[1].Bytes)] = jsonenc.Width{JSON: vals[2].Int, Escape: vals[3].Int}
 	}
 	if err := rs.err(); err != nil {
 		return nil, fmt.Errorf("sqlstore: column stats: %w", err)
@@ -226,14 +220,7 @@ func (db *DB) ValueBytesBound(ctx context.Context, q *query.Query, rows int) (in
 	v := views[q.Collection]
 	var per int64
 	for _, fi := range q.Fields {
-		w := int64(4) // null
-		switch v.types[fi] {
-		case tInt, tFloat:
-			w = jsonenc.MaxNumberLen
-		default:
-			w = max(w, stats[statsKey(v.exprs[fi])].JSON)
-		}
-		per += w
+		per += jsonenc.ValueBound(q.Collection.Fields[fi].Kind, stats[statsKey(v.exprs[fi])])
 	}
 	return per * int64(rows), nil
 }
@@ -260,14 +247,16 @@ func (db *DB) ExactValueBytes(ctx context.Context, q *query.Query, p query.Page)
 	b.s("SELECT CAST(COALESCE(SUM(0")
 	for i, fi := range q.Fields {
 		c := "r.c" + strconv.Itoa(i)
-		b.s(" + CASE WHEN ", c, " IS NULL THEN 4 ELSE ")
-		switch v.types[fi] {
-		case tInt:
+		// The SQL form of the bounds of package jsonenc: a number's
+		// digits, MaxNumberLen, TextBound.
+		b.s(" + CASE WHEN ", c, " IS NULL THEN ", strconv.Itoa(jsonenc.NullLen), " ELSE ")
+		switch q.Collection.Fields[fi].Kind {
+		case query.KindInt:
 			b.s("length(CAST(", c, " AS TEXT))")
-		case tFloat:
+		case query.KindFloat:
 			b.s(strconv.Itoa(jsonenc.MaxNumberLen))
 		default:
-			b.s(db.d.octetLength(c), " + ", strconv.FormatInt(2+stats[statsKey(v.exprs[fi])].Escape, 10))
+			b.s(db.d.octetLength(c), " + ", strconv.FormatInt(jsonenc.TextBound(0, stats[statsKey(v.exprs[fi])]), 10))
 		}
 		b.s(" END")
 	}

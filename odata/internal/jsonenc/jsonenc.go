@@ -1,7 +1,8 @@
 // Package jsonenc writes the JSON values of response rows without reflection:
 // strings with the minimal escapes, and numbers the way JavaScript prints
 // them (97, -0.25, 51.01, 1e-7), which is what the DataStream clients
-// expect. The store uses StringLen to keep size bounds of stored values, so
+// expect. It also writes whole rows (AppendRow) and owns the bound of their
+// size (row.go): the store keeps a Width per column as it loads values, so
 // that a page's size can be bounded before it is sent.
 package jsonenc
 
