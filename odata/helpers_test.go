@@ -312,14 +312,14 @@ func (o *oracle) field(c *query.Collection, name string, ob *sqlstore.Observatio
 	case "RegionId":
 		return fieldValue{regions: loc.Regions}
 	case "CharacteristicName":
-		return fieldValue{s: ob.Tail[sqlstore.CharacteristicName].S}
+		return fieldValue{s: ob.Tail[query.CharacteristicName].S}
 	case "ActivityMediaName":
-		return fieldValue{s: ob.Tail[sqlstore.ActivityMediaName].S}
+		return fieldValue{s: ob.Tail[query.ActivityMediaName].S}
 	case "ActivityGroupType":
-		g, _ := o.schema.GroupType(ob.Tail[sqlstore.ActivityType].S)
+		g, _ := o.schema.GroupType(ob.Tail[query.ActivityType].S)
 		return fieldValue{s: g}
 	case "ActivityStartYear":
-		y, _ := strconv.Atoi(ob.Tail[sqlstore.ActivityStartDate].S[:4])
+		y, _ := strconv.Atoi(ob.Tail[query.ActivityStartDate].S[:4])
 		return fieldValue{n: float64(y), num: true}
 	}
 	panic("oracle: unknown field " + name)
@@ -498,8 +498,8 @@ func (o *oracle) rowOf(c *query.Collection, id string) map[string]any {
 		loc, ds := o.locByID[ob.LocationID], o.byDOI[ob.DOI]
 		out["Id"] = json.Number(id)
 		out["DOI"] = ob.DOI
-		for i := 0; i < sqlstore.TailLen; i++ {
-			f := sqlstore.TailField(i)
+		for i := 0; i < query.TailLen; i++ {
+			f := query.Tail[i]
 			out[f.Name] = cell(ob.Tail[i], f.Kind)
 		}
 		if c == query.Observations {

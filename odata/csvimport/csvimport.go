@@ -362,7 +362,7 @@ func (r *reader) set(name, raw string, loc *sqlstore.Location, o *sqlstore.Obser
 	case "MonitoringLocationType":
 		loc.Type = raw
 	default:
-		i, ok := sqlstore.TailIndex(name)
+		i, ok := query.TailIndex(name)
 		if !ok {
 			return r.bad(name, "not an observation column")
 		}
@@ -393,19 +393,19 @@ func (r *reader) checkRow(o *sqlstore.Observation) error {
 	for _, c := range []struct {
 		i    int
 		name string
-	}{{sqlstore.ActivityType, "ActivityType"}, {sqlstore.ActivityMediaName, "ActivityMediaName"},
-		{sqlstore.ActivityStartDate, "ActivityStartDate"}, {sqlstore.CharacteristicName, "CharacteristicName"}} {
+	}{{query.ActivityType, "ActivityType"}, {query.ActivityMediaName, "ActivityMediaName"},
+		{query.ActivityStartDate, "ActivityStartDate"}, {query.CharacteristicName, "CharacteristicName"}} {
 		if !o.Tail[c.i].Valid {
 			return r.bad(c.name, "a value is required")
 		}
 	}
-	value, cond := o.Tail[sqlstore.ResultValue].Valid, o.Tail[sqlstore.ResultDetectionCondition].Valid
+	value, cond := o.Tail[query.ResultValue].Valid, o.Tail[query.ResultDetectionCondition].Valid
 	switch {
 	case value && cond:
 		return r.bad("ResultDetectionCondition", "a row has a ResultValue or a ResultDetectionCondition, not both")
 	case !value && !cond:
 		return r.bad("ResultValue", "a row needs a ResultValue or a ResultDetectionCondition")
-	case value && !o.Tail[sqlstore.ResultUnit].Valid:
+	case value && !o.Tail[query.ResultUnit].Valid:
 		return r.bad("ResultUnit", "a ResultValue needs its unit")
 	}
 	return nil

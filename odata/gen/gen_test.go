@@ -54,27 +54,27 @@ func TestValuesAreValid(t *testing.T) {
 		t.Fatalf("%d datasets, want dozens", n)
 	}
 	lists := map[int]string{
-		sqlstore.ActivityType: values.ActivityType, sqlstore.ActivityMediaName: values.ActivityMediaName,
-		sqlstore.CharacteristicName: values.CharacteristicName, sqlstore.ResultUnit: values.ResultUnit,
-		sqlstore.ResultValueType: values.ResultValueType, sqlstore.ResultDetectionCondition: values.ResultDetectionCondition,
-		sqlstore.ResultStatusID: values.ResultStatusID, sqlstore.ResultSampleFraction: values.ResultSampleFraction,
-		sqlstore.MethodSpeciation: values.MethodSpeciation, sqlstore.ActivityDepthHeightUnit: values.ActivityDepthHeightUnit,
-		sqlstore.SampleCollectionEquipmentName:        values.SampleCollectionEquipmentName,
-		sqlstore.ResultDetectionQuantitationLimitUnit: values.ResultDetectionQuantitationLimitUnit,
-		sqlstore.ResultDetectionQuantitationLimitType: values.ResultDetectionQuantitationLimitType,
-		sqlstore.ResultAnalyticalMethodContext:        values.ResultAnalyticalMethodContext,
+		query.ActivityType: values.ActivityType, query.ActivityMediaName: values.ActivityMediaName,
+		query.CharacteristicName: values.CharacteristicName, query.ResultUnit: values.ResultUnit,
+		query.ResultValueType: values.ResultValueType, query.ResultDetectionCondition: values.ResultDetectionCondition,
+		query.ResultStatusID: values.ResultStatusID, query.ResultSampleFraction: values.ResultSampleFraction,
+		query.MethodSpeciation: values.MethodSpeciation, query.ActivityDepthHeightUnit: values.ActivityDepthHeightUnit,
+		query.SampleCollectionEquipmentName:        values.SampleCollectionEquipmentName,
+		query.ResultDetectionQuantitationLimitUnit: values.ResultDetectionQuantitationLimitUnit,
+		query.ResultDetectionQuantitationLimitType: values.ResultDetectionQuantitationLimitType,
+		query.ResultAnalyticalMethodContext:        values.ResultAnalyticalMethodContext,
 	}
 	chars := map[string]int{}
-	nulls := make([]int, sqlstore.TailLen)
+	nulls := make([]int, query.TailLen)
 	for i := range rows {
 		o := &rows[i]
 		for col, list := range lists {
 			if c := o.Tail[col]; c.Valid && !v.List(list).Contains(c.S) {
-				t.Fatalf("row %d: %s %q is not allowed", i+1, sqlstore.TailField(col).Name, c.S)
+				t.Fatalf("row %d: %s %q is not allowed", i+1, query.Tail[col].Name, c.S)
 			}
 		}
-		for col := 0; col < sqlstore.TailLen; col++ {
-			f := sqlstore.TailField(col)
+		for col := 0; col < query.TailLen; col++ {
+			f := query.Tail[col]
 			c := o.Tail[col]
 			if !c.Valid {
 				nulls[col]++
@@ -91,24 +91,24 @@ func TestValuesAreValid(t *testing.T) {
 				}
 			}
 		}
-		value, cond := o.Tail[sqlstore.ResultValue].Valid, o.Tail[sqlstore.ResultDetectionCondition].Valid
+		value, cond := o.Tail[query.ResultValue].Valid, o.Tail[query.ResultDetectionCondition].Valid
 		if value == cond {
 			t.Fatalf("row %d: ResultValue %v and ResultDetectionCondition %v", i+1, value, cond)
 		}
-		if value && !o.Tail[sqlstore.ResultUnit].Valid {
+		if value && !o.Tail[query.ResultUnit].Valid {
 			t.Fatalf("row %d: a value without a unit", i+1)
 		}
-		chars[o.Tail[sqlstore.CharacteristicName].S]++
+		chars[o.Tail[query.CharacteristicName].S]++
 	}
 	// Nulls where the real data has them, values where it requires them.
-	for _, col := range []int{sqlstore.ActivityEndTime, sqlstore.ResultComment, sqlstore.ResultDetectionCondition, sqlstore.ActivityStartTimeZone} {
+	for _, col := range []int{query.ActivityEndTime, query.ResultComment, query.ResultDetectionCondition, query.ActivityStartTimeZone} {
 		if nulls[col] < len(rows)/2 {
-			t.Errorf("%s is null in only %d of %d rows", sqlstore.TailField(col).Name, nulls[col], len(rows))
+			t.Errorf("%s is null in only %d of %d rows", query.Tail[col].Name, nulls[col], len(rows))
 		}
 	}
-	for _, col := range []int{sqlstore.ActivityType, sqlstore.CharacteristicName, sqlstore.ActivityStartDate} {
+	for _, col := range []int{query.ActivityType, query.CharacteristicName, query.ActivityStartDate} {
 		if nulls[col] != 0 {
-			t.Errorf("%s is null in %d rows", sqlstore.TailField(col).Name, nulls[col])
+			t.Errorf("%s is null in %d rows", query.Tail[col].Name, nulls[col])
 		}
 	}
 	// Common and rare characteristics: sparse filters exist.

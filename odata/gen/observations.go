@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/sluicehq/sluice/odata/query"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 )
 
@@ -50,11 +51,11 @@ func (g *Generator) fill(plan *datasetPlan, o *sqlstore.Observation) {
 
 	switch {
 	case plan.kind == kindContinuous:
-		t[sqlstore.ActivityType] = text("Field Msr/Obs-Continuous Time Series")
+		t[query.ActivityType] = text("Field Msr/Obs-Continuous Time Series")
 	case p.lab:
-		t[sqlstore.ActivityType] = text(labActivities[r.IntN(len(labActivities))])
+		t[query.ActivityType] = text(labActivities[r.IntN(len(labActivities))])
 	default:
-		t[sqlstore.ActivityType] = text(fieldActivities[r.IntN(len(fieldActivities))])
+		t[query.ActivityType] = text(fieldActivities[r.IntN(len(fieldActivities))])
 	}
 	media := "Surface Water"
 	switch loc.Type {
@@ -66,67 +67,67 @@ func (g *Generator) fill(plan *datasetPlan, o *sqlstore.Observation) {
 	if p.lab && r.IntN(50) == 0 {
 		media = "Surface Water Sediment"
 	}
-	t[sqlstore.ActivityMediaName] = text(media)
+	t[query.ActivityMediaName] = text(media)
 	day := plan.firstDay + r.IntN(plan.spanDays)
-	t[sqlstore.ActivityStartDate] = text(voc.days[day])
+	t[query.ActivityStartDate] = text(voc.days[day])
 	if r.IntN(100) < 92 {
-		t[sqlstore.ActivityStartTime] = text(voc.times[r.IntN(len(voc.times))])
+		t[query.ActivityStartTime] = text(voc.times[r.IntN(len(voc.times))])
 	}
-	if t[sqlstore.ActivityType].S == "Sample-Integrated Vertical Profile" {
-		t[sqlstore.ActivityEndDate] = t[sqlstore.ActivityStartDate]
+	if t[query.ActivityType].S == "Sample-Integrated Vertical Profile" {
+		t[query.ActivityEndDate] = t[query.ActivityStartDate]
 	}
 	if r.IntN(10) < 7 {
-		t[sqlstore.ActivityDepthHeightMeasure] = sqlstore.Num(round(0.1+r.Float64()*2, 1))
-		t[sqlstore.ActivityDepthHeightUnit] = text("m")
+		t[query.ActivityDepthHeightMeasure] = sqlstore.Num(round(0.1+r.Float64()*2, 1))
+		t[query.ActivityDepthHeightUnit] = text("m")
 	}
 	if r.IntN(10) < 6 {
-		t[sqlstore.SampleCollectionEquipmentName] = text(plan.equipment)
+		t[query.SampleCollectionEquipmentName] = text(plan.equipment)
 	}
-	t[sqlstore.CharacteristicName] = text(p.name)
+	t[query.CharacteristicName] = text(p.name)
 	if p.speciation != "" {
-		t[sqlstore.MethodSpeciation] = text(p.speciation)
+		t[query.MethodSpeciation] = text(p.speciation)
 	}
 	if len(p.fractions) > 0 {
-		t[sqlstore.ResultSampleFraction] = text(p.fractions[r.IntN(len(p.fractions))])
+		t[query.ResultSampleFraction] = text(p.fractions[r.IntN(len(p.fractions))])
 	}
 	if p.lab && r.IntN(100) < 8 {
 		// Not quantified: a detection condition and its limit, no value.
-		t[sqlstore.ResultDetectionCondition] = text(detections[r.IntN(len(detections))])
-		t[sqlstore.ResultDetectionQuantitationLimitMeasure] = sqlstore.Num(round(p.median/10, p.decimals+1))
-		t[sqlstore.ResultDetectionQuantitationLimitUnit] = text(p.unit)
-		t[sqlstore.ResultDetectionQuantitationLimitType] = text([]string{"Method Detection Level", "Reporting Limit"}[r.IntN(2)])
+		t[query.ResultDetectionCondition] = text(detections[r.IntN(len(detections))])
+		t[query.ResultDetectionQuantitationLimitMeasure] = sqlstore.Num(round(p.median/10, p.decimals+1))
+		t[query.ResultDetectionQuantitationLimitUnit] = text(p.unit)
+		t[query.ResultDetectionQuantitationLimitType] = text([]string{"Method Detection Level", "Reporting Limit"}[r.IntN(2)])
 	} else {
 		v := round(p.median*math.Exp(p.sigma*r.NormFloat64()), p.decimals)
-		t[sqlstore.ResultValue] = sqlstore.Num(v)
-		t[sqlstore.ResultUnit] = text(p.unit)
+		t[query.ResultValue] = sqlstore.Num(v)
+		t[query.ResultUnit] = text(p.unit)
 	}
 	switch x := r.IntN(100); {
 	case x < 75:
-		t[sqlstore.ResultValueType] = text("Actual")
+		t[query.ResultValueType] = text("Actual")
 	case x < 80:
-		t[sqlstore.ResultValueType] = text("Calculated")
+		t[query.ResultValueType] = text("Calculated")
 	}
 	switch x := r.IntN(100); {
 	case x < 70:
-		t[sqlstore.ResultStatusID] = text("Accepted")
+		t[query.ResultStatusID] = text("Accepted")
 	case x < 80:
-		t[sqlstore.ResultStatusID] = text("Final")
+		t[query.ResultStatusID] = text("Final")
 	}
 	if r.IntN(50) == 0 {
-		t[sqlstore.ResultComment] = text(comments[r.IntN(len(comments))])
+		t[query.ResultComment] = text(comments[r.IntN(len(comments))])
 	}
 	if p.lab {
 		if p.method[0] != "" {
-			t[sqlstore.ResultAnalyticalMethodID] = text(p.method[0])
+			t[query.ResultAnalyticalMethodID] = text(p.method[0])
 		}
-		t[sqlstore.ResultAnalyticalMethodContext] = text(p.method[1])
-		t[sqlstore.ResultAnalyticalMethodName] = text(p.method[2])
-		t[sqlstore.AnalysisStartDate] = text(voc.days[min(day+1+r.IntN(14), len(voc.days)-1)])
-		t[sqlstore.LaboratoryName] = text(plan.lab)
-		t[sqlstore.LaboratorySampleID] = text(g.labIDs[r.IntN(len(g.labIDs))])
+		t[query.ResultAnalyticalMethodContext] = text(p.method[1])
+		t[query.ResultAnalyticalMethodName] = text(p.method[2])
+		t[query.AnalysisStartDate] = text(voc.days[min(day+1+r.IntN(14), len(voc.days)-1)])
+		t[query.LaboratoryName] = text(plan.lab)
+		t[query.LaboratorySampleID] = text(g.labIDs[r.IntN(len(g.labIDs))])
 	} else {
-		t[sqlstore.ResultAnalyticalMethodContext] = text(plan.method[1])
-		t[sqlstore.ResultAnalyticalMethodName] = text(plan.method[2])
+		t[query.ResultAnalyticalMethodContext] = text(plan.method[1])
+		t[query.ResultAnalyticalMethodName] = text(plan.method[2])
 	}
 }
 

@@ -21,6 +21,8 @@
 // Reading a page is two steps, both decided before any byte is sent: Probe
 // reads the ids of the page plus one (index only) to learn its bounds and
 // whether a next page exists; Rows then streams exactly that id range. Every
-// value reaches SQL as a bind parameter; the only text spliced into SQL comes
-// from this package's own tables of column names.
+// value reaches SQL as a bind parameter; the only text spliced into SQL are
+// column names from the field table of package query (its rows give each
+// field's table, column and copy on observations; tables, indexes, views and
+// filter columns here are derived from them) and this package's own names.
 package sqlstore

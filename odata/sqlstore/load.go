@@ -80,7 +80,7 @@ type Location struct {
 type Observation struct {
 	DOI        string
 	LocationID int64
-	Tail       [TailLen]Cell
+	Tail       [query.TailLen]Cell
 }
 
 // Loader adds rows to a store inside one transaction (see DB.Load).
@@ -94,7 +94,7 @@ type Loader struct {
 	locs    map[int64]*locInfo
 	dois    map[string]bool
 	widths  map[string]jsonenc.Width
-	obsW    [TailLen]jsonenc.Width // observation columns, kept apart: they are hot
+	obsW    [query.TailLen]jsonenc.Width // observation columns, kept apart: they are hot
 	obs     int64
 	bulk    bool // observations were empty: indexes are rebuilt at the end
 }
@@ -199,7 +199,7 @@ func (l *Loader) saveWidths() error {
 	}
 	for i, w := range l.obsW {
 		if w != (jsonenc.Width{}) {
-			l.widths["observations."+obsColumnName(i)] = w
+			l.widths["observations."+query.Tail[i].Column] = w
 		}
 	}
 	for key, w := range l.widths {
@@ -393,7 +393,7 @@ type obsRow struct {
 	id, locationID, year int64
 	doi, group           string
 	loc                  *locInfo
-	tail                 *[TailLen]Cell
+	tail                 *[query.TailLen]Cell
 }
 
 // advance reads the next row into s.row. It returns false at the end or on
@@ -421,26 +421,26 @@ func (s *obsSource) advance() bool {
 		return false
 	}
 	for i := range o.Tail {
-		if !o.Tail[i].Valid && !tailNullable[i] {
-			s.err = fmt.Errorf("observation: %s is required", TailField(i).Name)
+		if !o.Tail[i].Valid && !query.Tail[i].Nullable {
+			s.err = fmt.Errorf("observation: %s is required", query.Tail[i].Name)
 			return false
 		}
 	}
-	date := o.Tail[ActivityStartDate].S
+	date := o.Tail[query.ActivityStartDate].S
 	if !validDate(date) {
 		s.err = fmt.Errorf("observation: ActivityStartDate %q is not YYYY-MM-DD", date)
 		return false
 	}
 	year, _ := strconv.ParseInt(date[:4], 10, 64)
-	group, ok := s.l.schema.GroupType(o.Tail[ActivityType].S)
+	group, ok := s.l.schema.GroupType(o.Tail[query.ActivityType].S)
 	if !ok {
-		s.err = fmt.Errorf("observation: ActivityType %q is not a known value", o.Tail[ActivityType].S)
+		s.err = fmt.Errorf("observation: ActivityType %q is not a known value", o.Tail[query.ActivityType].S)
 		return false
 	}
 	for i := range o.Tail {
 		if c := &o.Tail[i]; c.Valid && tailTypes[i] == tText {
 			if strings.IndexByte(c.S, 0) >= 0 {
-				s.err = fmt.Errorf("observation: %s holds a NUL byte", TailField(i).Name)
+				s.err = fmt.Errorf("observation: %s holds a NUL byte", query.Tail[i].Name)
 				return false
 			}
 			s.l.obsW[i].Observe(c.S)
@@ -452,22 +452,13 @@ func (s *obsSource) advance() bool {
 	return true
 }
 
-var (
-	obsColumnNames [TailLen]string
-	tailTypes      [TailLen]colType
-	tailNullable   [TailLen]bool
-)
-
-func init() {
-	for i := range obsColumnNames {
-		f := TailField(i)
-		obsColumnNames[i] = snake(f.Name)
-		tailTypes[i] = kindType(f.Kind)
-		tailNullable[i] = f.Nullable
+// tailTypes are the storage types of the tail, looked up per loaded value.
+var tailTypes = func() (out [query.TailLen]colType) {
+	for i := range query.Tail {
+		out[i] = kindType(query.Tail[i].Kind)
 	}
-}
-
-func obsColumnName(i int) string { return obsColumnNames[i] }
+	return out
+}()
 
 // validDate checks the YYYY-MM-DD form and that the day exists.
 func validDate(s string) bool {

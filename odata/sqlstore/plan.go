@@ -36,69 +36,23 @@ func (b *builder) String() string { return string(b.b) }
 // which alias serves each level of a filter field.
 type scope struct {
 	coll  *query.Collection
-	depth level // innermost table in scope
+	depth query.Level // innermost table in scope
 }
 
-// column returns the SQL column of a filter field in this scope. For
-// RegionId it returns the alias prefix only ("o." or "l."); the column
-// depends on the literal.
+// column returns the SQL column of a filter field in this scope (see
+// columnIn).
 func (sc scope) column(field string) string {
-	obs := sc.depth == levelObservation
-	switch sc.coll {
-	case query.Observations, query.Records:
-		switch field {
-		case "LocationId":
-			return "o.location_id"
-		case "RegionId":
-			return "o."
-		}
-		return "o." + snake(field)
-	case query.Locations:
-		switch field {
-		case "LocationId", "Id":
-			return "l.id"
-		case "RegionId":
-			return "l."
-		case "ActivityMediaName", "ActivityGroupType", "CharacteristicName", "ActivityStartYear":
-			return "o." + snake(field)
-		}
-		return "l." + snake(field)
-	}
-	// Metadata.
-	switch field {
-	case "Id":
-		return "d.id"
-	case "DOI", "DatasetName", "CreateTimestamp":
-		return "d." + snake(field)
-	case "ActivityMediaName", "ActivityGroupType", "CharacteristicName", "ActivityStartYear":
-		return "o." + snake(field)
-	case "LocationId":
-		if obs {
-			return "o.location_id"
-		}
-		return "l.id"
-	case "MonitoringLocationType":
-		if obs {
-			return "o.monitoring_location_type"
-		}
-		return "l.monitoring_location_type"
-	case "RegionId":
-		if obs {
-			return "o."
-		}
-		return "l."
-	}
-	return "l." + snake(field) // Name, Latitude, Longitude
+	return columnIn(sc.coll, sc.depth, fieldRow(sc.coll, field))
 }
 
 // needsLocationJoin reports whether a /Metadata filter evaluated over
 // observations also needs the location row (for fields not copied onto
 // observations).
-func needsLocationJoin(e query.Expr) bool {
+func needsLocationJoin(c *query.Collection, e query.Expr) bool {
 	found := false
-	query.Fields(e, func(f string) {
-		switch f {
-		case "Name", "Latitude", "Longitude":
+	query.Fields(e, func(name string) {
+		f := fieldRow(c, name)
+		if _, onObs := f.ObsColumn(); f.Level == query.LevelLocation && !onObs {
 			found = true
 		}
 	})
@@ -106,10 +60,10 @@ func needsLocationJoin(e query.Expr) bool {
 }
 
 // depthOf is the deepest level a filter reaches for a collection.
-func depthOf(c *query.Collection, e query.Expr) level {
-	d := baseLevel(c)
-	query.Fields(e, func(f string) {
-		if l := fieldLevel(c, f); l > d {
+func depthOf(c *query.Collection, e query.Expr) query.Level {
+	d := c.Level
+	query.Fields(e, func(name string) {
+		if l := fieldRow(c, name).Level; l > d {
 			d = l
 		}
 	})
@@ -246,7 +200,7 @@ func (b *builder) where(v *view, f query.Expr) error {
 		b.s("1 = 1")
 		return nil
 	}
-	base := baseLevel(v.coll)
+	base := v.coll.Level
 	depth := depthOf(v.coll, f)
 	sc := scope{coll: v.coll, depth: depth}
 	if depth == base {
@@ -255,9 +209,9 @@ func (b *builder) where(v *view, f query.Expr) error {
 	switch {
 	case v.coll == query.Locations:
 		b.s("EXISTS (SELECT 1 FROM observations o WHERE o.location_id = l.id AND ")
-	case depth == levelLocation:
+	case depth == query.LevelLocation:
 		b.s("EXISTS (SELECT 1 FROM locations l WHERE l.doi = d.doi AND ")
-	case needsLocationJoin(f):
+	case needsLocationJoin(v.coll, f):
 		b.s("EXISTS (SELECT 1 FROM observations o JOIN locations l ON l.id = o.location_id WHERE o.doi = d.doi AND ")
 	default:
 		b.s("EXISTS (SELECT 1 FROM observations o WHERE o.doi = d.doi AND ")
@@ -385,7 +339,7 @@ func probeSQL(d dialect, v *view, q *query.Query) (string, []any, error) {
 			// limited, so deduplicating costs at most arms × (top+1) ids,
 			// while an exclusion would need the heap and tempt the planner
 			// into a primary-key scan with a filter for a common value.
-			sc := scope{coll: v.coll, depth: levelObservation}
+			sc := scope{coll: v.coll, depth: query.LevelObservation}
 			for i := range bs {
 				switch {
 				case i > 0 && d.pg:
@@ -444,7 +398,7 @@ func rowsSQL(d dialect, v *view, q *query.Query, p query.Page, aliased bool) (st
 			// The union yields the matching ids of the range, one index
 			// range per branch; the row and its joins are read by id.
 			b.s(" FROM (")
-			sc := scope{coll: v.coll, depth: levelObservation}
+			sc := scope{coll: v.coll, depth: query.LevelObservation}
 			for i := range bs {
 				if i > 0 {
 					b.s(" UNION ALL ")

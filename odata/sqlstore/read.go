@@ -193,21 +193,6 @@ func (db *DB) columnStats(ctx context.Context) (map[string]jsonenc.Width, error)
 	return out, nil
 }
 
-// statsKey names the stored column behind a view expression ("o.doi" →
-// "observations.doi").
-func statsKey(expr string) string {
-	if expr == "o.doi" {
-		return "datasets.doi" // copied from the dataset
-	}
-	switch expr[0] {
-	case 'o':
-		return "observations" + expr[1:]
-	case 'l':
-		return "locations" + expr[1:]
-	}
-	return "datasets" + expr[1:]
-}
-
 // ValueBytesBound is an upper bound of the JSON size of the selected values
 // of rows rows of q (values only, without field names), from the longest
 // value ever stored in each column. It costs no database work beyond
@@ -220,7 +205,7 @@ func (db *DB) ValueBytesBound(ctx context.Context, q *query.Query, rows int) (in
 	v := views[q.Collection]
 	var per int64
 	for _, fi := range q.Fields {
-		per += jsonenc.ValueBound(q.Collection.Fields[fi].Kind, stats[statsKey(v.exprs[fi])])
+		per += jsonenc.ValueBound(q.Collection.Fields[fi].Kind, stats[v.stats[fi]])
 	}
 	return per * int64(rows), nil
 }
@@ -256,7 +241,7 @@ func (db *DB) ExactValueBytes(ctx context.Context, q *query.Query, p query.Page)
 		case query.KindFloat:
 			b.s(strconv.Itoa(jsonenc.MaxNumberLen))
 		default:
-			b.s(db.d.octetLength(c), " + ", strconv.FormatInt(jsonenc.TextBound(0, stats[statsKey(v.exprs[fi])]), 10))
+			b.s(db.d.octetLength(c), " + ", strconv.FormatInt(jsonenc.TextBound(0, stats[v.stats[fi]]), 10))
 		}
 		b.s(" END")
 	}

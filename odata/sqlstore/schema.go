@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"strings"
-	"unicode"
 
 	"github.com/sluicehq/sluice/odata/query"
 )
@@ -35,26 +34,6 @@ type table struct {
 	indexes []index
 }
 
-// snake turns a field name into its column name: ActivityStartDate →
-// activity_start_date, ResultStatusID → result_status_id, DataSourceURL →
-// data_source_url.
-func snake(s string) string {
-	r := []rune(s)
-	var b strings.Builder
-	for i, c := range r {
-		if unicode.IsUpper(c) {
-			if i > 0 && (unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1]) ||
-				(i+1 < len(r) && unicode.IsLower(r[i+1]) && unicode.IsUpper(r[i-1]))) {
-				b.WriteByte('_')
-			}
-			b.WriteRune(unicode.ToLower(c))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
 func kindType(k query.Kind) colType {
 	switch k {
 	case query.KindInt:
@@ -63,59 +42,6 @@ func kindType(k query.Kind) colType {
 		return tFloat
 	}
 	return tText
-}
-
-// Observation tail: the fields from ActivityType to LaboratorySampleID, in
-// the order of the /Observations rows. Loaders fill Observation.Tail by
-// these positions.
-const (
-	ActivityType = iota
-	ActivityMediaName
-	ActivityStartDate
-	ActivityStartTime
-	ActivityStartTimeZone
-	ActivityEndDate
-	ActivityEndTime
-	ActivityEndTimeZone
-	ActivityDepthHeightMeasure
-	ActivityDepthHeightUnit
-	SampleCollectionEquipmentName
-	CharacteristicName
-	MethodSpeciation
-	ResultSampleFraction
-	ResultValue
-	ResultUnit
-	ResultValueType
-	ResultDetectionCondition
-	ResultDetectionQuantitationLimitUnit
-	ResultDetectionQuantitationLimitMeasure
-	ResultDetectionQuantitationLimitType
-	ResultStatusID
-	ResultComment
-	ResultAnalyticalMethodID
-	ResultAnalyticalMethodContext
-	ResultAnalyticalMethodName
-	AnalysisStartDate
-	AnalysisStartTime
-	AnalysisStartTimeZone
-	LaboratoryName
-	LaboratorySampleID
-	TailLen
-)
-
-// obsTailOffset is the position of ActivityType in query.Observations.Fields.
-const obsTailOffset = 3
-
-// TailField returns the schema field at a tail position.
-func TailField(i int) query.Field { return query.Observations.Fields[obsTailOffset+i] }
-
-// TailIndex returns the tail position of an observation field name.
-func TailIndex(name string) (int, bool) {
-	i, ok := query.Observations.FieldIndex(name)
-	if !ok || i < obsTailOffset {
-		return 0, false
-	}
-	return i - obsTailOffset, true
 }
 
 // Region columns: a location has at most one region of each kind.
@@ -135,10 +61,24 @@ func regionColumn(region string) string {
 	return ""
 }
 
+// columnsOf returns the columns a field's column name stands for: itself,
+// or for RegionId (which has none of its own) the region columns.
+func columnsOf(col string) []string {
+	if col != "" {
+		return []string{col}
+	}
+	out := make([]string, len(regionKinds))
+	for i, k := range regionKinds {
+		out[i] = k.col
+	}
+	return out
+}
+
 var (
-	datasetsTable  = buildDatasets()
-	locationsTable = buildLocations()
-	regionsTable   = &table{
+	datasetsTable  = buildTable(query.Metadata, index{name: "datasets_doi", cols: []string{"doi"}, unique: true})
+	locationsTable = buildTable(query.Locations,
+		index{name: "locations_key", cols: []string{"doi", "monitoring_location_id"}, unique: true})
+	regionsTable = &table{
 		name: "location_regions",
 		cols: []column{{name: "location_id", typ: tInt}, {name: "region_id", typ: tText}},
 		pk:   []string{"location_id", "region_id"},
@@ -146,8 +86,12 @@ var (
 			{name: "location_regions_region", cols: []string{"region_id", "location_id"}},
 		},
 	}
-	observationsTable = buildObservations()
-	keysTable         = &table{
+	// location+characteristic serves the clients' partitioned pulls
+	// (LocationId eq n and <filter>) and the EXISTS probes of /Locations
+	// filters.
+	observationsTable = buildTable(query.Observations,
+		index{name: "observations_location_characteristic", cols: []string{"location_id", "characteristic_name", "id"}})
+	keysTable = &table{
 		name: "api_keys",
 		cols: []column{
 			{name: "id", typ: tText},
@@ -172,132 +116,89 @@ var (
 	tables = []*table{datasetsTable, locationsTable, regionsTable, observationsTable, keysTable, statsTable}
 )
 
-// datasetColumn maps a Metadata field to its column.
-func datasetColumn(field string) string {
-	if field == "Id" {
-		return "id"
+// buildTable derives the table of a collection's level from the field
+// table: a column for every field the level holds (the collection's
+// fields, then the filter-only fields it holds: copies and derived
+// values; on observations the tail comes last), and an index (column, id)
+// for every indexed filter field of the level and every copy, so that a
+// page of an equality filter is one range scan in id order. keys are the
+// indexes that serve no filter of their own.
+func buildTable(c *query.Collection, keys ...index) *table {
+	lvl := c.Level
+	t := &table{name: lvl.Table(), pk: []string{"id"}, indexes: keys}
+	var fields []query.Field
+	if lvl == query.LevelObservation {
+		head := c.Fields[:len(c.Fields)-query.TailLen]
+		fields = append(append(append(fields, head...), c.FilterOnly...), query.Tail[:]...)
+	} else {
+		fields = append(append(fields, c.Fields...), c.FilterOnly...)
 	}
-	return snake(field)
-}
-
-func buildDatasets() *table {
-	t := &table{name: "datasets", pk: []string{"id"}}
-	for _, f := range query.Metadata.Fields {
-		t.cols = append(t.cols, column{name: datasetColumn(f.Name), typ: kindType(f.Kind), null: f.Nullable})
-	}
-	t.indexes = []index{
-		{name: "datasets_doi", cols: []string{"doi"}, unique: true},
-		{name: "datasets_name", cols: []string{"dataset_name", "id"}},
-		{name: "datasets_created", cols: []string{"create_timestamp", "id"}},
-	}
-	return t
-}
-
-// locationColumn maps a Locations field to its column.
-func locationColumn(field string) string {
-	switch field {
-	case "Id":
-		return "id"
-	case "ID":
-		return "monitoring_location_id"
-	}
-	return snake(field)
-}
-
-func buildLocations() *table {
-	t := &table{name: "locations", pk: []string{"id"}}
-	for _, f := range query.Locations.Fields {
-		t.cols = append(t.cols, column{name: locationColumn(f.Name), typ: kindType(f.Kind), null: f.Nullable})
-	}
-	for _, k := range regionKinds {
-		t.cols = append(t.cols, column{name: k.col, typ: tText, null: true})
-	}
-	t.indexes = []index{
-		{name: "locations_key", cols: []string{"doi", "monitoring_location_id"}, unique: true},
-		{name: "locations_doi", cols: []string{"doi", "id"}},
-		{name: "locations_type", cols: []string{"monitoring_location_type", "id"}},
-		{name: "locations_name", cols: []string{"name", "id"}},
-		{name: "locations_lat", cols: []string{"latitude", "id"}},
-		{name: "locations_lon", cols: []string{"longitude", "id"}},
-	}
-	for _, k := range regionKinds {
-		t.indexes = append(t.indexes, index{name: "locations_" + k.col, cols: []string{k.col, "id"}})
+	seen := map[string]bool{}
+	for _, f := range fields {
+		col, ok := columnOn(lvl, &f)
+		if !ok || seen[col] {
+			continue // not held here, or a second name of a column (LocationId and Id of /Locations)
+		}
+		seen[col] = true
+		for _, name := range columnsOf(col) {
+			t.cols = append(t.cols, column{name: name, typ: kindType(f.Kind), null: f.Nullable})
+		}
+		copied := f.Level != lvl
+		if _, filterable := c.FilterField(f.Name); !filterable || !f.Indexed && !copied {
+			continue
+		}
+		for _, name := range columnsOf(col) {
+			ix := f.Index()
+			if copied || col == "" {
+				ix = lvl.Table() + "_" + name
+			}
+			t.indexes = append(t.indexes, index{name: ix, cols: []string{name, "id"}})
+		}
 	}
 	return t
 }
 
-// Columns of observations before the tail: the keys and the stored copies
-// of filterable attributes (from the location, and derived).
-var obsHead = []column{
-	{name: "id", typ: tInt},
-	{name: "doi", typ: tText},
-	{name: "location_id", typ: tInt},
-	{name: "monitoring_location_type", typ: tText},
-	{name: "region_country", typ: tText, null: true},
-	{name: "region_province", typ: tText, null: true},
-	{name: "region_hub", typ: tText, null: true},
-	{name: "activity_start_year", typ: tInt},
-	{name: "activity_group_type", typ: tText},
+// columnOn returns the column of table lvl that holds f: its own column or
+// its copy on observations.
+func columnOn(lvl query.Level, f *query.Field) (string, bool) {
+	switch {
+	case f.Level == lvl:
+		return f.Column, true
+	case lvl == query.LevelObservation:
+		return f.ObsColumn()
+	}
+	return "", false
 }
 
-func buildObservations() *table {
-	t := &table{name: "observations", pk: []string{"id"}, cols: append([]column(nil), obsHead...)}
-	for i := 0; i < TailLen; i++ {
-		f := TailField(i)
-		t.cols = append(t.cols, column{name: snake(f.Name), typ: kindType(f.Kind), null: f.Nullable})
+// fieldRow returns the row of a field of c: a filter field or a property.
+func fieldRow(c *query.Collection, name string) *query.Field {
+	if f, ok := c.FilterField(name); ok {
+		return f
 	}
-	// Every filterable column paired with id, so that a page of an equality
-	// filter is one range scan in id order. location+characteristic serves
-	// the clients' partitioned pulls (LocationId eq n and <filter>) and the
-	// EXISTS probes of /Locations filters.
-	pairs := []string{"doi", "location_id", "characteristic_name", "activity_media_name",
-		"activity_group_type", "monitoring_location_type", "activity_start_year",
-		"region_country", "region_province", "region_hub"}
-	for _, c := range pairs {
-		t.indexes = append(t.indexes, index{name: "observations_" + c, cols: []string{c, "id"}})
+	if i, ok := c.FieldIndex(name); ok {
+		return &c.Fields[i]
 	}
-	t.indexes = append(t.indexes, index{name: "observations_location_characteristic",
-		cols: []string{"location_id", "characteristic_name", "id"}})
-	return t
+	return nil
 }
 
-// level is how deep a filter field lives: on the dataset, the location or
-// the observation.
-type level uint8
-
-const (
-	levelDataset level = iota
-	levelLocation
-	levelObservation
-)
-
-// fieldLevel returns where a filter field of a collection is stored.
-func fieldLevel(c *query.Collection, field string) level {
-	switch field {
-	case "ActivityMediaName", "ActivityGroupType", "CharacteristicName", "ActivityStartYear":
-		return levelObservation
-	case "LocationId", "MonitoringLocationType", "RegionId", "Name", "Latitude", "Longitude":
-		return levelLocation
-	case "DOI":
-		return baseLevel(c)
-	case "Id":
-		return baseLevel(c)
+// columnIn is the SQL column of f in a statement over c whose innermost
+// table in scope is depth: the collection's own table holds its fields;
+// when observations are in scope they hold copies of their location's and
+// dataset's filterable fields, which spares a join; otherwise the field's
+// own table (joined, or in an EXISTS). For RegionId it is the alias prefix
+// only ("o." or "l."): the literal picks the column.
+func columnIn(c *query.Collection, depth query.Level, f *query.Field) string {
+	if f.Level != c.Level && depth == query.LevelObservation {
+		if col, ok := columnOn(query.LevelObservation, f); ok {
+			return "o." + col
+		}
 	}
-	return levelDataset
+	return f.Level.Alias() + "." + f.Column
 }
 
-func baseLevel(c *query.Collection) level {
-	switch c {
-	case query.Metadata:
-		return levelDataset
-	case query.Locations:
-		return levelLocation
-	}
-	return levelObservation
-}
-
-// view is how a collection's rows are read: the FROM clause and the SQL
-// expression of every field, in response order.
+// view is how a collection's rows are read: the FROM clause, and the SQL
+// expression, storage type and stored column ("table.column", whose size
+// bounds apply) of every field, in response order.
 type view struct {
 	coll  *query.Collection
 	table string // base table
@@ -305,49 +206,37 @@ type view struct {
 	joins string // joins after the base table for rows, or ""
 	exprs []string
 	types []colType
+	stats []string
 }
 
 func (v *view) key() string { return v.alias + ".id" }
 
 var views = buildViews()
 
+// buildViews derives every collection's view. Only /Records reads fields
+// of other tables: the location and dataset of each observation.
 func buildViews() map[*query.Collection]*view {
 	out := map[*query.Collection]*view{}
-	mk := func(c *query.Collection, tbl, alias, joins string, expr func(f query.Field) string) {
-		v := &view{coll: c, table: tbl, alias: alias, joins: joins}
-		for _, f := range c.Fields {
-			v.exprs = append(v.exprs, expr(f))
+	for _, c := range query.Collections {
+		v := &view{coll: c, table: c.Level.Table(), alias: c.Level.Alias()}
+		var joined [query.LevelObservation]bool
+		for i := range c.Fields {
+			f := &c.Fields[i]
+			expr := columnIn(c, c.Level, f)
+			if a := f.Level.Alias(); strings.HasPrefix(expr, a+".") && f.Level < c.Level {
+				joined[f.Level] = true
+			}
+			v.exprs = append(v.exprs, expr)
 			v.types = append(v.types, kindType(f.Kind))
+			v.stats = append(v.stats, f.Level.Table()+"."+f.Column)
+		}
+		if joined[query.LevelLocation] {
+			v.joins += " JOIN locations l ON l.id = o.location_id"
+		}
+		if joined[query.LevelDataset] {
+			v.joins += " JOIN datasets d ON d.doi = o.doi"
 		}
 		out[c] = v
 	}
-	mk(query.Metadata, "datasets", "d", "", func(f query.Field) string { return "d." + datasetColumn(f.Name) })
-	mk(query.Locations, "locations", "l", "", func(f query.Field) string { return "l." + locationColumn(f.Name) })
-	mk(query.Observations, "observations", "o", "", func(f query.Field) string {
-		if f.Name == "Id" {
-			return "o.id"
-		}
-		return "o." + snake(f.Name)
-	})
-	mk(query.Records, "observations", "o",
-		" JOIN locations l ON l.id = o.location_id JOIN datasets d ON d.doi = o.doi",
-		func(f query.Field) string {
-			switch f.Name {
-			case "Id":
-				return "o.id"
-			case "DOI":
-				return "o.doi"
-			case "DatasetName":
-				return "d.dataset_name"
-			case "MonitoringLocationID":
-				return "l.monitoring_location_id"
-			case "MonitoringLocationType":
-				return "l.monitoring_location_type"
-			}
-			if rest, ok := strings.CutPrefix(f.Name, "MonitoringLocation"); ok {
-				return "l." + locationColumn(rest)
-			}
-			return "o." + snake(f.Name)
-		})
 	return out
 }
