@@ -335,45 +335,40 @@ func (p *parser) isWord(w string) bool {
 }
 
 func (p *parser) or(depth int) (Expr, error) {
-	first, err := p.and(depth)
-	if err != nil {
-		return nil, err
+	first, args, err := p.junction(depth, "or", p.and)
+	if err != nil || args == nil {
+		return first, err
 	}
-	if !p.isWord("or") {
-		return first, nil
-	}
-	out := &Or{}
-	out.Args = appendFlat(out.Args, first, true)
-	for p.isWord("or") {
-		p.next()
-		e, err := p.and(depth)
-		if err != nil {
-			return nil, err
-		}
-		out.Args = appendFlat(out.Args, e, true)
-	}
-	return out, nil
+	return &Or{Args: args}, nil
 }
 
 func (p *parser) and(depth int) (Expr, error) {
-	first, err := p.unary(depth)
-	if err != nil {
-		return nil, err
+	first, args, err := p.junction(depth, "and", p.unary)
+	if err != nil || args == nil {
+		return first, err
 	}
-	if !p.isWord("and") {
-		return first, nil
+	return &And{Args: args}, nil
+}
+
+// junction parses operands joined by word ("or" or "and"). A single
+// operand is returned as first; several as the arguments of one node,
+// flattened (appendFlat).
+func (p *parser) junction(depth int, word string, operand func(int) (Expr, error)) (first Expr, args []Expr, err error) {
+	first, err = operand(depth)
+	if err != nil || !p.isWord(word) {
+		return first, nil, err
 	}
-	out := &And{}
-	out.Args = appendFlat(out.Args, first, false)
-	for p.isWord("and") {
+	isOr := word == "or"
+	args = appendFlat(nil, first, isOr)
+	for p.isWord(word) {
 		p.next()
-		e, err := p.unary(depth)
+		e, err := operand(depth)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out.Args = appendFlat(out.Args, e, false)
+		args = appendFlat(args, e, isOr)
 	}
-	return out, nil
+	return first, args, nil
 }
 
 // appendFlat adds e to args, splicing in the arguments of a node of the same
