@@ -1,7 +1,8 @@
 package query
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -167,12 +168,7 @@ func (c *Collection) FilterField(name string) (*Field, bool) {
 // sorted; aliases are not listed. Some are not properties of the rows
 // (FilterOnly).
 func (c *Collection) FilterableNames() []string {
-	out := make([]string, 0, len(c.filters))
-	for name := range c.filters {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(c.filters))
 }
 
 // filterAliases maps alternative spellings accepted in $filter to the
