@@ -15,11 +15,22 @@ import (
 )
 
 // Counter applies increments to the counters. The actors package implements it
-// by batching increments per shard; tests may use a backend directly through
-// DirectCounter.
+// by batching increments per shard; DirectCounter hands them to a backend
+// without batching.
 type Counter interface {
 	// Increment fills After of every op, or fails them all.
 	Increment(ctx context.Context, ops []Increment) error
+}
+
+// DirectCounter is a Counter that sends each decision's increments straight
+// to its Backend, one call per decision. It suits callers with nothing to
+// batch (the OData API's in-process limiter: one request is one key) and
+// tests that need the engine without the actors layer.
+type DirectCounter struct{ Backend Backend }
+
+// Increment applies ops as one batch.
+func (c DirectCounter) Increment(ctx context.Context, ops []Increment) error {
+	return c.Backend.IncrementBatch(ctx, ops)
 }
 
 // WaitBounder is implemented by Counters that answer every Increment within

@@ -193,7 +193,6 @@ func (r *Reporter) Flush() {
 		return
 	}
 	if !r.s.Disabled {
-		r.store.Collect()
 		if batch := r.collect(); len(batch) > 0 {
 			r.sink.send(batch)
 		}
@@ -204,7 +203,12 @@ func (r *Reporter) Flush() {
 	}
 }
 
+// collect reads what a flush sends, after the store's collectors
+// (stats.Store.OnCollect: runtime, pool and local cache figures) and Refresh
+// have set the gauges they own; every flush, the final one included, comes
+// through here.
 func (r *Reporter) collect() []sample {
+	r.store.Collect()
 	if r.refresh != nil {
 		r.refresh()
 	}
