@@ -683,7 +683,7 @@ func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus) []Header {
 	// Whole seconds, rounded up: a fixed window's reset is whole already
 	// (the reference's unit - now % unit); a bucket's or a sliding window's
 	// is when the client may try again.
-	reset := int64((st.DurationUntilReset + time.Second - 1) / time.Second)
+	reset := CeilSeconds(st.DurationUntilReset)
 	return []Header{
 		{s.o.Headers.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 		{s.o.Headers.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10)},

@@ -1,14 +1,14 @@
 package memcache
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/tlsclient"
 	"log/slog"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // Options configures the memcache backend. Field names follow the MEMCACHE_*
@@ -105,8 +105,8 @@ func (o Options) Validate() error {
 	if o.HealthCheckInterval <= 0 {
 		add("memcache health check interval must be positive, got %s", o.HealthCheckInterval)
 	}
-	if (o.TLSCert == "") != (o.TLSKey == "") {
-		add("memcache TLS client certificate and key must be set together (cert %q, key %q)", o.TLSCert, o.TLSKey)
+	if err := tlsclient.CheckPair(o.TLSCert, o.TLSKey); err != nil {
+		add("memcache %w", err)
 	}
 	return errors.Join(errs...)
 }
@@ -138,12 +138,4 @@ func parseSRVName(s string) (srvName, error) {
 		}
 	}
 	return srvName{service, proto, name}, nil
-}
-
-// tlsConfig builds the client TLS configuration, or nil without TLS.
-func (o Options) tlsConfig() (*tls.Config, error) {
-	if !o.TLS {
-		return nil, nil
-	}
-	return tlsclient.Config(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 }

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // ErrClosed is returned by IncrementBatch after Close.
@@ -51,7 +52,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	tlsCfg, err := o.tlsConfig()
+	tlsCfg, err := tlsclient.Optional(o.TLS, o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 	if err != nil {
 		return nil, fmt.Errorf("redis TLS: %w", err)
 	}
@@ -213,7 +214,7 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 				cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
 			default:
 				cmds[i] = pipe.IncrBy(ctx, op.Key, int64(op.Hits))
-				pipe.Expire(ctx, op.Key, ttlSeconds(op.TTL))
+				pipe.Expire(ctx, op.Key, time.Duration(engine.CeilSeconds(op.TTL))*time.Second)
 			}
 		}
 		_, err := pipe.Exec(ctx)
@@ -307,12 +308,6 @@ func (b *Backend) rerunUnloaded(ctx context.Context, chunk []engine.Increment, c
 	}
 	_, err := pipe.Exec(ctx)
 	return err
-}
-
-// ttlSeconds rounds up to whole seconds: a key must never expire before
-// its window.
-func ttlSeconds(ttl time.Duration) time.Duration {
-	return (ttl + time.Second - 1) / time.Second * time.Second
 }
 
 // Healthy reports false after Close, and when HealthCheckActiveConnection is

@@ -1,15 +1,15 @@
 package redis
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/tlsclient"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // Options configures the Redis backend. Field names follow the REDIS_*
@@ -127,8 +127,8 @@ func (o Options) Validate() error {
 	if o.StartupMaxElapsed < 0 {
 		add("redis startup max elapsed time must not be negative, got %s", o.StartupMaxElapsed)
 	}
-	if (o.TLSCert == "") != (o.TLSKey == "") {
-		add("redis TLS client certificate and key must be set together (cert %q, key %q)", o.TLSCert, o.TLSKey)
+	if err := tlsclient.CheckPair(o.TLSCert, o.TLSKey); err != nil {
+		add("redis %w", err)
 	}
 	return errors.Join(errs...)
 }
@@ -243,12 +243,4 @@ func maskURL(s string) string {
 		}
 	}
 	return strings.Join(parts, ",")
-}
-
-// tlsConfig builds the client TLS configuration, or nil without TLS.
-func (o Options) tlsConfig() (*tls.Config, error) {
-	if !o.TLS {
-		return nil, nil
-	}
-	return tlsclient.Config(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 }
