@@ -14,10 +14,7 @@ import (
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	oc := odataFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := dbFromEnv(fs, &oc.db, os.LookupEnv); err != nil {
+	if err := parseWithDB(fs, args, &oc.db); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()

@@ -17,10 +17,10 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/sluicehq/sluice/internal/ratelog"
-	"github.com/sluicehq/sluice/internal/tlsclient"
-
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/ratelog"
+	"github.com/sluicehq/sluice/internal/tick"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // ErrClosed is returned by IncrementBatch after Close.
@@ -436,16 +436,7 @@ func (b *Backend) every(ctx context.Context, interval time.Duration, fn func(con
 	b.bgDone.Add(1)
 	go func() {
 		defer b.bgDone.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				fn(ctx)
-			}
-		}
+		tick.Every(ctx.Done(), interval, func() { fn(ctx) })
 	}()
 }
 

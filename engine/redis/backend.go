@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
@@ -325,22 +326,15 @@ func (b *Backend) Healthy() bool {
 // traffic. It ends when ctx is cancelled by Close.
 func (b *Backend) healthLoop(ctx context.Context) {
 	defer close(b.healthDone)
-	t := time.NewTicker(b.opts.HealthCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx.Done(), b.opts.HealthCheckInterval, func() {
 		pctx, cancel := context.WithTimeout(ctx, b.opts.HealthCheckInterval)
+		defer cancel()
 		if cc, ok := b.client.(*goredis.ClusterClient); ok {
 			_ = cc.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() })
 		} else {
 			_ = b.client.Ping(pctx).Err()
 		}
-		cancel()
-	}
+	})
 }
 
 // PoolStats are connection pool figures for metrics. ActiveConns, Dials and
