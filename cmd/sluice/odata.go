@@ -122,6 +122,14 @@ type odataConfig struct {
 
 // odataFlags registers the OData API's flags on fs, with the documented
 // defaults.
+// parseODataFlags parses the flags of a command that serves the OData API
+// (odata, serve).
+func parseODataFlags(command string, args []string) (*odataConfig, error) {
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	c := odataFlags(fs)
+	return c, parseWithDB(fs, args, &c.db)
+}
+
 func odataFlags(fs *flag.FlagSet) *odataConfig {
 	c := &odataConfig{opts: odata.DefaultOptions()}
 	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://..." or "sqlite:/path" (an empty SQLite store gets demo data; or $SLUICE_DB, or the file $SLUICE_DB_FILE)`)
@@ -335,9 +343,8 @@ func redactDSN(dsn string) string {
 }
 
 func runOData(args []string) error {
-	fs := flag.NewFlagSet("odata", flag.ContinueOnError)
-	c := odataFlags(fs)
-	if err := parseWithDB(fs, args, &c.db); err != nil {
+	c, err := parseODataFlags("odata", args)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signalContext()

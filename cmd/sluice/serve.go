@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -12,9 +11,8 @@ import (
 // (configured by flags; an empty embedded store is filled with demo data).
 // Either one failing stops both.
 func runServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	oc := odataFlags(fs)
-	if err := parseWithDB(fs, args, &oc.db); err != nil {
+	oc, err := parseODataFlags("serve", args)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signalContext()
