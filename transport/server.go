@@ -199,9 +199,6 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 	return srv, nil
 }
 
-// Engine is the decision service (for in-process users such as the OData API).
-func (s *Server) Engine() *engine.Service { return s.svc }
-
 // Health is the service health.
 func (s *Server) Health() *Health { return s.health }
 
