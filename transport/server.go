@@ -146,7 +146,7 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		Backend:     back.main,
 		PerSecond:   back.perSecond,
 		MaxInFlight: maxInFlight(s.Limiter.MaxInFlight, back.conns, shards),
-		CallTimeout: s.Limiter.BackendTimeout,
+		CallTimeout: s.Limiter.Timeout,
 		// The reference's pipeline variables bound a shard's batches.
 		Pipeline:          back.pipeline,
 		PerSecondPipeline: back.perSecondPipeline,
@@ -161,20 +161,11 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		srv.shardDepth = append(srv.shardDepth, o.Stats.Gauge(fmt.Sprintf("sluice.shard.%d.queue_depth", i)))
 	}
 
-	eo := engine.DefaultOptions()
+	eo := s.Limiter.Options
 	eo.Counter = srv.traceCounter(router)
 	eo.Stats = o.Stats
 	eo.Clock = o.Clock
-	eo.NearLimitRatio = s.Limiter.NearLimitRatio
-	eo.CacheKeyPrefix = s.Limiter.CacheKeyPrefix
-	eo.ExpirationJitterMax = s.Limiter.ExpirationJitterMax
-	eo.ShadowMode = s.Limiter.ShadowMode
-	eo.QuotaMode = s.Limiter.QuotaMode
-	eo.DynamicMetadata = s.Limiter.DynamicMetadata
-	eo.Headers = s.Limiter.Headers
-	eo.StopIncrementOnLimit = s.Limiter.StopIncrementOnLimit
 	eo.KeyValidator = back.validator
-	eo.Timeout = s.Limiter.BackendTimeout
 	if s.Limiter.LocalCacheSizeBytes > 0 {
 		eo.LocalCache = actors.NewOverLimitCache(s.Limiter.LocalCacheSizeBytes, o.Clock, o.Stats)
 	}
