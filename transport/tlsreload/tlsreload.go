@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/internal/fswatch"
 )
 
 // Settings are the gRPC server's TLS variables.
@@ -205,29 +207,18 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			return fmt.Errorf("watching TLS directory %s: %w", d, err)
 		}
 	}
-	var settle <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove|fsnotify.Chmod) != 0 {
-				settle = time.After(r.o.Settle)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			r.o.Logger.Warn("TLS file watcher", "error", err)
-		case <-settle:
-			settle = nil
-			for _, d := range dirs {
-				_ = w.Add(d) // the directory may have been replaced
-			}
-			_ = r.Reload()
-		}
+	event := func(ev fsnotify.Event) bool {
+		return ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove|fsnotify.Chmod) != 0
 	}
+	settled := func() bool {
+		for _, d := range dirs {
+			_ = w.Add(d) // the directory may have been replaced
+		}
+		_ = r.Reload()
+		return true
+	}
+	fswatch.Settled(ctx, w, r.o.Settle, event, settled, func(err error) {
+		r.o.Logger.Warn("TLS file watcher", "error", err)
+	})
+	return nil
 }
