@@ -80,7 +80,7 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 		return nil, err
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -77,7 +76,7 @@ func New(s Settings, o Options) (*Reloader, error) {
 		return nil, errors.New("tlsreload: TLS is not enabled")
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Settle <= 0 {
 		o.Settle = 100 * time.Millisecond
