@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,9 +49,18 @@ type ListenSettings struct {
 	GRPCUDS                   string
 	MaxConnectionAge          time.Duration
 	MaxConnectionAgeGrace     time.Duration
+	// GRPCStreamWorkers is how many goroutines serve RPCs and are kept
+	// between them (SLUICE_GRPC_STREAM_WORKERS, 0 = a new goroutine per RPC,
+	// as grpc-go does by default). A new goroutine grows its stack on every
+	// decision; a kept worker has grown it once.
+	GRPCStreamWorkers int
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts
 }
+
+// DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway
+// fleet's connections; RPCs beyond it get a goroutine of their own.
+const DefaultGRPCStreamWorkers = 128
 
 // HTTPTimeouts bound how long an HTTP client may hold a connection without
 // making progress, so that slow or idle clients cannot pile up connections
@@ -144,8 +154,8 @@ type LimiterSettings struct {
 	QuotaMode            bool
 	DynamicMetadata      bool
 	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
-	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
-	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards
+	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS (memory), 1 (network backends)
+	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards, at most 4
 	// StatsMaxDynamic bounds the statistics names requests create (unknown
 	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
 	StatsMaxDynamic int
@@ -213,6 +223,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GRPCUDS:               e.String("GRPC_UDS", ""),
 		MaxConnectionAge:      e.Duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		MaxConnectionAgeGrace: e.Duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
+		GRPCStreamWorkers:     e.Int("SLUICE_GRPC_STREAM_WORKERS", DefaultGRPCStreamWorkers),
 	}
 	ht := DefaultHTTPTimeouts()
 	s.Listen.HTTPTimeouts = HTTPTimeouts{
@@ -400,6 +411,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Limiter.BackendTimeout <= 0 {
 		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
+	}
+	if s.Listen.GRPCStreamWorkers < 0 || s.Listen.GRPCStreamWorkers > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("SLUICE_GRPC_STREAM_WORKERS (%d) must be between 0 and %d", s.Listen.GRPCStreamWorkers, uint32(math.MaxUint32)))
 	}
 	if s.Limiter.Shards < 0 || s.Limiter.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_SHARDS (%d) and SLUICE_MAX_IN_FLIGHT (%d) must not be negative", s.Limiter.Shards, s.Limiter.MaxInFlight))
