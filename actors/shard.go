@@ -114,19 +114,20 @@ func (s *shard) failAll(err error) {
 func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
+	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
-		full := o.PipelineLimit > 0 && len(l.pending) >= o.PipelineLimit
+		full := p.full(len(l.pending))
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
 			// A call is out: what arrives rides with the next one, sent
 			// as soon as a call returns (group commit). Opening another
 			// call in parallel pays only for a batch worth its round trip.
 			return
 		}
-		if o.PipelineWindow > 0 && !now && l.inFlight == 0 && (o.PipelineLimit == 0 || len(l.pending) < o.PipelineLimit) {
+		if p.Window > 0 && !now && l.inFlight == 0 && !full {
 			if l.timer == nil {
 				self := ctx.Self()
 				root := s.r.system.Root
-				l.timer = time.AfterFunc(o.PipelineWindow, func() {
+				l.timer = time.AfterFunc(p.Window, func() {
 					if !s.r.stopping.Load() {
 						root.Send(self, windowElapsed{b})
 					}
@@ -139,8 +140,8 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 			l.timer = nil
 		}
 		n := len(l.pending)
-		if o.PipelineLimit > 0 && n > o.PipelineLimit {
-			n = o.PipelineLimit
+		if p.full(n) {
+			n = p.MaxKeys
 		}
 		batch := l.pending[:n:n]
 		l.pending = l.pending[n:]

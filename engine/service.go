@@ -15,11 +15,22 @@ import (
 )
 
 // Counter applies increments to the counters. The actors package implements it
-// by batching increments per shard; tests may use a backend directly through
-// DirectCounter.
+// by batching increments per shard; DirectCounter hands them to a backend
+// without batching.
 type Counter interface {
 	// Increment fills After of every op, or fails them all.
 	Increment(ctx context.Context, ops []Increment) error
+}
+
+// DirectCounter is a Counter that sends each decision's increments straight
+// to its Backend, one call per decision. It suits callers with nothing to
+// batch (the OData API's in-process limiter: one request is one key) and
+// tests that need the engine without the actors layer.
+type DirectCounter struct{ Backend Backend }
+
+// Increment applies ops as one batch.
+func (c DirectCounter) Increment(ctx context.Context, ops []Increment) error {
+	return c.Backend.IncrementBatch(ctx, ops)
 }
 
 // WaitBounder is implemented by Counters that answer every Increment within
@@ -672,7 +683,7 @@ func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus) []Header {
 	// Whole seconds, rounded up: a fixed window's reset is whole already
 	// (the reference's unit - now % unit); a bucket's or a sliding window's
 	// is when the client may try again.
-	reset := int64((st.DurationUntilReset + time.Second - 1) / time.Second)
+	reset := CeilSeconds(st.DurationUntilReset)
 	return []Header{
 		{s.o.Headers.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 		{s.o.Headers.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10)},

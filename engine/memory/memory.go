@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 type entry struct {
@@ -112,18 +113,11 @@ func NewWithOptions(o Options) *Backend {
 
 func (b *Backend) sweeper(every time.Duration) {
 	defer close(b.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			b.mu.Lock()
-			b.sweep(b.clock().UnixNano())
-			b.mu.Unlock()
-		}
-	}
+	tick.Every(b.stop, every, func() {
+		b.mu.Lock()
+		b.sweep(b.clock().UnixNano())
+		b.mu.Unlock()
+	})
 }
 
 // ErrFull is returned when new counters do not fit the memory bound.
