@@ -29,8 +29,8 @@ type odataSizes struct {
 	rows, pages, passes, clientPages, codingRuns int
 }
 
-// benchOData fills a real PostgreSQL with generated data, runs odatabench
-// (10,000-row pages through the API against COPY of the same query, and a
+// benchOData fills a real PostgreSQL with generated data, runs bench/odatabench
+// (10,000-row pages through the API against COPY of the same rows, and a
 // sparse filter paged to the end), and measures the server's peak RSS while
 // four clients page through /Records with $top=10000. It returns markdown.
 func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz odataSizes) (string, error) {
@@ -54,7 +54,7 @@ func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz
 
 	log.Printf("odata: pages vs COPY, sparse filter")
 	obench := filepath.Join(work, "odatabench")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", obench, "./odata/cmd/odatabench").CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", obench, "./bench/odatabench").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building odatabench: %v\n%s", err, b)
 	}
 	b, err := exec.CommandContext(ctx, obench, "-db", dsn, "-pages", fmt.Sprint(sz.pages), "-passes", fmt.Sprint(sz.passes)).CombinedOutput()
@@ -105,7 +105,7 @@ func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak
 	}
 	defer p.stop()
 	time.Sleep(300 * time.Millisecond)
-	idle, _ = rssBytes(p.pid())
+	idle, _ = testenv.RSS(p.pid())
 	peak = idle
 
 	var done atomic.Bool
@@ -114,7 +114,7 @@ func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak
 	go func() {
 		defer samplerWG.Done()
 		for !done.Load() {
-			if r, err := rssBytes(p.pid()); err == nil && r > atomic.LoadInt64(&peak) {
+			if r, err := testenv.RSS(p.pid()); err == nil && r > atomic.LoadInt64(&peak) {
 				atomic.StoreInt64(&peak, r)
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -213,7 +213,7 @@ func odataCodings(ctx context.Context, bin, work, dsn string, runs int) (string,
 		if _, _, err := getCoded(client, url, key, coding); err != nil { // warm the cache and the pools
 			return "", err
 		}
-		before, err := cpuSeconds(p.pid())
+		before, err := testenv.CPUSeconds(p.pid())
 		if err != nil {
 			return "", err
 		}
@@ -235,7 +235,7 @@ func odataCodings(ctx context.Context, bin, work, dsn string, runs int) (string,
 			times = append(times, time.Since(st))
 			size = n
 		}
-		after, err := cpuSeconds(p.pid())
+		after, err := testenv.CPUSeconds(p.pid())
 		if err != nil {
 			return "", err
 		}

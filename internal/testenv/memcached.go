@@ -35,7 +35,7 @@ type Memcached struct {
 	args []string
 	log  string
 	mu   sync.Mutex
-	p    *proc
+	p    *Process
 }
 
 // StartMemcached starts a plain memcached on a free loopback port and stops
@@ -91,7 +91,7 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 		if err = m.start(); err == nil {
 			return m
 		}
-		if !errors.Is(err, errExited) {
+		if !errors.Is(err, ErrExited) {
 			break
 		}
 	}
@@ -100,7 +100,7 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 }
 
 func (m *Memcached) start() error {
-	p, err := startProc(procSpec{name: "memcached", bin: m.bin, args: m.args, dir: m.Dir, logPath: m.log})
+	p, err := StartProcess(ProcessSpec{Name: "memcached", Bin: m.bin, Args: m.args, Dir: m.Dir, LogPath: m.log})
 	if err != nil {
 		return err
 	}
@@ -110,12 +110,12 @@ func (m *Memcached) start() error {
 	var tcfg *tls.Config
 	if m.tls {
 		if tcfg, err = ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey); err != nil {
-			p.kill()
+			p.Kill()
 			return err
 		}
 	}
 	if err := waitReady(p, func(ctx context.Context) error { return mcVersion(ctx, m.Addr, tcfg) }); err != nil {
-		p.kill()
+		p.Kill()
 		return err
 	}
 	return nil
@@ -158,7 +158,7 @@ func (m *Memcached) Kill() {
 	m.mu.Lock()
 	p := m.p
 	m.mu.Unlock()
-	p.kill()
+	p.Kill()
 }
 
 // Restart starts memcached again after Kill, on the same port (empty).

@@ -55,7 +55,7 @@ type Redis struct {
 	log  string
 	port int
 	mu   sync.Mutex
-	p    *proc
+	p    *Process
 }
 
 func redisBinary(t TB) (string, bool) {
@@ -132,7 +132,7 @@ func startRedis(t TB, o redisConfig) *Redis {
 		if err = r.start(); err == nil {
 			return r
 		}
-		if !errors.Is(err, errExited) {
+		if !errors.Is(err, ErrExited) {
 			break
 		}
 		// Most likely the port was taken in between; pick new ones.
@@ -203,7 +203,7 @@ func (r *Redis) configure(o redisConfig) error {
 }
 
 func (r *Redis) start() error {
-	p, err := startProc(procSpec{name: "redis-server", bin: r.bin, args: r.args, dir: r.Dir, logPath: r.log})
+	p, err := StartProcess(ProcessSpec{Name: "redis-server", Bin: r.bin, Args: r.args, Dir: r.Dir, LogPath: r.log})
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (r *Redis) start() error {
 		network, addr = "unix", r.Socket
 	}
 	if err := waitReady(p, func(ctx context.Context) error { return respPing(ctx, network, addr) }); err != nil {
-		p.kill()
+		p.Kill()
 		return err
 	}
 	return nil
@@ -255,7 +255,7 @@ func (r *Redis) Kill() {
 	r.mu.Lock()
 	p := r.p
 	r.mu.Unlock()
-	p.kill()
+	p.Kill()
 }
 
 // Restart starts the server again after Kill, on the same port and with the

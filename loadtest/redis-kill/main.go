@@ -82,7 +82,7 @@ func run(o options) ([]string, error) {
 	if err := tb.Err(); err != nil {
 		return nil, err
 	}
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
+	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
 	cfg.Bin, cfg.Backend, cfg.RedisAddr = o.bin, "redis", redis.Addr
 	cfg.BackendTimeout = o.backendTimeout
 	cfg.LogPath = filepath.Join(work, "sluice.log")

@@ -16,6 +16,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
@@ -81,16 +82,16 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
+	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
 	cfg.Bin = o.bin
 	cfg.LogPath = filepath.Join(work, "sluice.log")
 	cfg.LogLevel = "info"
 	const file = "storm.yaml"
-	if err := harness.WriteRules(cfg, file, goodFile(0)); err != nil {
+	if err := testenv.WriteRules(cfg, file, goodFile(0)); err != nil {
 		return nil, err
 	}
 	ctx := context.Background()
-	s, err := harness.StartSluice(ctx, cfg)
+	s, err := testenv.StartSluice(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func run(o options) ([]string, error) {
 			} else {
 				lastGood = i
 			}
-			if err := harness.WriteRules(cfg, file, body); err != nil {
+			if err := testenv.WriteRules(cfg, file, body); err != nil {
 				return err
 			}
 			okAfter, errAfter, err := waitReload(s, okBefore+errBefore, o.wait)
@@ -214,7 +215,7 @@ func run(o options) ([]string, error) {
 	return broken, nil
 }
 
-func counts(s *harness.Sluice) (ok, failed int, err error) {
+func counts(s *testenv.Sluice) (ok, failed int, err error) {
 	if ok, err = s.CountLogLines(okLine); err != nil {
 		return 0, 0, err
 	}
@@ -225,7 +226,7 @@ func counts(s *harness.Sluice) (ok, failed int, err error) {
 // waitReload waits until sluice has logged one more load outcome than
 // before, then a little longer, so an event burst that gives two reloads
 // for one write is seen and reported rather than leaking into the next.
-func waitReload(s *harness.Sluice, before int, wait time.Duration) (ok, failed int, err error) {
+func waitReload(s *testenv.Sluice, before int, wait time.Duration) (ok, failed int, err error) {
 	deadline := time.Now().Add(wait)
 	for {
 		ok, failed, err = counts(s)

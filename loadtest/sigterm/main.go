@@ -71,7 +71,7 @@ func run(o options) ([]string, error) {
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
+	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
 	cfg.Bin, cfg.Backend = o.bin, o.backend
 	cfg.LogPath = filepath.Join(work, "sluice.log")
 	// Longer than any hold, so a parked call waits rather than fails.

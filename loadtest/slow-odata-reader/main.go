@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 	"github.com/sluicehq/sluice/loadtest/internal/odataserver"
 )
@@ -102,7 +103,7 @@ func run(o options) ([]string, error) {
 	time.Sleep(2 * time.Second)
 	var idle []float64
 	for range 5 {
-		rss, err := harness.RSS(pid)
+		rss, err := testenv.RSS(pid)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +130,7 @@ func run(o options) ([]string, error) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	for time.Since(start) < o.slow {
 		<-tick.C
-		rss, err := harness.RSS(pid)
+		rss, err := testenv.RSS(pid)
 		if err != nil {
 			tick.Stop()
 			close(fast)

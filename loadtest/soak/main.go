@@ -112,7 +112,7 @@ func run(o options) ([]string, error) {
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
+	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
 	cfg.Bin, cfg.Backend = o.bin, o.backend
 	cfg.LogPath = filepath.Join(work, "sluice.log")
 	if o.backend == "redis" {
@@ -122,11 +122,11 @@ func run(o options) ([]string, error) {
 		}
 		cfg.RedisAddr = r.Addr
 	}
-	if err := harness.WriteRules(cfg, "soak.yaml", rules); err != nil {
+	if err := testenv.WriteRules(cfg, "soak.yaml", rules); err != nil {
 		return nil, err
 	}
 	ctx := context.Background()
-	s, err := harness.StartSluice(ctx, cfg)
+	s, err := testenv.StartSluice(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +203,7 @@ func run(o options) ([]string, error) {
 	for len(samples) < int(o.duration/o.interval) {
 		<-tick.C
 		sp := sample{at: time.Since(start)}
-		if sp.rss, err = harness.RSS(s.PID()); err != nil {
+		if sp.rss, err = testenv.RSS(s.PID()); err != nil {
 			sampleErr = err
 			break
 		}

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
@@ -69,7 +70,7 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
+	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
 	cfg.Bin = o.bin
 	cfg.LogPath = filepath.Join(work, "sluice.log")
 	cfg.LogLevel = "info" // reloads are counted from the log
@@ -77,10 +78,10 @@ func run(o options) ([]string, error) {
 	cfg.Env = []string{"DISABLE_STATS=true", "STATS_FLUSH_INTERVAL=500ms"}
 	cfg.StartTimeout = 3 * time.Minute // 50,000 rules load slowly on a busy machine
 	const file = "churn.yaml"
-	if err := harness.WriteRules(cfg, file, rules(0, o.rules)); err != nil {
+	if err := testenv.WriteRules(cfg, file, rules(0, o.rules)); err != nil {
 		return nil, err
 	}
-	s, err := harness.StartSluice(context.Background(), cfg)
+	s, err := testenv.StartSluice(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func run(o options) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := harness.WriteRules(cfg, file, rules(gen, o.rules)); err != nil {
+		if err := testenv.WriteRules(cfg, file, rules(gen, o.rules)); err != nil {
 			return nil, err
 		}
 		if err := waitLog(s, "Successfully loaded new configuration", before, o.wait); err != nil {
@@ -227,7 +228,7 @@ func heapAfterGC(c *http.Client, debug string) (int64, error) {
 	return 0, errors.New("the debug port's /stats has no memstats")
 }
 
-func waitLog(s *harness.Sluice, line string, before int, wait time.Duration) error {
+func waitLog(s *testenv.Sluice, line string, before int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		n, err := s.CountLogLines(line)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
 func main() {
@@ -50,7 +49,7 @@ func run(bin, backend, rules string, timeout time.Duration, argv []string) (int,
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
+	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
 	cfg.Bin, cfg.Backend = bin, backend
 	cfg.LogPath = filepath.Join(work, "sluice.log")
 	if backend == "redis" {
@@ -64,10 +63,10 @@ func run(bin, backend, rules string, timeout time.Duration, argv []string) (int,
 	if err != nil {
 		return 1, err
 	}
-	if err := harness.WriteRules(cfg, filepath.Base(rules), string(y)); err != nil {
+	if err := testenv.WriteRules(cfg, filepath.Base(rules), string(y)); err != nil {
 		return 1, err
 	}
-	s, err := harness.StartSluice(ctx, cfg)
+	s, err := testenv.StartSluice(ctx, cfg)
 	if err != nil {
 		return 1, err
 	}

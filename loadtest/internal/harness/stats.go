@@ -6,18 +6,9 @@ import (
 	"math"
 	"slices"
 	"time"
-)
 
-// Percentile is the nearest-rank p-quantile (0 < p <= 1) of sorted: the
-// smallest value with at least p of the values at or below it. Zero for an
-// empty slice.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
+	"github.com/sluicehq/sluice/internal/testenv"
+)
 
 // Summary describes a set of latencies.
 type Summary struct {
@@ -31,11 +22,12 @@ func (s Summary) String() string {
 		s.P999.Round(time.Microsecond), s.Max.Round(time.Microsecond))
 }
 
-// Summarize sorts a copy of lat and reads its percentiles.
+// Summarize sorts a copy of lat and reads its percentiles (nearest rank,
+// testenv.Percentile).
 func Summarize(lat []time.Duration) Summary {
 	s := slices.Clone(lat)
 	slices.Sort(s)
-	out := Summary{N: len(s), P50: Percentile(s, 0.50), P99: Percentile(s, 0.99), P999: Percentile(s, 0.999)}
+	out := Summary{N: len(s), P50: testenv.Percentile(s, 0.50), P99: testenv.Percentile(s, 0.99), P999: testenv.Percentile(s, 0.999)}
 	if len(s) > 0 {
 		out.Max = s[len(s)-1]
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"google.golang.org/grpc"
 )
 
@@ -24,11 +25,11 @@ func Verdict(broken []string, err error) {
 
 // StartWithRules writes rules under name into cfg's runtime directory,
 // starts sluice and dials its gRPC port. The caller kills s and closes conn.
-func StartWithRules(ctx context.Context, cfg SluiceConfig, name, rules string) (s *Sluice, conn *grpc.ClientConn, err error) {
-	if err := WriteRules(cfg, name, rules); err != nil {
+func StartWithRules(ctx context.Context, cfg testenv.SluiceConfig, name, rules string) (s *testenv.Sluice, conn *grpc.ClientConn, err error) {
+	if err := testenv.WriteRules(cfg, name, rules); err != nil {
 		return nil, nil, err
 	}
-	if s, err = StartSluice(ctx, cfg); err != nil {
+	if s, err = testenv.StartSluice(ctx, cfg); err != nil {
 		return nil, nil, err
 	}
 	if conn, err = Dial(s.GRPC); err != nil {
