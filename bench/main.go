@@ -166,11 +166,3 @@ func startProcess(name string, argv []string, env []string, addr, dir string) (*
 	}
 	return &process{name: name, addr: addr, p: sp}, nil
 }
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

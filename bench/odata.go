@@ -47,8 +47,8 @@ func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz
 
 	log.Printf("odata: generating %d rows into PostgreSQL", sz.rows)
 	start := time.Now()
-	if b, err := exec.CommandContext(ctx, bin, "generate", "-db", dsn, "-rows", fmt.Sprint(sz.rows)).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("sluice generate: %v\n%s", err, tail(string(b), 10))
+	if err := testenv.SluiceGenerate(ctx, bin, dsn, sz.rows); err != nil {
+		return "", err
 	}
 	fmt.Fprintf(&out, "Generated in %s.\n\n", time.Since(start).Round(100*time.Millisecond))
 
@@ -59,7 +59,7 @@ func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz
 	}
 	b, err := exec.CommandContext(ctx, obench, "-db", dsn, "-pages", fmt.Sprint(sz.pages), "-passes", fmt.Sprint(sz.passes)).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("odatabench: %v\n%s", err, tail(string(b), 10))
+		return "", fmt.Errorf("odatabench: %v\n%s", err, testenv.TailLines(string(b), 10))
 	}
 	out.Write(b)
 	out.WriteString("\n")
@@ -87,12 +87,9 @@ func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz
 func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak int64, rows int64, err error) {
 	keys := make([]string, 4)
 	for i := range keys {
-		b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, fmt.Sprintf("bench%d", i)).CombinedOutput()
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("sluice keys add: %v\n%s", err, b)
+		if keys[i], err = testenv.SluiceAddKey(ctx, bin, dsn, fmt.Sprintf("bench%d", i)); err != nil {
+			return 0, 0, 0, err
 		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		keys[i] = strings.TrimSpace(lines[len(lines)-1])
 	}
 	port, err := freePort()
 	if err != nil {
@@ -150,22 +147,36 @@ func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak
 	return idle, atomic.LoadInt64(&peak), total.Load(), nil
 }
 
-// fetchPage reads one page, counting rows without keeping them.
-func fetchPage(c *http.Client, url, key string) (int, string, error) {
+// get GETs url with the API key, asking for coding ("" leaves the client's
+// default); anything but 200 is an error that quotes the body's start.
+func get(c *http.Client, url, key, coding string) (*http.Response, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	req.Header.Set("x-api-key", key)
+	if coding != "" {
+		req.Header.Set("Accept-Encoding", coding)
+	}
 	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return resp, nil
+}
+
+// fetchPage reads one page, counting rows without keeping them.
+func fetchPage(c *http.Client, url, key string) (int, string, error) {
+	resp, err := get(c, url, key, "")
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, "", fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
-	}
 	dec := json.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10))
 	var page struct {
 		Value []json.RawMessage `json:"value"`
@@ -183,12 +194,10 @@ func fetchPage(c *http.Client, url, key string) (int, string, error) {
 // divided by the pages). The pages are identical, so the CPU difference
 // between a coding and identity is the cost of compressing.
 func odataCodings(ctx context.Context, bin, work, dsn string, runs int) (string, error) {
-	b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, "bench-codings").CombinedOutput()
+	key, err := testenv.SluiceAddKey(ctx, bin, dsn, "bench-codings")
 	if err != nil {
-		return "", fmt.Errorf("sluice keys add: %v\n%s", err, b)
+		return "", err
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	key := strings.TrimSpace(lines[len(lines)-1])
 	port, err := freePort()
 	if err != nil {
 		return "", err
@@ -298,12 +307,7 @@ func encoderTable(page []byte, runs int) string {
 
 // getBody reads a page uncompressed.
 func getBody(c *http.Client, url, key string) ([]byte, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("x-api-key", key)
-	resp, err := c.Do(req)
+	resp, err := get(c, url, key, "")
 	if err != nil {
 		return nil, err
 	}
@@ -314,21 +318,11 @@ func getBody(c *http.Client, url, key string) ([]byte, error) {
 // getCoded reads a page asking for one coding and returns the body's wire
 // size and the Content-Encoding answered.
 func getCoded(c *http.Client, url, key, coding string) (int64, string, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("x-api-key", key)
-	req.Header.Set("Accept-Encoding", coding)
-	resp, err := c.Do(req)
+	resp, err := get(c, url, key, coding)
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, "", fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
-	}
 	n, err := io.Copy(io.Discard, resp.Body)
 	return n, resp.Header.Get("Content-Encoding"), err
 }

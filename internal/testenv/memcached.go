@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -24,18 +23,15 @@ type MemcachedOptions struct {
 
 // Memcached is a running memcached.
 type Memcached struct {
-	Addr       string
-	CACert     string // PEM file paths when TLS
-	ClientCert string
-	ClientKey  string
-	Dir        string
+	Addr     string
+	TLSFiles // PEM file paths when TLS
+	Dir      string
 
 	tls  bool
 	bin  string
 	args []string
 	log  string
-	mu   sync.Mutex
-	p    *Process
+	srv  server
 }
 
 // StartMemcached starts a plain memcached on a free loopback port and stops
@@ -100,50 +96,19 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 }
 
 func (m *Memcached) start() error {
-	p, err := StartProcess(ProcessSpec{Name: "memcached", Bin: m.bin, Args: m.args, Dir: m.Dir, LogPath: m.log})
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.p = p
-	m.mu.Unlock()
 	var tcfg *tls.Config
 	if m.tls {
+		var err error
 		if tcfg, err = ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey); err != nil {
-			p.Kill()
 			return err
 		}
 	}
-	if err := waitReady(p, func(ctx context.Context) error { return mcVersion(ctx, m.Addr, tcfg) }); err != nil {
-		p.Kill()
-		return err
-	}
-	return nil
+	return m.srv.start(ProcessSpec{Name: "memcached", Bin: m.bin, Args: m.args, Dir: m.Dir, LogPath: m.log},
+		func(ctx context.Context) error { return mcVersion(ctx, m.Addr, tcfg) })
 }
 
 func mcVersion(ctx context.Context, addr string, tcfg *tls.Config) error {
-	var (
-		c   net.Conn
-		err error
-	)
-	if tcfg != nil {
-		d := tls.Dialer{Config: tcfg}
-		c, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", addr)
-	}
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	if _, err := c.Write([]byte("version\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := lineReply(ctx, "tcp", addr, tcfg, "version")
 	if err != nil {
 		return err
 	}
@@ -154,26 +119,10 @@ func mcVersion(ctx context.Context, addr string, tcfg *tls.Config) error {
 }
 
 // Kill SIGKILLs memcached, for failure tests. Calling it twice is fine.
-func (m *Memcached) Kill() {
-	m.mu.Lock()
-	p := m.p
-	m.mu.Unlock()
-	p.Kill()
-}
+func (m *Memcached) Kill() { m.srv.kill() }
 
 // Restart starts memcached again after Kill, on the same port (empty).
 func (m *Memcached) Restart(t TB) {
 	t.Helper()
-	m.Kill()
-	restartOnSamePort(t, "memcached", m.log, m.start)
-}
-
-// TLSConfig returns a client TLS config for a TLS memcached.
-func (m *Memcached) TLSConfig(t TB) *tls.Config {
-	t.Helper()
-	cfg, err := ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	return cfg
+	m.srv.restart(t, "memcached", m.log, m.start)
 }

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -167,11 +170,16 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	return TailLines(string(b), n)
+}
+
+// TailLines is the last n lines of s, for messages that quote a log.
+func TailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return string(bytes.Join(lines, []byte("\n")))
+	return strings.Join(lines, "\n")
 }
 
 // ErrExited reports that a process ended while it was awaited, usually
@@ -239,4 +247,71 @@ func HTTPCheck(url string, want200 bool) func(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// server holds the process of a test server that is started, killed and
+// restarted on the same port (Redis, Memcached). Kill may race with a
+// Restart in another goroutine, hence the lock.
+type server struct {
+	mu sync.Mutex
+	p  *Process
+}
+
+// start starts spec and waits until check passes. The process is kept from
+// the moment it runs, so that a Kill finds it.
+func (s *server) start(spec ProcessSpec, check func(context.Context) error) error {
+	p, err := StartProcess(spec)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.p = p
+	s.mu.Unlock()
+	if err := waitReady(p, check); err != nil {
+		p.Kill()
+		return err
+	}
+	return nil
+}
+
+// kill SIGKILLs the current process; calling it twice is fine.
+func (s *server) kill() {
+	s.mu.Lock()
+	p := s.p
+	s.mu.Unlock()
+	p.Kill()
+}
+
+// restart starts the server again after killing it, on the same port.
+func (s *server) restart(t TB, what, log string, start func() error) {
+	t.Helper()
+	s.kill()
+	restartOnSamePort(t, what, log, start)
+}
+
+// lineReply sends one command line to a text-protocol server (Redis,
+// memcached) and returns the first reply line: the readiness probes.
+func lineReply(ctx context.Context, network, addr string, tcfg *tls.Config, cmd string) (string, error) {
+	var (
+		c   net.Conn
+		err error
+	)
+	if tcfg != nil {
+		d := tls.Dialer{Config: tcfg}
+		c, err = d.DialContext(ctx, network, addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		return "", err
+	}
+	return bufio.NewReader(c).ReadString('\n')
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -159,4 +161,24 @@ func WriteRules(cfg SluiceConfig, name, yaml string) error {
 		return fmt.Errorf("testenv: %w", err)
 	}
 	return nil
+}
+
+// SluiceGenerate fills the OData store dsn with rows generated observations
+// (`sluice generate`).
+func SluiceGenerate(ctx context.Context, bin, dsn string, rows int) error {
+	if b, err := exec.CommandContext(ctx, bin, "generate", "-db", dsn, "-rows", strconv.Itoa(rows)).CombinedOutput(); err != nil {
+		return fmt.Errorf("testenv: sluice generate: %w\n%s", err, TailLines(string(b), 10))
+	}
+	return nil
+}
+
+// SluiceAddKey creates an API key named name in the OData store dsn (`sluice
+// keys add`) and returns its secret, the last line the command prints.
+func SluiceAddKey(ctx context.Context, bin, dsn, name string) (string, error) {
+	b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, name).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("testenv: sluice keys add: %w\n%s", err, b)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }

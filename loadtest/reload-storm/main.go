@@ -7,8 +7,6 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -62,8 +60,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("reload-storm: ")
+	harness.LogAs("reload-storm")
 	var o options
 	flag.StringVar(&o.bin, "sluice", "bin/sluice", "sluice binary")
 	flag.IntVar(&o.reloads, "reloads", 100, "rule file rewrites")
@@ -77,40 +74,27 @@ func main() {
 }
 
 func run(o options) ([]string, error) {
-	work, err := os.MkdirTemp("", "sluice-reload-storm-")
+	sc, err := harness.NewScenario("reload-storm", o.bin, "memory")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
-	cfg.Bin = o.bin
-	cfg.LogPath = filepath.Join(work, "sluice.log")
+	defer sc.Close()
+	cfg := sc.Sluice
 	cfg.LogLevel = "info"
 	const file = "storm.yaml"
-	if err := testenv.WriteRules(cfg, file, goodFile(0)); err != nil {
-		return nil, err
-	}
 	ctx := context.Background()
-	s, err := testenv.StartSluice(ctx, cfg)
+	s, conn, err := harness.StartWithRules(ctx, cfg, file, goodFile(0))
 	if err != nil {
 		return nil, err
 	}
 	defer s.Kill()
-	conn, err := harness.Dial(s.GRPC)
-	if err != nil {
-		return nil, err
-	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	call := func(ctx context.Context, caller int) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		resp, err := client.ShouldRateLimit(ctx, harness.Request("storm", harness.Descriptor("load", fmt.Sprint(caller))))
-		if err != nil {
-			return false, err
-		}
-		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+		return harness.Decide(ctx, client, harness.Request("storm", harness.Descriptor("load", fmt.Sprint(caller))))
 	}
 	rec := harness.NewRecorder(o.callers)
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -209,9 +193,7 @@ func run(o options) ([]string, error) {
 	if len(broken) > 0 {
 		log.Printf("sluice log tail:\n%s", s.LogTail(10))
 	}
-	if err := s.Stop(15 * time.Second); err != nil {
-		broken = append(broken, err.Error())
-	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
 	return broken, nil
 }
 

@@ -34,8 +34,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("slow-odata-reader: ")
+	harness.LogAs("slow-odata-reader")
 	var o options
 	flag.StringVar(&o.server, "server", "self", "self (an OData server in a child process) or external (-url, -keys, -pid)")
 	flag.StringVar(&o.url, "url", "", "external: OData service root, e.g. http://127.0.0.1:8000/v1/odata/v4")

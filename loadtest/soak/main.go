@@ -9,7 +9,6 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,37 +103,17 @@ func (t *tally) record(_ int, c harness.Call, err error) {
 }
 
 func run(o options) ([]string, error) {
-	work, err := os.MkdirTemp("", "sluice-soak-")
+	sc, err := harness.NewScenario("soak", o.bin, o.backend)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	tb := testenv.NewProgramTB(work)
-	defer tb.RunCleanups()
-
-	cfg := testenv.DefaultSluiceConfig(filepath.Join(work, "runtime"))
-	cfg.Bin, cfg.Backend = o.bin, o.backend
-	cfg.LogPath = filepath.Join(work, "sluice.log")
-	if o.backend == "redis" {
-		r := testenv.StartRedis(tb, testenv.RedisOptions{})
-		if err := tb.Err(); err != nil {
-			return nil, err
-		}
-		cfg.RedisAddr = r.Addr
-	}
-	if err := testenv.WriteRules(cfg, "soak.yaml", rules); err != nil {
-		return nil, err
-	}
+	defer sc.Close()
 	ctx := context.Background()
-	s, err := testenv.StartSluice(ctx, cfg)
+	s, shared, err := harness.StartWithRules(ctx, sc.Sluice, "soak.yaml", rules)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Kill()
-	shared, err := harness.Dial(s.GRPC)
-	if err != nil {
-		return nil, err
-	}
 	defer shared.Close()
 	client := rlsv3.NewRateLimitServiceClient(shared)
 
@@ -160,11 +139,7 @@ func run(o options) ([]string, error) {
 			harness.Descriptor("tenant", fmt.Sprint(i%10), "path", fmt.Sprintf("/p/%d", i%500)))
 		switch {
 		case caller < n:
-			resp, err := client.ShouldRateLimit(ctx, req)
-			if err != nil {
-				return false, err
-			}
-			return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+			return harness.Decide(ctx, client, req)
 		case caller < n+2:
 			return jsonCall(ctx, httpClient, s.HTTP, i)
 		default:
@@ -179,11 +154,7 @@ func run(o options) ([]string, error) {
 				redial, redialCalls = c, 0
 			}
 			redialCalls++
-			resp, err := rlsv3.NewRateLimitServiceClient(redial).ShouldRateLimit(ctx, req)
-			if err != nil {
-				return false, err
-			}
-			return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+			return harness.Decide(ctx, rlsv3.NewRateLimitServiceClient(redial), req)
 		}
 	}
 	t := &tally{first: map[codes.Code]string{}}
@@ -272,9 +243,7 @@ func run(o options) ([]string, error) {
 	if t.over.Load() == 0 {
 		broken = append(broken, "no OVER_LIMIT answer: the load did not exercise limits")
 	}
-	if err := s.Stop(15 * time.Second); err != nil {
-		broken = append(broken, err.Error())
-	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
 	return broken, nil
 }
 

@@ -242,3 +242,19 @@ func TestLoadConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCodeCounts(t *testing.T) {
+	tests := []struct {
+		in   map[codes.Code]int
+		want string
+	}{
+		{nil, "(none)"},
+		{map[codes.Code]int{codes.OK: 5}, "OK=5"},
+		{map[codes.Code]int{codes.Unavailable: 3, codes.OK: 1, codes.DeadlineExceeded: 2}, "OK=1 DeadlineExceeded=2 Unavailable=3"},
+	}
+	for _, tc := range tests {
+		if got := CodeCounts(tc.in); got != tc.want {
+			t.Errorf("CodeCounts(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

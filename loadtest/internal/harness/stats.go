@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"google.golang.org/grpc/codes"
 )
 
 // Summary describes a set of latencies.
@@ -103,4 +105,22 @@ func (g GrowthRule) Check(samples []float64) Growth {
 	v.Limit = v.FirstMedian*(1+g.Relative) + g.Absolute
 	v.Grew = v.LastMedian > v.Limit
 	return v
+}
+
+// CodeCounts prints calls by gRPC code, "Unavailable=3 DeadlineExceeded=1",
+// in code order; "(none)" for no calls.
+func CodeCounts(m map[codes.Code]int) string {
+	if len(m) == 0 {
+		return "(none)"
+	}
+	keys := make([]codes.Code, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -43,17 +41,16 @@ func Start(bin string, rows, nkeys, rps int, extra ...string) (*Server, error) {
 	dsn := "sqlite:" + filepath.Join(work, "odata.sqlite")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if b, err := exec.CommandContext(ctx, bin, "generate", "-db", dsn, "-rows", fmt.Sprint(rows)).CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("sluice generate: %v\n%s", err, b))
+	if err := testenv.SluiceGenerate(ctx, bin, dsn, rows); err != nil {
+		return fail(err)
 	}
 	s := &Server{work: work}
 	for i := 0; i < nkeys; i++ {
-		b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, fmt.Sprintf("load-%d", i)).CombinedOutput()
+		key, err := testenv.SluiceAddKey(ctx, bin, dsn, fmt.Sprintf("load-%d", i))
 		if err != nil {
-			return fail(fmt.Errorf("sluice keys add: %v\n%s", err, b))
+			return fail(err)
 		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		s.Keys = append(s.Keys, strings.TrimSpace(lines[len(lines)-1]))
+		s.Keys = append(s.Keys, key)
 	}
 	ports, err := testenv.FreePorts(1)
 	if err != nil {
