@@ -8,7 +8,6 @@ import (
 	"sort"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
@@ -67,13 +66,10 @@ func run(o options) ([]string, error) {
 	redis, tb := sc.Redis, sc.TB
 	sc.Sluice.BackendTimeout = o.backendTimeout
 	ctx := context.Background()
-	s, conn, err := harness.StartWithRules(ctx, sc.Sluice, "faults.yaml", harness.FaultRules)
+	s, client, err := sc.StartRLS(ctx, "faults.yaml", harness.FaultRules)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	bound := o.backendTimeout + o.margin
 	// The client waits well past the bound, so a late answer is measured as

@@ -79,17 +79,14 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	defer sc.Close()
+	sc.Sluice.LogLevel = "info"
 	cfg := sc.Sluice
-	cfg.LogLevel = "info"
 	const file = "storm.yaml"
 	ctx := context.Background()
-	s, conn, err := harness.StartWithRules(ctx, cfg, file, goodFile(0))
+	s, client, err := sc.StartRLS(ctx, file, goodFile(0))
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	call := func(ctx context.Context, caller int) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

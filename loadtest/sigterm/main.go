@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
@@ -63,13 +62,10 @@ func run(o options) ([]string, error) {
 		admin = sc.Redis.Client(sc.TB)
 	}
 	ctx := context.Background()
-	s, conn, err := harness.StartWithRules(ctx, sc.Sluice, "faults.yaml", harness.FaultRules)
+	s, client, err := sc.StartRLS(ctx, "faults.yaml", harness.FaultRules)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	call := func(ctx context.Context, caller int) (bool, error) {
 		// Far past -answer-within: a slow answer is measured, not cut off.

@@ -109,13 +109,10 @@ func run(o options) ([]string, error) {
 	}
 	defer sc.Close()
 	ctx := context.Background()
-	s, shared, err := harness.StartWithRules(ctx, sc.Sluice, "soak.yaml", rules)
+	s, client, err := sc.StartRLS(ctx, "soak.yaml", rules)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	defer shared.Close()
-	client := rlsv3.NewRateLimitServiceClient(shared)
 
 	var seq atomic.Uint64
 	httpClient := &http.Client{Timeout: 10 * time.Second}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"log"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/sluicehq/sluice/internal/testenv"
-	"google.golang.org/grpc"
 )
 
 // Verdict ends a scenario program: FAIL on an error, BROKEN lines and FAIL
@@ -23,18 +24,22 @@ func Verdict(broken []string, err error) {
 	log.Print("PASS")
 }
 
-// StartWithRules writes rules under name into cfg's runtime directory,
-// starts sluice and dials its gRPC port. The caller kills s and closes conn.
-func StartWithRules(ctx context.Context, cfg testenv.SluiceConfig, name, rules string) (s *testenv.Sluice, conn *grpc.ClientConn, err error) {
-	if err := testenv.WriteRules(cfg, name, rules); err != nil {
+// StartRLS writes rules under file into the scenario's runtime directory,
+// starts sluice and dials its gRPC port. Close kills sluice and closes the
+// connection.
+func (sc *Scenario) StartRLS(ctx context.Context, file, rules string) (*testenv.Sluice, rlsv3.RateLimitServiceClient, error) {
+	if err := testenv.WriteRules(sc.Sluice, file, rules); err != nil {
 		return nil, nil, err
 	}
-	if s, err = testenv.StartSluice(ctx, cfg); err != nil {
+	s, err := testenv.StartSluice(ctx, sc.Sluice)
+	if err != nil {
 		return nil, nil, err
 	}
-	if conn, err = Dial(s.GRPC); err != nil {
-		s.Kill()
+	sc.TB.Cleanup(s.Kill)
+	conn, err := Dial(s.GRPC)
+	if err != nil {
 		return nil, nil, err
 	}
-	return s, conn, nil
+	sc.TB.Cleanup(func() { conn.Close() })
+	return s, rlsv3.NewRateLimitServiceClient(conn), nil
 }
