@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -67,11 +66,10 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 		m.CACert, m.ClientCert, m.ClientKey = GenerateTLS(t, filepath.Join(m.Dir, "tls"))
 	}
 	t.Cleanup(m.Kill)
-	var err error
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		var port int
-		if port, err = freePort(); err != nil {
-			break
+	configure := func() error {
+		port, err := freePort()
+		if err != nil {
+			return err
 		}
 		m.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		m.args = []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-m", "64", "-t", "2", "-c", "1024"}
@@ -84,12 +82,11 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 			m.args = append(m.args, "-Z", "-o", fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=2",
 				m.ClientCert, m.ClientKey, m.CACert))
 		}
-		if err = m.start(); err == nil {
-			return m
-		}
-		if !errors.Is(err, ErrExited) {
-			break
-		}
+		return nil
+	}
+	err := startOnFreePorts(configure, m.start)
+	if err == nil {
+		return m
 	}
 	t.Fatalf("testenv: start memcached: %v\nlog tail:\n%s", err, logTail(m.log, 40))
 	return nil

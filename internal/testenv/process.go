@@ -282,6 +282,22 @@ func (s *server) kill() {
 	p.Kill()
 }
 
+// startOnFreePorts runs configure (which picks ports) and start, and again
+// on new ports while the server exits during startup: most likely its port
+// was taken in between.
+func startOnFreePorts(configure, start func() error) error {
+	var err error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		if err = configure(); err != nil {
+			return err
+		}
+		if err = start(); err == nil || !errors.Is(err, ErrExited) {
+			return err
+		}
+	}
+	return err
+}
+
 // restart starts the server again after killing it, on the same port.
 func (s *server) restart(t TB, what, log string, start func() error) {
 	t.Helper()

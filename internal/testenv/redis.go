@@ -119,18 +119,9 @@ func startRedis(t TB, o redisConfig) *Redis {
 		r.CACert, r.ClientCert, r.ClientKey = GenerateTLS(t, filepath.Join(r.Dir, "tls"))
 	}
 	t.Cleanup(r.Kill)
-	var err error
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		if err = r.configure(o); err != nil {
-			break
-		}
-		if err = r.start(); err == nil {
-			return r
-		}
-		if !errors.Is(err, ErrExited) {
-			break
-		}
-		// Most likely the port was taken in between; pick new ones.
+	err := startOnFreePorts(func() error { return r.configure(o) }, r.start)
+	if err == nil {
+		return r
 	}
 	t.Fatalf("testenv: start redis-server: %v\nlog tail:\n%s", err, logTail(r.log, 40))
 	return nil
