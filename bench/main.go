@@ -16,10 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testenv"
-
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 type flags struct {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/query"
