@@ -194,7 +194,7 @@ func reloads(o options, work string, client *http.Client) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := testenv.WriteRules(cfg, ruleFile, rules(gen, o.rules)); err != nil {
+		if err := replaceRules(cfg, rules(gen, o.rules)); err != nil {
 			return nil, err
 		}
 		if err := waitLog(s, "Successfully loaded new configuration", before, o.wait); err != nil {
@@ -224,6 +224,19 @@ func judge(client *http.Client, s *testenv.Sluice, base, growMiB int64, settle t
 		broken = append(broken, fmt.Sprintf("heap grew from %d to %d MiB over %s and stayed there for %s (bound +%d MiB)", base>>20, h>>20, over, settle, growMiB))
 	}
 	return harness.StopClean(broken, s, 15*time.Second), nil
+}
+
+// replaceRules puts a new rule file in place at once (written beside the
+// watched directory, then renamed into it): one reload per generation. A
+// rewrite in place (testenv.WriteRules) lets a busy server load the
+// truncated file first, so the reload counted from the log could be that
+// one while the full file was still loading.
+func replaceRules(cfg testenv.SluiceConfig, yaml string) error {
+	next := filepath.Join(cfg.RuntimeRoot, ruleFile+".next")
+	if err := os.WriteFile(next, []byte(yaml), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(next, filepath.Join(cfg.ConfigDir(), ruleFile))
 }
 
 func post(client *http.Client, s *testenv.Sluice, domain, key, value string) error {
