@@ -63,7 +63,7 @@ func main() {
 	flag.Int64Var(&o.domainsMiB, "max-growth-domains-mib", 12, "largest heap growth (after GC) over the unknown domains that passes")
 	flag.Int64Var(&o.reloadsMiB, "max-growth-reloads-mib", 32, "largest heap growth (after GC) over the reloads that passes")
 	flag.DurationVar(&o.wait, "reload-wait", 60*time.Second, "longest wait for one reload")
-	flag.DurationVar(&o.settle, "settle", 30*time.Second, "longest the heap may stay over the bound after the load (released statistics go at the flush after next)")
+	flag.DurationVar(&o.settle, "settle", time.Minute, "longest the heap may stay over the bound after the load (released statistics go at the flush after next)")
 	flag.StringVar(&o.env, "server-env", "", "extra KEY=VALUE settings for sluice, comma-separated (SLUICE_STATS_MAX_DYNAMIC=100000000 shows the verdict failing without the bound)")
 	flag.Parse()
 	if o.domains < 1 || o.reloads < 1 || o.rules < 1 || o.callers < 1 || o.domainsMiB < 1 || o.reloadsMiB < 1 || o.wait <= 0 || o.settle <= 0 {
@@ -273,17 +273,20 @@ func leastHeap(client *http.Client, debug string) (int64, error) {
 // limit for all of settle breaks the promise. It returns the least reading.
 func heapWithin(client *http.Client, debug string, limit int64, settle time.Duration) (int64, error) {
 	deadline := time.Now().Add(settle)
-	var least int64
+	var first, least int64
 	for i := 0; ; i++ {
 		h, err := heapAfterGC(client, debug)
 		if err != nil {
 			return 0, err
 		}
+		if i == 0 {
+			first = h
+		}
 		if i == 0 || h < least {
 			least = h
 		}
 		if least <= limit || time.Now().After(deadline) {
-			log.Printf("heap read %d times over %s", i+1, settle-time.Until(deadline).Round(time.Millisecond))
+			log.Printf("heap read %d times over %s (first reading %d MiB)", i+1, settle-time.Until(deadline).Round(time.Millisecond), first>>20)
 			return least, nil
 		}
 		time.Sleep(250 * time.Millisecond)
