@@ -65,12 +65,9 @@ type Options struct {
 	// load wait behind the call in flight; the server derives it from the
 	// backend's connection pool so that calls never queue for a connection.
 	MaxInFlight int
-	// PipelineWindow is the longest a shard holds a new batch open to let it
-	// grow before sending (KVSTORE_PIPELINE_WINDOW); 0 sends at once.
-	PipelineWindow time.Duration
-	// PipelineLimit caps the keys of one backend call (KVSTORE_PIPELINE_LIMIT
-	// counts commands: two per key); 0 means no cap.
-	PipelineLimit int
+	// Pipeline shapes the calls to Backend; PerSecondPipeline those to
+	// PerSecond. Each backend keeps its own bounds.
+	Pipeline, PerSecondPipeline Pipeline
 	// CallTimeout bounds one backend call; default 1s.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
@@ -81,12 +78,47 @@ func (o Options) Validate() error {
 	switch {
 	case o.Backend == nil:
 		return errors.New("actors: a Backend is required")
-	case o.Shards < 0 || o.MaxInFlight < 0 || o.PipelineLimit < 0:
-		return fmt.Errorf("actors: shards (%d), max in flight (%d) and pipeline limit (%d) must not be negative", o.Shards, o.MaxInFlight, o.PipelineLimit)
-	case o.PipelineWindow < 0 || o.CallTimeout < 0:
-		return fmt.Errorf("actors: pipeline window (%v) and call timeout (%v) must not be negative", o.PipelineWindow, o.CallTimeout)
+	case o.Shards < 0 || o.MaxInFlight < 0:
+		return fmt.Errorf("actors: shards (%d) and max in flight (%d) must not be negative", o.Shards, o.MaxInFlight)
+	case o.CallTimeout < 0:
+		return fmt.Errorf("actors: call timeout (%v) must not be negative", o.CallTimeout)
+	}
+	if err := o.Pipeline.validate(); err != nil {
+		return fmt.Errorf("actors: pipeline: %w", err)
+	}
+	if err := o.PerSecondPipeline.validate(); err != nil {
+		return fmt.Errorf("actors: per-second pipeline: %w", err)
 	}
 	return nil
+}
+
+// Pipeline bounds the backend calls of one lane (main or per-second).
+type Pipeline struct {
+	// Window is the longest a shard holds a new batch open to let it grow
+	// before sending (REDIS_PIPELINE_WINDOW); 0 sends at once.
+	Window time.Duration
+	// MaxKeys caps the keys of one backend call, counted before equal keys
+	// are coalesced; 0 means no cap. This is the one place the limit is
+	// enforced: backends send whatever batch they are given in one call.
+	MaxKeys int
+}
+
+func (p Pipeline) validate() error {
+	if p.Window < 0 || p.MaxKeys < 0 {
+		return fmt.Errorf("window (%v) and key limit (%d) must not be negative", p.Window, p.MaxKeys)
+	}
+	return nil
+}
+
+// full reports whether n pending keys fill a call.
+func (p Pipeline) full(n int) bool { return p.MaxKeys > 0 && n >= p.MaxKeys }
+
+// pipeline is the bounds of lane b: 0 the main backend, 1 the per-second one.
+func (o *Options) pipeline(b int) Pipeline {
+	if b == 1 {
+		return o.PerSecondPipeline
+	}
+	return o.Pipeline
 }
 
 func (o *Options) setDefaults() {

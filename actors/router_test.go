@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,7 +313,7 @@ func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 func TestPipelineWindowAndLimit(t *testing.T) {
 	b := &slowBackend{mem: memory.New(nil)}
 	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b },
-		PipelineWindow: 50 * time.Millisecond, PipelineLimit: 3})
+		Pipeline: actors.Pipeline{Window: 50 * time.Millisecond, MaxKeys: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +343,75 @@ func TestPipelineWindowAndLimit(t *testing.T) {
 	}
 }
 
+// TestPipelinePerLane: the main and the per-second backend each get their
+// own window and key limit.
+func TestPipelinePerLane(t *testing.T) {
+	const hold = time.Hour // a window no test outlives: a held batch is never sent
+	ops := func(perSecond bool, keys ...string) []engine.Increment {
+		var out []engine.Increment
+		for _, k := range keys {
+			out = append(out, engine.Increment{Key: k, Hits: 1, PerSecond: perSecond})
+		}
+		return out
+	}
+	sizes := func(b *slowBackend) []int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		var n []int
+		for _, batch := range b.batches {
+			n = append(n, len(batch))
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name                 string
+		main, perSecond      actors.Pipeline
+		wantMain, wantSecond []int // batch sizes each backend received
+		mainHeld, secondHeld bool  // the lane's window holds its batch
+	}{
+		{name: "limit 1 on both lanes", main: actors.Pipeline{MaxKeys: 1}, perSecond: actors.Pipeline{MaxKeys: 1},
+			wantMain: []int{1, 1, 1}, wantSecond: []int{1, 1, 1}},
+		{name: "limits differ", main: actors.Pipeline{MaxKeys: 3}, perSecond: actors.Pipeline{MaxKeys: 1},
+			wantMain: []int{3}, wantSecond: []int{1, 1, 1}},
+		{name: "only the per-second lane has a limit", perSecond: actors.Pipeline{MaxKeys: 2},
+			wantMain: []int{3}, wantSecond: []int{2, 1}},
+		{name: "per-second window holds, main sends at once", perSecond: actors.Pipeline{Window: hold},
+			wantMain: []int{3}, secondHeld: true},
+		{name: "main window holds, per-second sends at once", main: actors.Pipeline{Window: hold},
+			wantSecond: []int{3}, mainHeld: true},
+		{name: "a full batch leaves before its window", main: actors.Pipeline{Window: hold, MaxKeys: 3}, perSecond: actors.Pipeline{Window: hold, MaxKeys: 1},
+			wantMain: []int{3}, wantSecond: []int{1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mainB, secB := &slowBackend{mem: memory.New(nil)}, &slowBackend{mem: memory.New(nil)}
+			r, err := actors.New(actors.Options{Shards: 1, CallTimeout: 200 * time.Millisecond,
+				Backend: func(int) engine.Backend { return mainB }, PerSecond: func(int) engine.Backend { return secB },
+				Pipeline: tc.main, PerSecondPipeline: tc.perSecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for _, lane := range []struct {
+				perSecond, held bool
+				b               *slowBackend
+				want            []int
+			}{{false, tc.mainHeld, mainB, tc.wantMain}, {true, tc.secondHeld, secB, tc.wantSecond}} {
+				err := r.Increment(context.Background(), ops(lane.perSecond, "a", "b", "c"))
+				if lane.held {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("per-second %v: a batch held by its window answered %v, want the call timeout", lane.perSecond, err)
+					}
+				} else if err != nil {
+					t.Errorf("per-second %v: %v", lane.perSecond, err)
+				}
+				if got := sizes(lane.b); !reflect.DeepEqual(got, lane.want) {
+					t.Errorf("per-second %v: batches of %v keys, want %v", lane.perSecond, got, lane.want)
+				}
+			}
+		})
+	}
+}
+
 func TestContextCancelDoesNotBlockTheShard(t *testing.T) {
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
 	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
@@ -364,7 +434,7 @@ func TestOptionsValidate(t *testing.T) {
 	for _, o := range []actors.Options{
 		{},
 		{Backend: func(int) engine.Backend { return nil }, Shards: -1},
-		{Backend: func(int) engine.Backend { return nil }, PipelineWindow: -time.Second},
+		{Backend: func(int) engine.Backend { return nil }, Pipeline: actors.Pipeline{Window: -time.Second}},
 	} {
 		if _, err := actors.New(o); err == nil {
 			t.Errorf("%+v: no error", o)

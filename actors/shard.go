@@ -96,12 +96,13 @@ func (s *shard) failAll(err error) {
 func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
+	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
-		if o.PipelineWindow > 0 && !now && l.inFlight == 0 && (o.PipelineLimit == 0 || len(l.pending) < o.PipelineLimit) {
+		if p.Window > 0 && !now && l.inFlight == 0 && !p.full(len(l.pending)) {
 			if l.timer == nil {
 				self := ctx.Self()
 				root := s.r.system.Root
-				l.timer = time.AfterFunc(o.PipelineWindow, func() {
+				l.timer = time.AfterFunc(p.Window, func() {
 					if !s.r.stopping.Load() {
 						root.Send(self, windowElapsed{b})
 					}
@@ -114,8 +115,8 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 			l.timer = nil
 		}
 		n := len(l.pending)
-		if o.PipelineLimit > 0 && n > o.PipelineLimit {
-			n = o.PipelineLimit
+		if p.full(n) {
+			n = p.MaxKeys
 		}
 		batch := l.pending[:n:n]
 		l.pending = l.pending[n:]

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
@@ -21,9 +22,8 @@ type backends struct {
 	perSecond func(shard int) engine.Backend // nil without a per-second store
 	validator engine.KeyValidator
 	health    []engine.HealthReporter
-	// window and keysPerCall shape the shards' batches (pipeline window and limit).
-	window      time.Duration
-	keysPerCall int
+	// pipeline and perSecondPipeline bound the shards' calls to each store.
+	pipeline, perSecondPipeline actors.Pipeline
 	// pools are the Redis clients by their statistics scope.
 	pools map[string]*redis.Backend
 	// conns is how many calls the store takes at once without queueing for a
@@ -104,7 +104,7 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 			b.perSecond = func(int) engine.Backend { return sec }
 			b.health = append(b.health, sec)
 		}
-		b.window, b.keysPerCall = s.Backend.Redis.PipelineWindow, s.Backend.Redis.PipelineLimit/2
+		b.pipeline, b.perSecondPipeline = s.Backend.Redis.Pipeline, s.Backend.RedisPerSecond.Pipeline
 		b.conns = s.Backend.Redis.Options.PoolSize
 		if s.Backend.PerSecond {
 			b.conns = min(b.conns, s.Backend.RedisPerSecond.Options.PoolSize)

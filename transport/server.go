@@ -148,9 +148,9 @@ func NewServer(ctx context.Context, o Options) (*Server, error) {
 		MaxInFlight: maxInFlight(s.Limiter.MaxInFlight, back.conns, shards),
 		CallTimeout: s.Limiter.BackendTimeout,
 		// The reference's pipeline variables bound a shard's batches.
-		PipelineWindow: back.window,
-		PipelineLimit:  back.keysPerCall,
-		Logger:         o.Logger,
+		Pipeline:          back.pipeline,
+		PerSecondPipeline: back.perSecondPipeline,
+		Logger:            o.Logger,
 	})
 	if err != nil {
 		back.Close()

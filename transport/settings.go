@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
@@ -144,7 +145,7 @@ type LimiterSettings struct {
 	QuotaMode            bool
 	DynamicMetadata      bool
 	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
-	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS
+	Shards               int           // SLUICE_SHARDS; 0 = GOMAXPROCS for network stores, 4 × GOMAXPROCS for memory
 	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards
 	// StatsMaxDynamic bounds the statistics names requests create (unknown
 	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
@@ -193,10 +194,21 @@ func DefaultMemoryMaxBytes() int64 {
 // batching knobs that keep the reference's pipeline variables meaningful.
 type RedisSettings struct {
 	Options redis.Options
-	// PipelineWindow is the longest a shard holds a new batch open (REDIS_PIPELINE_WINDOW).
-	PipelineWindow time.Duration
-	// PipelineLimit caps commands per pipeline, two per key (REDIS_PIPELINE_LIMIT).
-	PipelineLimit int
+	// Pipeline bounds the shards' calls to this instance: Window is
+	// REDIS_PIPELINE_WINDOW, MaxKeys is REDIS_PIPELINE_LIMIT in keys (see
+	// pipelineKeys).
+	Pipeline actors.Pipeline
+}
+
+// pipelineKeys turns REDIS_PIPELINE_LIMIT, counted in commands (two per key:
+// INCRBY and EXPIRE), into the keys the shards count. A key's commands always
+// travel together, so a limit of 1 still lets one key through. 0 (no cap)
+// and negative values (refused by Validate) are kept as they are.
+func pipelineKeys(commands int) int {
+	if commands <= 0 {
+		return commands
+	}
+	return max(1, commands/2)
 }
 
 // SettingsFromEnv reads every setting, with the reference's defaults.
@@ -301,11 +313,15 @@ func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
 		StartupMaxInterval:          e.Duration("REDIS_STARTUP_MAX_INTERVAL", def.StartupMaxInterval),
 		StartupMaxElapsed:           e.Duration("REDIS_STARTUP_MAX_ELAPSED_TIME", def.StartupMaxElapsed),
 	}
-	rs := RedisSettings{Options: o, PipelineWindow: e.Duration(p+"PIPELINE_WINDOW", 0), PipelineLimit: e.Int(p+"PIPELINE_LIMIT", 0)}
-	// The client splits pipelines too; a key's INCRBY and EXPIRE always travel
-	// together, so a limit of 1 command means one key per pipeline.
-	if rs.PipelineLimit > 0 {
-		rs.Options.PipelineLimit = max(rs.PipelineLimit, 2)
+	rs := RedisSettings{Options: o, Pipeline: actors.Pipeline{
+		Window:  e.Duration(p+"PIPELINE_WINDOW", 0),
+		MaxKeys: pipelineKeys(e.Int(p+"PIPELINE_LIMIT", 0)),
+	}}
+	if rs.Pipeline.MaxKeys < 0 {
+		e.fail(fmt.Errorf("%sPIPELINE_LIMIT must not be negative (0: no cap), got %d", p, rs.Pipeline.MaxKeys))
+	}
+	if rs.Pipeline.Window < 0 {
+		e.fail(fmt.Errorf("%sPIPELINE_WINDOW must not be negative (0: no window), got %v", p, rs.Pipeline.Window))
 	}
 	switch v := strings.ToUpper(e.String(p+"POOL_ON_EMPTY_BEHAVIOR", "WAIT")); v {
 	case "WAIT", "":

@@ -22,11 +22,10 @@ var ErrClosed = errors.New("redis backend closed")
 
 // Backend is the Redis counter backend.
 type Backend struct {
-	opts        Options
-	masked      string // URL without credentials, for messages
-	client      goredis.UniversalClient
-	keysPerPipe int // 0: the whole batch in one pipeline
-	conns       connCounter
+	opts   Options
+	masked string // URL without credentials, for messages
+	client goredis.UniversalClient
+	conns  connCounter
 
 	closed     atomic.Bool
 	closeOnce  sync.Once
@@ -56,9 +55,6 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("redis TLS: %w", err)
 	}
 	b := &Backend{opts: o, masked: maskURL(o.URL)}
-	if o.PipelineLimit > 0 {
-		b.keysPerPipe = o.PipelineLimit / 2
-	}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		client := b.newClient(eps, tlsCfg)
@@ -176,11 +172,11 @@ func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.Univers
 	}
 }
 
-// IncrementBatch sends, in one pipeline (several when PipelineLimit is
-// smaller than the batch), INCRBY key hits + EXPIRE key ttl for every
-// increment, GET for every read and EVALSHA of the token bucket script for
-// every bucket step, and fills After from the replies. If a later pipeline of
-// a split batch fails, the earlier ones have been applied already.
+// IncrementBatch sends, in one pipeline, INCRBY key hits + EXPIRE key ttl
+// for every increment, GET for every read and EVALSHA of the token bucket
+// script for every bucket step, and fills After from the replies. The shards
+// size the batch (REDIS_PIPELINE_LIMIT is enforced there, per store), so the
+// backend never splits it.
 func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
 	if b.closed.Load() {
 		return ErrClosed
@@ -196,52 +192,45 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 			return fmt.Errorf("redis: increment %q: TTL %s must be positive (EXPIRE 0 deletes the key)", batch[i].Key, batch[i].TTL)
 		}
 	}
-	per := len(batch)
-	if b.keysPerPipe > 0 && b.keysPerPipe < per {
-		per = b.keysPerPipe
+	cmds := make([]goredis.Cmder, len(batch))
+	pipe := b.client.Pipeline()
+	for i := range batch {
+		op := &batch[i]
+		switch op.Kind {
+		case engine.OpGet:
+			cmds[i] = pipe.Get(ctx, op.Key)
+		case engine.OpTokenBucket:
+			cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
+		default:
+			cmds[i] = pipe.IncrBy(ctx, op.Key, int64(op.Hits))
+			pipe.Expire(ctx, op.Key, ttlSeconds(op.TTL))
+		}
 	}
-	cmds := make([]goredis.Cmder, per)
-	for start := 0; start < len(batch); start += per {
-		chunk := batch[start:min(start+per, len(batch))]
-		pipe := b.client.Pipeline()
-		for i := range chunk {
-			op := &chunk[i]
-			switch op.Kind {
-			case engine.OpGet:
-				cmds[i] = pipe.Get(ctx, op.Key)
-			case engine.OpTokenBucket:
-				cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
-			default:
-				cmds[i] = pipe.IncrBy(ctx, op.Key, int64(op.Hits))
-				pipe.Expire(ctx, op.Key, ttlSeconds(op.TTL))
-			}
-		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && (!expected(err) || !onlyExpectedErrors(cmds[:len(chunk)])) {
-			return fmt.Errorf("redis: pipeline of keys %d..%d of %d: %w", start, start+len(chunk)-1, len(batch), err)
-		}
-		if err := b.rerunUnloaded(ctx, chunk, cmds); err != nil {
-			return fmt.Errorf("redis: token bucket script: %w", err)
-		}
-		for i := range chunk {
-			var v int64
-			switch c := cmds[i].(type) {
-			case *goredis.IntCmd:
-				v = c.Val()
-			case *goredis.StringCmd:
-				if c.Err() == nil { // redis.Nil: a missing counter reads as zero
-					if v, err = c.Int64(); err != nil {
-						return fmt.Errorf("redis: GET %q: %w", chunk[i].Key, err)
-					}
-				}
-			case *goredis.Cmd:
+	_, err := pipe.Exec(ctx)
+	if err != nil && (!expected(err) || !onlyExpectedErrors(cmds)) {
+		return fmt.Errorf("redis: pipeline of %d keys: %w", len(batch), err)
+	}
+	if err := b.rerunUnloaded(ctx, batch, cmds); err != nil {
+		return fmt.Errorf("redis: token bucket script: %w", err)
+	}
+	for i := range batch {
+		var v int64
+		switch c := cmds[i].(type) {
+		case *goredis.IntCmd:
+			v = c.Val()
+		case *goredis.StringCmd:
+			if c.Err() == nil { // redis.Nil: a missing counter reads as zero
 				if v, err = c.Int64(); err != nil {
-					return fmt.Errorf("redis: token bucket %q: %w", chunk[i].Key, err)
+					return fmt.Errorf("redis: GET %q: %w", batch[i].Key, err)
 				}
 			}
-			// A counter someone decremented below zero reads as zero.
-			chunk[i].After = uint64(max(v, 0))
+		case *goredis.Cmd:
+			if v, err = c.Int64(); err != nil {
+				return fmt.Errorf("redis: token bucket %q: %w", batch[i].Key, err)
+			}
 		}
+		// A counter someone decremented below zero reads as zero.
+		batch[i].After = uint64(max(v, 0))
 	}
 	return nil
 }
@@ -291,16 +280,16 @@ func expected(err error) bool {
 // rerunUnloaded sends again, in order and with the script's text (EVAL, which
 // also loads it), the bucket steps a server refused with NOSCRIPT: after a
 // restart, a failover or SCRIPT FLUSH. NOSCRIPT means the step did not run.
-func (b *Backend) rerunUnloaded(ctx context.Context, chunk []engine.Increment, cmds []goredis.Cmder) error {
+func (b *Backend) rerunUnloaded(ctx context.Context, batch []engine.Increment, cmds []goredis.Cmder) error {
 	var pipe goredis.Pipeliner
-	for i := range chunk {
-		if chunk[i].Kind != engine.OpTokenBucket || !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+	for i := range batch {
+		if batch[i].Kind != engine.OpTokenBucket || !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 			continue
 		}
 		if pipe == nil {
 			pipe = b.client.Pipeline()
 		}
-		cmds[i] = pipe.Eval(ctx, bucketLua, []string{chunk[i].Key}, bucketArgs(&chunk[i])...)
+		cmds[i] = pipe.Eval(ctx, bucketLua, []string{batch[i].Key}, bucketArgs(&batch[i])...)
 	}
 	if pipe == nil {
 		return nil

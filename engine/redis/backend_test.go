@@ -213,59 +213,6 @@ func commandStats(t *testing.T, c *goredis.Client) (incrby, expire, reads int) {
 	return calls("incrby"), calls("expire"), reads
 }
 
-// TestPipelineLimit counts on the server: every pipeline arrives as one
-// read event, so the read counter tells how many pipelines were sent.
-func TestPipelineLimit(t *testing.T) {
-	tests := []struct {
-		limit, keys, wantPipelines int
-	}{
-		{0, 23, 1},
-		{10, 23, 5}, // 5 keys (10 commands) per pipeline
-		{11, 23, 5}, // an odd limit rounds down to whole keys
-		{2, 3, 3},
-		{46, 23, 1},
-	}
-	for _, tc := range tests {
-		t.Run(fmt.Sprintf("limit=%d,keys=%d", tc.limit, tc.keys), func(t *testing.T) {
-			ctx := testCtx(t)
-			r := testenv.StartRedis(t, testenv.RedisOptions{})
-			o := singleOptions(r)
-			o.PoolSize, o.PipelineLimit = 1, tc.limit
-			b := newBackend(t, o)
-			admin := r.Client(t)
-			if err := admin.Ping(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
-			// PoolSize 1 and one batch first: the connection exists before
-			// counting, so no handshake read is in the figures.
-			if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "warm", Hits: 1, TTL: time.Minute}}); err != nil {
-				t.Fatal(err)
-			}
-			incr0, exp0, reads0 := commandStats(t, admin)
-			batch := make([]engine.Increment, tc.keys)
-			for i := range batch {
-				batch[i] = engine.Increment{Key: fmt.Sprintf("p%d", i), Hits: 1, TTL: time.Minute}
-			}
-			if err := b.IncrementBatch(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-			incr1, exp1, reads1 := commandStats(t, admin)
-			// The second INFO's own read is in reads1.
-			if got := reads1 - reads0 - 1; got != tc.wantPipelines {
-				t.Errorf("pipelines (server read events) = %d, want %d", got, tc.wantPipelines)
-			}
-			if incr1-incr0 != tc.keys || exp1-exp0 != tc.keys {
-				t.Errorf("INCRBY calls %d, EXPIRE calls %d, want %d each", incr1-incr0, exp1-exp0, tc.keys)
-			}
-			for i := range batch {
-				if batch[i].After != 1 {
-					t.Fatalf("key %d After = %d", i, batch[i].After)
-				}
-			}
-		})
-	}
-}
-
 func TestStartupRetry(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	r.Kill()
@@ -398,7 +345,6 @@ func TestCluster(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3)
 	o := DefaultOptions()
 	o.Type, o.SocketType, o.URL = "CLUSTER", "tcp", strings.Join(c.Addrs, ",")
-	o.PipelineLimit = 50
 	b := newBackend(t, o)
 	checkCounters(t, b, c.Client(t), "cl", 300)
 	for _, n := range c.Nodes {

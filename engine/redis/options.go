@@ -42,10 +42,6 @@ type Options struct {
 	TLSSkipHostnameVerification bool
 	// DialTimeout bounds each connection attempt. REDIS_TIMEOUT.
 	DialTimeout time.Duration
-	// PipelineLimit is the maximum number of commands per pipeline; 0 means
-	// unlimited. A key's INCRBY and EXPIRE always share a pipeline, so the
-	// limit must be 0 or at least 2. KVSTORE_PIPELINE_LIMIT.
-	PipelineLimit int
 	// HealthCheckActiveConnection makes Healthy follow the number of live
 	// connections. REDIS_HEALTH_CHECK_ACTIVE_CONNECTION.
 	HealthCheckActiveConnection bool
@@ -111,9 +107,6 @@ func (o Options) Validate() error {
 	}
 	if o.DialTimeout < 0 {
 		add("redis dial timeout must not be negative, got %s", o.DialTimeout)
-	}
-	if o.PipelineLimit < 0 || o.PipelineLimit == 1 {
-		add("redis pipeline limit must be 0 (unlimited) or at least 2 (INCRBY and EXPIRE of a key share a pipeline), got %d", o.PipelineLimit)
 	}
 	if o.HealthCheckActiveConnection && o.HealthCheckInterval <= 0 {
 		add("redis health check interval must be positive, got %s", o.HealthCheckInterval)
