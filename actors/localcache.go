@@ -21,6 +21,10 @@ import (
 // number of entries held (expired ones not yet dropped included), and
 // averageAccessTime the mean of the entries' last access times, in Unix
 // seconds (an entry is accessed when it is added, overwritten or found).
+// The gauges are set when the stats store is collected (stats.Store.OnCollect,
+// at each flush of the metrics sink), not on the lookup path: every request
+// that has a local cache asks it, and a flush reads the gauges only every few
+// seconds.
 type OverLimitCache struct {
 	clock   func() time.Time
 	shards  [cacheShards]cacheShard
@@ -76,6 +80,7 @@ func NewOverLimitCache(size int, clock func() time.Time, st *stats.Store) *OverL
 	c.g.entries, c.g.hits, c.g.misses = st.Gauge(p+"entryCount"), st.Gauge(p+"hitCount"), st.Gauge(p+"missCount")
 	c.g.lookups, c.g.overwrites = st.Gauge(p+"lookupCount"), st.Gauge(p+"overwriteCount")
 	c.g.evacuates, c.g.expired, c.g.avgAccess = st.Gauge(p+"evacuateCount"), st.Gauge(p+"expiredCount"), st.Gauge(p+"averageAccessTime")
+	st.OnCollect(c.publish)
 	return c
 }
 
@@ -112,7 +117,6 @@ func (c *OverLimitCache) Contains(key string) bool {
 	if ok {
 		c.hits.Add(1)
 	}
-	c.publish()
 	return ok
 }
 
@@ -136,7 +140,6 @@ func (c *OverLimitCache) Add(key string, ttl time.Duration) {
 	}
 	s.m[key] = cacheEntry{expires: nowNanos + int64(ttl), access: nowSec}
 	s.mu.Unlock()
-	c.publish()
 }
 
 // makeRoom drops expired entries, then arbitrary ones, until cost fits.
@@ -159,8 +162,8 @@ func (c *OverLimitCache) makeRoom(s *cacheShard, now int64, cost int) {
 // Len is the number of entries, expired ones not yet dropped included.
 func (c *OverLimitCache) Len() int { return int(c.entries.Load()) }
 
-// publish refreshes the gauges; every operation calls it, so a stats flush
-// always sends current figures.
+// publish sets the gauges from the live figures; the stats store runs it
+// right before each flush reads them.
 func (c *OverLimitCache) publish() {
 	lookups := c.lookups.Load()
 	c.g.lookups.Set(lookups)

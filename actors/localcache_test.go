@@ -2,6 +2,7 @@ package actors_test
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ func TestOverLimitCacheExpiry(t *testing.T) {
 	if c.Contains("k") {
 		t.Fatal("k still cached when its window ended")
 	}
+	st.Collect() // what a stats flush does first
 	gauge := func(n string) int64 { return st.Gauge("ratelimit.localcache." + n).Value() }
 	for name, want := range map[string]int64{"lookupCount": 3, "hitCount": 1, "missCount": 2, "overwriteCount": 1, "expiredCount": 1, "entryCount": 0, "averageAccessTime": 0} {
 		if got := gauge(name); got != want {
@@ -46,15 +48,18 @@ func TestOverLimitCacheExpiry(t *testing.T) {
 	}
 }
 
-// TestOverLimitCacheEntriesAndAccessTime: entryCount is the live number of
-// entries without any extra call, and averageAccessTime is freecache's: the
+// TestOverLimitCacheEntriesAndAccessTime: at each collection entryCount is
+// the live number of entries, and averageAccessTime is freecache's: the
 // mean last-access time of the entries in Unix seconds, moved by adds,
 // overwrites and hits, not by misses.
 func TestOverLimitCacheEntriesAndAccessTime(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)
-	gauge := func(n string) int64 { return st.Gauge("ratelimit.localcache." + n).Value() }
+	gauge := func(n string) int64 {
+		st.Collect() // what a stats flush does first
+		return st.Gauge("ratelimit.localcache." + n).Value()
+	}
 	steps := []struct {
 		name          string
 		do            func()
@@ -90,6 +95,7 @@ func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
 	if n := c.Len(); n > 6000 || n < 1000 {
 		t.Fatalf("%d entries in a 512 KiB cache", n)
 	}
+	st.Collect()
 	if st.Gauge("ratelimit.localcache.evacuateCount").Value() == 0 {
 		t.Fatal("no evictions counted")
 	}
@@ -98,5 +104,44 @@ func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
 	c.Add("fresh", time.Hour)
 	if !c.Contains("fresh") {
 		t.Fatal("fresh entry missing")
+	}
+}
+
+// TestOverLimitCacheGaugesAtCollectOnly: adds and lookups leave the gauges
+// alone (they are on every request's path); a collection, which each stats
+// flush runs, sets them from the live figures, entryCount included.
+func TestOverLimitCacheGaugesAtCollectOnly(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	st := stats.NewStore()
+	c := actors.NewOverLimitCache(0, clk.Now, st)
+	names := []string{"entryCount", "hitCount", "missCount", "lookupCount", "overwriteCount", "evacuateCount", "expiredCount", "averageAccessTime"}
+	gauges := func() map[string]int64 {
+		m := map[string]int64{}
+		for _, n := range names {
+			m[n] = st.Gauge("ratelimit.localcache." + n).Value()
+		}
+		return m
+	}
+	c.Add("a", time.Hour)
+	c.Add("b", time.Hour)
+	c.Add("b", time.Hour)
+	st.Collect()
+	want := map[string]int64{"entryCount": 2, "hitCount": 0, "missCount": 0, "lookupCount": 0, "overwriteCount": 1, "evacuateCount": 0, "expiredCount": 0, "averageAccessTime": 1000}
+	if got := gauges(); !maps.Equal(got, want) {
+		t.Fatalf("after a collection: %v, want %v", got, want)
+	}
+
+	clk.Add(time.Second)
+	c.Contains("a")
+	c.Contains("zzz")
+	c.Add("c", time.Hour)
+	if got := gauges(); !maps.Equal(got, want) {
+		t.Fatalf("lookups and adds set the gauges: %v, want them unchanged %v", got, want)
+	}
+
+	st.Collect()
+	want = map[string]int64{"entryCount": 3, "hitCount": 1, "missCount": 1, "lookupCount": 2, "overwriteCount": 1, "evacuateCount": 0, "expiredCount": 0, "averageAccessTime": (1001 + 1000 + 1001) / 3}
+	if got := gauges(); !maps.Equal(got, want) {
+		t.Fatalf("after the next collection: %v, want %v", got, want)
 	}
 }

@@ -73,6 +73,13 @@ func TokenBucketTTL(tat, now int64) time.Duration {
 
 const bucketTTLMargin = time.Minute
 
+// CeilSeconds is d in whole seconds, rounded up: the stores keep expiries in
+// seconds and a counter must never expire before its window ends; a reset
+// header tells when a client may try again, never earlier.
+func CeilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
 // Backend stores the counters. Batches arrive from one shard at a time with
 // unique (key, kind) pairs, except OpTokenBucket steps, which the shard never
 // merges and a backend applies in order; so a backend can send a whole batch

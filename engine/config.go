@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -498,14 +500,7 @@ func normalizeValue(v any) (any, error) {
 }
 
 // Domains lists the loaded domain names, sorted.
-func (c *Config) Domains() []string {
-	out := make([]string, 0, len(c.domains))
-	for d := range c.domains {
-		out = append(out, d)
-	}
-	sort.Strings(out)
-	return out
-}
+func (c *Config) Domains() []string { return slices.Sorted(maps.Keys(c.domains)) }
 
 // Dump is the /rlconfig text: one line per descriptor that has a rate_limit,
 // "<fullKey>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <b>, quota_mode: <b>".

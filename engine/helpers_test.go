@@ -29,8 +29,9 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// backendCounter hands increments straight to a backend: the engine's tests
-// do not need the actors layer (and engine must not import it).
+// backendCounter is engine.DirectCounter (the engine's tests do not need
+// the actors layer, and engine must not import it) that also records its
+// calls and can be made to fail.
 type backendCounter struct {
 	b     engine.Backend
 	calls int
@@ -48,7 +49,7 @@ func (c *backendCounter) Increment(ctx context.Context, ops []engine.Increment) 
 	if err != nil {
 		return err
 	}
-	return c.b.IncrementBatch(ctx, ops)
+	return engine.DirectCounter{Backend: c.b}.Increment(ctx, ops)
 }
 
 type fixture struct {

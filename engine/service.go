@@ -15,11 +15,22 @@ import (
 )
 
 // Counter applies increments to the counters. The actors package implements it
-// by batching increments per shard; tests may use a backend directly through
-// DirectCounter.
+// by batching increments per shard; DirectCounter hands them to a backend
+// without batching.
 type Counter interface {
 	// Increment fills After of every op, or fails them all.
 	Increment(ctx context.Context, ops []Increment) error
+}
+
+// DirectCounter is a Counter that sends each decision's increments straight
+// to its Backend, one call per decision. It suits callers with nothing to
+// batch (the OData API's in-process limiter: one request is one key) and
+// tests that need the engine without the actors layer.
+type DirectCounter struct{ Backend Backend }
+
+// Increment applies ops as one batch.
+func (c DirectCounter) Increment(ctx context.Context, ops []Increment) error {
+	return c.Backend.IncrementBatch(ctx, ops)
 }
 
 // WaitBounder is implemented by Counters that answer every Increment within
@@ -86,17 +97,37 @@ func DefaultOptions() Options {
 	}
 }
 
-// Validate reports the first setting that cannot work.
+// EnsureDefaults fills the fields whose zero value means "not set" (the
+// statistics store, clock, jitter source and error counter name) and returns
+// o. Fields whose zero is a valid setting (NEAR_LIMIT_RATIO=0, no jitter)
+// take the reference's values from DefaultOptions instead.
+func (o *Options) EnsureDefaults() *Options {
+	if o.Stats == nil {
+		o.Stats = stats.NewStore()
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Jitter == nil {
+		o.Jitter = rand.Int64N
+	}
+	if o.BackendErrorStat == "" {
+		o.BackendErrorStat = "redis_error"
+	}
+	return o
+}
+
+// Validate reports the first setting that cannot work. It checks settings
+// only, so the server validates them once, when it reads them; NewService
+// also requires a Counter.
 func (o Options) Validate() error {
 	switch {
-	case o.Counter == nil:
-		return errors.New("engine: a Counter is required")
 	case o.NearLimitRatio < 0 || o.NearLimitRatio > 1 || math.IsNaN(float64(o.NearLimitRatio)):
 		return fmt.Errorf("engine: NEAR_LIMIT_RATIO must be between 0 and 1, got %v", o.NearLimitRatio)
 	case o.ExpirationJitterMax < 0:
 		return fmt.Errorf("engine: EXPIRATION_JITTER_MAX_SECONDS must not be negative, got %v", o.ExpirationJitterMax)
 	case o.Timeout <= 0:
-		return fmt.Errorf("engine: backend timeout must be positive, got %v", o.Timeout)
+		return fmt.Errorf("engine: the backend timeout (SLUICE_BACKEND_TIMEOUT) must be positive, got %v", o.Timeout)
 	case o.Headers.Enabled && (o.Headers.Limit == "" || o.Headers.Remaining == "" || o.Headers.Reset == ""):
 		return errors.New("engine: response header names must not be empty")
 	}
@@ -116,20 +147,11 @@ type Service struct {
 // NewService checks the options and returns a Service with no configuration;
 // requests fail with ErrNoConfig until SetConfig.
 func NewService(o Options) (*Service, error) {
-	if o.Stats == nil {
-		o.Stats = stats.NewStore()
-	}
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
-	if o.Jitter == nil {
-		o.Jitter = rand.Int64N
-	}
-	if o.BackendErrorStat == "" {
-		o.BackendErrorStat = "redis_error"
-	}
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
+	}
+	if o.Counter == nil {
+		return nil, errors.New("engine: a Counter is required")
 	}
 	return &Service{
 		o:                o,
@@ -672,7 +694,7 @@ func (s *Service) headers(infos []limitInfo, sts []DescriptorStatus) []Header {
 	// Whole seconds, rounded up: a fixed window's reset is whole already
 	// (the reference's unit - now % unit); a bucket's or a sliding window's
 	// is when the client may try again.
-	reset := int64((st.DurationUntilReset + time.Second - 1) / time.Second)
+	reset := CeilSeconds(st.DurationUntilReset)
 	return []Header{
 		{s.o.Headers.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 		{s.o.Headers.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10)},

@@ -245,18 +245,12 @@ func TestSequentialPerKey(t *testing.T) {
 	}
 }
 
-type memCounter struct{ b engine.Backend }
-
-func (c memCounter) Increment(ctx context.Context, ops []engine.Increment) error {
-	return c.b.IncrementBatch(ctx, ops)
-}
-
 // remoteEngine is a remote sluice's engine: memory counters and the rule
 // file RateLimitConfigYAML, loaded as sluice loads its configuration files.
 func remoteEngine(t *testing.T, clock *fakeClock) *engine.Service {
 	t.Helper()
 	o := engine.DefaultOptions()
-	o.Counter = memCounter{memory.New(clock.Now)}
+	o.Counter = engine.DirectCounter{Backend: memory.New(clock.Now)}
 	o.Clock = clock.Now
 	svc, err := engine.NewService(o)
 	if err != nil {

@@ -71,14 +71,6 @@ type LocalLimiter struct {
 	backend *memory.Backend
 }
 
-// backendCounter hands each decision's increments straight to the memory
-// backend; one request is one key, so there is nothing to batch.
-type backendCounter struct{ b engine.Backend }
-
-func (c backendCounter) Increment(ctx context.Context, ops []engine.Increment) error {
-	return c.b.IncrementBatch(ctx, ops)
-}
-
 // NewLocalLimiter builds the engine with one rule, RateLimitConfigYAML(o).
 func NewLocalLimiter(o LocalLimiterOptions) (*LocalLimiter, error) {
 	if err := o.Validate(); err != nil {
@@ -86,7 +78,7 @@ func NewLocalLimiter(o LocalLimiterOptions) (*LocalLimiter, error) {
 	}
 	backend := memory.New(o.Clock)
 	eo := engine.DefaultOptions()
-	eo.Counter = backendCounter{backend}
+	eo.Counter = engine.DirectCounter{Backend: backend} // one request is one key: nothing to batch
 	eo.Clock = o.Clock
 	svc, err := engine.NewService(eo)
 	if err != nil {

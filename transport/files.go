@@ -14,6 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/fswatch"
 )
 
 // ConfigEvent is one attempt to load configuration: the files read, or the
@@ -136,41 +137,26 @@ func (f *FileSource) Run(ctx context.Context, out chan<- ConfigEvent) error {
 	if !send() {
 		return nil
 	}
-	// Events come in bursts (an editor's write + chmod, a symlink swap's
-	// create + rename); settle briefly so one change is one reload.
+	// Settle briefly so one change is one reload.
 	const settle = 20 * time.Millisecond
-	var timer <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if f.relevant(ev, root) {
-				timer = time.After(settle)
-			}
-			if dw != nil && ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
-				// The directory (or one above it) came or went: watch what
-				// exists now, so a recreated directory is watched again.
-				dw.update()
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			f.log.Warn("configuration watcher error", "error", err)
-		case <-timer:
-			timer = nil
-			if dw != nil {
-				dw.update()
-			}
-			if !send() {
-				return nil
-			}
+	event := func(ev fsnotify.Event) bool {
+		if dw != nil && ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
+			// The directory (or one above it) came or went: watch what
+			// exists now, so a recreated directory is watched again.
+			dw.update()
 		}
+		return f.relevant(ev, root)
 	}
+	settled := func() bool {
+		if dw != nil {
+			dw.update()
+		}
+		return send()
+	}
+	fswatch.Settled(ctx, w, settle, event, settled, func(err error) {
+		f.log.Warn("configuration watcher error", "error", err)
+	})
+	return nil
 }
 
 func (f *FileSource) relevant(ev fsnotify.Event, root string) bool {

@@ -32,6 +32,28 @@ func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", defaultODataDB, `store: "postgres://user@host/db" or "sqlite:/path/file.sqlite" (or $SLUICE_DB, or the file $SLUICE_DB_FILE: keeps a password off the command line)`)
 }
 
+// parseWithDB parses the command's arguments, then fills in the store from
+// the environment when -db was not given (dbFromEnv).
+func parseWithDB(fs *flag.FlagSet, args []string, db *string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return dbFromEnv(fs, db, os.LookupEnv)
+}
+
+// withStore opens the store for a command that works on it until done or
+// interrupted (import, generate, keys), and closes it after.
+func withStore(dsn string, fn func(ctx context.Context, store *sqlstore.DB) error) error {
+	ctx, stop := signalContext()
+	defer stop()
+	store, err := openODataStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return fn(ctx, store)
+}
+
 // dbFromEnv fills in the store from SLUICE_DB or SLUICE_DB_FILE (a file
 // holding the URL, as a mounted secret) when -db was not given, so that a
 // password need not be on the command line, where ps and the debug port's
@@ -100,6 +122,14 @@ type odataConfig struct {
 
 // odataFlags registers the OData API's flags on fs, with the documented
 // defaults.
+// parseODataFlags parses the flags of a command that serves the OData API
+// (odata, serve).
+func parseODataFlags(command string, args []string) (*odataConfig, error) {
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	c := odataFlags(fs)
+	return c, parseWithDB(fs, args, &c.db)
+}
+
 func odataFlags(fs *flag.FlagSet) *odataConfig {
 	c := &odataConfig{opts: odata.DefaultOptions()}
 	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://..." or "sqlite:/path" (an empty SQLite store gets demo data; or $SLUICE_DB, or the file $SLUICE_DB_FILE)`)
@@ -313,12 +343,8 @@ func redactDSN(dsn string) string {
 }
 
 func runOData(args []string) error {
-	fs := flag.NewFlagSet("odata", flag.ContinueOnError)
-	c := odataFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := dbFromEnv(fs, &c.db, os.LookupEnv); err != nil {
+	c, err := parseODataFlags("odata", args)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signalContext()
@@ -340,10 +366,7 @@ func runImport(args []string) error {
 		fmt.Fprintln(fs.Output(), "usage: sluice import [-db DSN] [-metadata FILE.json] FILE.csv...")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := dbFromEnv(fs, db, os.LookupEnv); err != nil {
+	if err := parseWithDB(fs, args, db); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -366,21 +389,16 @@ func runImport(args []string) error {
 		}
 		sets[i].CSV = append(sets[i].CSV, f)
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	store, err := openODataStore(ctx, *db)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	bar := newProgressBar(os.Stderr, "import", "bytes")
-	res, err := csvimport.Import(ctx, store, sets, bar.update)
-	bar.finish()
-	if err != nil {
-		return fmt.Errorf("nothing was imported: %w", err)
-	}
-	fmt.Printf("imported %d datasets, %d locations, %d observations into %s\n", res.Datasets, res.Locations, res.Observations, redact.String(*db))
-	return nil
+	return withStore(*db, func(ctx context.Context, store *sqlstore.DB) error {
+		bar := newProgressBar(os.Stderr, "import", "bytes")
+		res, err := csvimport.Import(ctx, store, sets, bar.update)
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("nothing was imported: %w", err)
+		}
+		fmt.Printf("imported %d datasets, %d locations, %d observations into %s\n", res.Datasets, res.Locations, res.Observations, redact.String(*db))
+		return nil
+	})
 }
 
 func runGenerate(args []string) error {
@@ -390,10 +408,7 @@ func runGenerate(args []string) error {
 	seed := fs.Uint64("seed", 1, "random seed (the same seed gives the same data; use another to add more)")
 	datasets := fs.Int("datasets", 0, "datasets (default: grows with -rows, dozens)")
 	locations := fs.Int("locations", 0, "locations (default: grows with -rows, up to thousands)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := dbFromEnv(fs, db, os.LookupEnv); err != nil {
+	if err := parseWithDB(fs, args, db); err != nil {
 		return err
 	}
 	cfg := gen.Config{Rows: *rows, Datasets: *datasets, Locations: *locations, Seed: *seed}
@@ -404,23 +419,18 @@ func runGenerate(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	store, err := openODataStore(ctx, *db)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	start := time.Now()
-	bar := newProgressBar(os.Stderr, "generate", "rows")
-	res, err := gen.Load(ctx, store, g, func(done int64) { bar.update(done, *rows) })
-	bar.finish()
-	if err != nil {
-		return fmt.Errorf("nothing was added: %w", err)
-	}
-	fmt.Printf("generated %d datasets, %d locations, %d observations into %s in %s (indexes and statistics included)\n",
-		res.Datasets, res.Locations, res.Observations, redact.String(*db), time.Since(start).Round(time.Second))
-	return nil
+	return withStore(*db, func(ctx context.Context, store *sqlstore.DB) error {
+		start := time.Now()
+		bar := newProgressBar(os.Stderr, "generate", "rows")
+		res, err := gen.Load(ctx, store, g, func(done int64) { bar.update(done, *rows) })
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("nothing was added: %w", err)
+		}
+		fmt.Printf("generated %d datasets, %d locations, %d observations into %s in %s (indexes and statistics included)\n",
+			res.Datasets, res.Locations, res.Observations, redact.String(*db), time.Since(start).Round(time.Second))
+		return nil
+	})
 }
 
 // keysUsage is the help of `sluice keys`.
@@ -453,72 +463,64 @@ func runKeysTo(out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), keysUsage) }
 	db := dbFlag(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseWithDB(fs, args[1:], db); err != nil {
 		return err
 	}
-	if err := dbFromEnv(fs, db, os.LookupEnv); err != nil {
-		return err
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	open := func() (*sqlstore.DB, error) { return openODataStore(ctx, *db) }
+	// Each command checks its arguments before the store is opened.
+	var run func(ctx context.Context, store *sqlstore.DB) error
 	switch sub {
 	case "add":
 		if fs.NArg() != 1 {
 			return errors.New("usage: sluice keys add [-db DSN] NAME")
 		}
-		store, err := open()
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		secret, k, err := store.AddKey(ctx, fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "key %s (%s) created. Its secret is shown only now:\n%s\n", k.ID, k.Name, secret)
-		return nil
-	case "list":
-		store, err := open()
-		if err != nil {
-			return err
-		}
-		defer store.Close()
-		keys, err := store.ListKeys(ctx)
-		if err != nil {
-			return err
-		}
-		sort.SliceStable(keys, func(i, j int) bool { return keys[i].CreatedAt < keys[j].CreatedAt })
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tREVOKED")
-		for _, k := range keys {
-			revoked := k.RevokedAt
-			if revoked == "" {
-				revoked = "-"
+		run = func(ctx context.Context, store *sqlstore.DB) error {
+			secret, k, err := store.AddKey(ctx, fs.Arg(0))
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt, revoked)
+			fmt.Fprintf(out, "key %s (%s) created. Its secret is shown only now:\n%s\n", k.ID, k.Name, secret)
+			return nil
 		}
-		return tw.Flush()
+	case "list":
+		run = func(ctx context.Context, store *sqlstore.DB) error { return listKeys(ctx, out, store) }
 	case "revoke":
 		if fs.NArg() != 1 {
 			return errors.New("usage: sluice keys revoke [-db DSN] ID|NAME")
 		}
-		store, err := open()
-		if err != nil {
-			return err
+		run = func(ctx context.Context, store *sqlstore.DB) error {
+			n, err := store.RevokeKey(ctx, fs.Arg(0))
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("no active key has the id or name %q", fs.Arg(0))
+			}
+			fmt.Fprintf(out, "revoked %d key(s)\n", n)
+			return nil
 		}
-		defer store.Close()
-		n, err := store.RevokeKey(ctx, fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("no active key has the id or name %q", fs.Arg(0))
-		}
-		fmt.Fprintf(out, "revoked %d key(s)\n", n)
-		return nil
+	default:
+		return fmt.Errorf("unknown keys command %q (add, list, revoke; see sluice keys --help)", sub)
 	}
-	return fmt.Errorf("unknown keys command %q (add, list, revoke; see sluice keys --help)", sub)
+	return withStore(*db, run)
+}
+
+// listKeys prints the keys as a table, oldest first.
+func listKeys(ctx context.Context, out io.Writer, store *sqlstore.DB) error {
+	keys, err := store.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	sort.SliceStable(keys, func(i, j int) bool { return keys[i].CreatedAt < keys[j].CreatedAt })
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tREVOKED")
+	for _, k := range keys {
+		revoked := k.RevokedAt
+		if revoked == "" {
+			revoked = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt, revoked)
+	}
+	return tw.Flush()
 }
 
 // progressBar draws `label [=====>    ]  45%  4.5M/10.0M rows  210k rows/s  ETA 25s`

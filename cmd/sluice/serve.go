@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -12,12 +11,8 @@ import (
 // (configured by flags; an empty embedded store is filled with demo data).
 // Either one failing stops both.
 func runServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	oc := odataFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := dbFromEnv(fs, &oc.db, os.LookupEnv); err != nil {
+	oc, err := parseODataFlags("serve", args)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signalContext()

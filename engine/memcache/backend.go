@@ -17,9 +17,10 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/sluicehq/sluice/internal/ratelog"
-
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/ratelog"
+	"github.com/sluicehq/sluice/internal/tick"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // ErrClosed is returned by IncrementBatch after Close.
@@ -93,10 +94,10 @@ var (
 // SRVRefresh, the SRV refresh loop. Unreachable nodes do not fail New; they
 // show in Healthy. ctx bounds the first SRV lookup.
 func New(ctx context.Context, o Options) (*Backend, error) {
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, fmt.Errorf("memcache options: %w", err)
 	}
-	tlsCfg, err := o.tlsConfig()
+	tlsCfg, err := tlsclient.Optional(o.TLS, o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 	if err != nil {
 		return nil, fmt.Errorf("memcache TLS: %w", err)
 	}
@@ -109,13 +110,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		abort:       make(chan struct{}),
 		workersDone: make(chan struct{}),
 	}
-	if b.log == nil {
-		b.log = slog.New(slog.DiscardHandler)
-	}
 	b.failed = ratelog.New(b.log, "memcache increment failed", ratelog.DefaultInterval)
-	if b.now == nil {
-		b.now = time.Now
-	}
 	if o.SRV != "" {
 		if err := b.refreshSRV(ctx); err != nil {
 			//lint:ignore ST1005 the reference's exact message, which operators grep for and tests pin
@@ -135,11 +130,9 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	b.cancelBG = cancel
-	b.bgDone.Add(1)
-	go b.healthLoop(bgCtx)
+	b.every(bgCtx, o.HealthCheckInterval, b.ping)
 	if o.SRV != "" && o.SRVRefresh > 0 {
-		b.bgDone.Add(1)
-		go b.srvLoop(bgCtx)
+		b.every(bgCtx, o.SRVRefresh, b.refreshSRVOrKeep)
 	}
 	b.workersLeft.Store(int32(o.Workers))
 	for range o.Workers {
@@ -333,7 +326,7 @@ func satAdd(a, b uint64) uint64 {
 // rounded up; above 30 days as an absolute unix time, because memcached reads
 // larger values that way (a relative month would otherwise expire at once).
 func (b *Backend) expiration(ttl time.Duration) int32 {
-	secs := int64((ttl + time.Second - 1) / time.Second)
+	secs := engine.CeilSeconds(ttl)
 	if secs > maxRelativeExpiration {
 		secs += b.now().Unix()
 	}
@@ -431,34 +424,24 @@ func (b *Backend) Stats() Stats {
 	}
 }
 
-func (b *Backend) healthLoop(ctx context.Context) {
-	defer b.bgDone.Done()
-	t := time.NewTicker(b.opts.HealthCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			b.record(b.client.Ping())
-		}
-	}
+// every runs fn at each tick of interval until ctx ends (Close cancels it);
+// the health ping and the SRV refresh are such background loops.
+func (b *Backend) every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	b.bgDone.Add(1)
+	go func() {
+		defer b.bgDone.Done()
+		tick.Every(ctx.Done(), interval, func() { fn(ctx) })
+	}()
 }
 
-func (b *Backend) srvLoop(ctx context.Context) {
-	defer b.bgDone.Done()
-	t := time.NewTicker(b.opts.SRVRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := b.refreshSRV(ctx); err != nil && ctx.Err() == nil {
-				// Keep the previous list: a DNS hiccup must not empty it.
-				b.log.Warn("memcache SRV refresh failed", "srv", b.opts.SRV, "err", err)
-			}
-		}
+// ping keeps Healthy current without traffic.
+func (b *Backend) ping(context.Context) { b.record(b.client.Ping()) }
+
+// refreshSRVOrKeep refreshes the server list, keeping the previous one when
+// the lookup fails: a DNS hiccup must not empty it.
+func (b *Backend) refreshSRVOrKeep(ctx context.Context) {
+	if err := b.refreshSRV(ctx); err != nil && ctx.Err() == nil {
+		b.log.Warn("memcache SRV refresh failed", "srv", b.opts.SRV, "err", err)
 	}
 }
 

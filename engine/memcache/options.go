@@ -1,14 +1,14 @@
 package memcache
 
 import (
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/tlsclient"
 	"log/slog"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // Options configures the memcache backend. Field names follow the MEMCACHE_*
@@ -64,51 +64,47 @@ func DefaultOptions() Options {
 	}
 }
 
+// EnsureDefaults fills the fields left nil (resolver stays nil for the
+// default one): the clock and a logger that discards. It returns o.
+func (o *Options) EnsureDefaults() *Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Validate reports every problem with o, joined.
 func (o Options) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var p check.Problems
 	switch {
 	case len(o.HostPorts) > 0 && o.SRV != "":
-		add("Both MEMCACHE_HOST_PORT and MEMCACHE_SRV are set")
+		p.Addf("Both MEMCACHE_HOST_PORT and MEMCACHE_SRV are set")
 	case len(o.HostPorts) == 0 && o.SRV == "":
-		add("neither MEMCACHE_HOST_PORT nor MEMCACHE_SRV is set")
+		p.Addf("neither MEMCACHE_HOST_PORT nor MEMCACHE_SRV is set")
 	}
 	for _, hp := range o.HostPorts {
 		if _, _, err := net.SplitHostPort(hp); err != nil {
-			add("memcache host %q: %w", hp, err)
+			p.Addf("memcache host %q: %w", hp, err)
 		}
 	}
 	if o.SRV != "" {
-		if _, err := parseSRVName(o.SRV); err != nil {
-			errs = append(errs, err)
-		}
+		_, err := parseSRVName(o.SRV)
+		p.Add(err)
 	}
-	if o.SRVRefresh < 0 {
-		add("memcache SRV refresh must not be negative, got %s", o.SRVRefresh)
+	p.NotNegative("memcache SRV refresh", o.SRVRefresh)
+	p.AtLeast("memcache max idle connections", o.MaxIdleConns, 1)
+	p.Positive("memcache timeout", o.Timeout)
+	p.AtLeast("memcache workers", o.Workers, 1)
+	p.AtLeast("memcache queue size", o.QueueSize, 1)
+	p.Positive("memcache drain timeout", o.DrainTimeout)
+	p.Positive("memcache health check interval", o.HealthCheckInterval)
+	if err := tlsclient.CheckPair(o.TLSCert, o.TLSKey); err != nil {
+		p.Addf("memcache %w", err)
 	}
-	if o.MaxIdleConns < 1 {
-		add("memcache max idle connections must be at least 1, got %d", o.MaxIdleConns)
-	}
-	if o.Timeout <= 0 {
-		add("memcache timeout must be positive, got %s", o.Timeout)
-	}
-	if o.Workers < 1 {
-		add("memcache workers must be at least 1, got %d", o.Workers)
-	}
-	if o.QueueSize < 1 {
-		add("memcache queue size must be at least 1, got %d", o.QueueSize)
-	}
-	if o.DrainTimeout <= 0 {
-		add("memcache drain timeout must be positive, got %s", o.DrainTimeout)
-	}
-	if o.HealthCheckInterval <= 0 {
-		add("memcache health check interval must be positive, got %s", o.HealthCheckInterval)
-	}
-	if (o.TLSCert == "") != (o.TLSKey == "") {
-		add("memcache TLS client certificate and key must be set together (cert %q, key %q)", o.TLSCert, o.TLSKey)
-	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // srvName is a parsed "_service._proto.name".
@@ -138,12 +134,4 @@ func parseSRVName(s string) (srvName, error) {
 		}
 	}
 	return srvName{service, proto, name}, nil
-}
-
-// tlsConfig builds the client TLS configuration, or nil without TLS.
-func (o Options) tlsConfig() (*tls.Config, error) {
-	if !o.TLS {
-		return nil, nil
-	}
-	return tlsclient.Config(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 }

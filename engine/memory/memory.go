@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 type entry struct {
@@ -93,15 +94,22 @@ type Backend struct {
 // New returns an empty, unbounded backend; clock may be nil for time.Now.
 func New(clock func() time.Time) *Backend { return NewWithOptions(Options{Clock: clock}) }
 
-// NewWithOptions returns an empty backend with a memory bound and a sweeper
-// as o says.
-func NewWithOptions(o Options) *Backend {
+// EnsureDefaults fills the clock and the key bound when they are not set,
+// and returns o.
+func (o *Options) EnsureDefaults() *Options {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
 	if o.MaxKeyBytes <= 0 {
 		o.MaxKeyBytes = DefaultMaxKeyBytes
 	}
+	return o
+}
+
+// NewWithOptions returns an empty backend with a memory bound and a sweeper
+// as o says.
+func NewWithOptions(o Options) *Backend {
+	o.EnsureDefaults()
 	b := &Backend{clock: o.Clock, budget: o.Budget, maxKeyBytes: o.MaxKeyBytes, m: map[string]entry{}}
 	if o.SweepEvery > 0 {
 		b.stop, b.done = make(chan struct{}), make(chan struct{})
@@ -112,18 +120,11 @@ func NewWithOptions(o Options) *Backend {
 
 func (b *Backend) sweeper(every time.Duration) {
 	defer close(b.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			b.mu.Lock()
-			b.sweep(b.clock().UnixNano())
-			b.mu.Unlock()
-		}
-	}
+	tick.Every(b.stop, every, func() {
+		b.mu.Lock()
+		b.sweep(b.clock().UnixNano())
+		b.mu.Unlock()
+	})
 }
 
 // ErrFull is returned when new counters do not fit the memory bound.

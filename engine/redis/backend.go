@@ -15,6 +15,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/tick"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // ErrClosed is returned by IncrementBatch after Close.
@@ -50,7 +52,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	tlsCfg, err := o.tlsConfig()
+	tlsCfg, err := tlsclient.Optional(o.TLS, o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 	if err != nil {
 		return nil, fmt.Errorf("redis TLS: %w", err)
 	}
@@ -203,7 +205,7 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 			cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
 		default:
 			cmds[i] = pipe.IncrBy(ctx, op.Key, int64(op.Hits))
-			pipe.Expire(ctx, op.Key, ttlSeconds(op.TTL))
+			pipe.Expire(ctx, op.Key, time.Duration(engine.CeilSeconds(op.TTL))*time.Second)
 		}
 	}
 	_, err := pipe.Exec(ctx)
@@ -298,12 +300,6 @@ func (b *Backend) rerunUnloaded(ctx context.Context, batch []engine.Increment, c
 	return err
 }
 
-// ttlSeconds rounds up to whole seconds: a key must never expire before
-// its window.
-func ttlSeconds(ttl time.Duration) time.Duration {
-	return (ttl + time.Second - 1) / time.Second * time.Second
-}
-
 // Healthy reports false after Close, and when HealthCheckActiveConnection is
 // on and no connection to Redis is alive; otherwise it is true, as in the
 // reference (a dead Redis then shows as request errors, not as health).
@@ -319,22 +315,15 @@ func (b *Backend) Healthy() bool {
 // traffic. It ends when ctx is cancelled by Close.
 func (b *Backend) healthLoop(ctx context.Context) {
 	defer close(b.healthDone)
-	t := time.NewTicker(b.opts.HealthCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx.Done(), b.opts.HealthCheckInterval, func() {
 		pctx, cancel := context.WithTimeout(ctx, b.opts.HealthCheckInterval)
+		defer cancel()
 		if cc, ok := b.client.(*goredis.ClusterClient); ok {
 			_ = cc.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() })
 		} else {
 			_ = b.client.Ping(pctx).Err()
 		}
-		cancel()
-	}
+	})
 }
 
 // PoolStats are connection pool figures for metrics. ActiveConns, Dials and

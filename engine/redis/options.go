@@ -1,15 +1,16 @@
 package redis
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/tlsclient"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/check"
+	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
 // Options configures the Redis backend. Field names follow the REDIS_*
@@ -82,48 +83,40 @@ const sentinelFormatErr = "Expected master name and a list of urls for the senti
 
 // Validate reports every problem with o, joined.
 func (o Options) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var p check.Problems
 	typ := strings.ToLower(o.Type)
 	switch typ {
 	case typeSingle, typeSentinel, typeCluster:
 	default:
-		add("Unrecognized redis type %s", o.Type)
+		p.Addf("Unrecognized redis type %s", o.Type)
 	}
 	if typ == typeSingle {
 		switch strings.ToLower(o.SocketType) {
 		case "tcp", "unix":
 		default:
-			add("Unrecognized redis socket type %q: want tcp or unix", o.SocketType)
+			p.Addf("Unrecognized redis socket type %q: want tcp or unix", o.SocketType)
 		}
 	}
 	if strings.TrimSpace(o.URL) == "" {
-		add("redis URL is empty")
-	} else if _, err := o.endpoints(); err != nil {
-		errs = append(errs, err)
+		p.Addf("redis URL is empty")
+	} else {
+		_, err := o.endpoints()
+		p.Add(err)
 	}
-	if o.PoolSize < 1 {
-		add("redis pool size must be at least 1, got %d", o.PoolSize)
+	p.AtLeast("redis pool size", o.PoolSize, 1)
+	p.NotNegative("redis dial timeout", o.DialTimeout)
+	if o.HealthCheckActiveConnection {
+		p.Positive("redis health check interval", o.HealthCheckInterval)
 	}
-	if o.DialTimeout < 0 {
-		add("redis dial timeout must not be negative, got %s", o.DialTimeout)
-	}
-	if o.HealthCheckActiveConnection && o.HealthCheckInterval <= 0 {
-		add("redis health check interval must be positive, got %s", o.HealthCheckInterval)
-	}
-	if o.StartupInitialInterval <= 0 {
-		add("redis startup initial interval must be positive, got %s", o.StartupInitialInterval)
-	}
+	p.Positive("redis startup initial interval", o.StartupInitialInterval)
 	if o.StartupMaxInterval < o.StartupInitialInterval {
-		add("redis startup max interval %s is below the initial interval %s", o.StartupMaxInterval, o.StartupInitialInterval)
+		p.Addf("redis startup max interval %s is below the initial interval %s", o.StartupMaxInterval, o.StartupInitialInterval)
 	}
-	if o.StartupMaxElapsed < 0 {
-		add("redis startup max elapsed time must not be negative, got %s", o.StartupMaxElapsed)
+	p.NotNegative("redis startup max elapsed time", o.StartupMaxElapsed)
+	if err := tlsclient.CheckPair(o.TLSCert, o.TLSKey); err != nil {
+		p.Addf("redis %w", err)
 	}
-	if (o.TLSCert == "") != (o.TLSKey == "") {
-		add("redis TLS client certificate and key must be set together (cert %q, key %q)", o.TLSCert, o.TLSKey)
-	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // endpoint is one parsed address.
@@ -236,12 +229,4 @@ func maskURL(s string) string {
 		}
 	}
 	return strings.Join(parts, ",")
-}
-
-// tlsConfig builds the client TLS configuration, or nil without TLS.
-func (o Options) tlsConfig() (*tls.Config, error) {
-	if !o.TLS {
-		return nil, nil
-	}
-	return tlsclient.Config(o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
 }

@@ -13,6 +13,24 @@ import (
 	"os"
 )
 
+// Optional is Config when enabled, and nil (plain connections) otherwise:
+// the backends' *_TLS switch.
+func Optional(enabled bool, caFile, certFile, keyFile string, skipHostname bool) (*tls.Config, error) {
+	if !enabled {
+		return nil, nil
+	}
+	return Config(caFile, certFile, keyFile, skipHostname)
+}
+
+// CheckPair reports a client certificate given without its key or a key
+// without its certificate, which Config could only fail on later.
+func CheckPair(certFile, keyFile string) error {
+	if (certFile == "") != (keyFile == "") {
+		return fmt.Errorf("TLS client certificate and key must be set together (cert %q, key %q)", certFile, keyFile)
+	}
+	return nil
+}
+
 // Config builds the configuration from file paths; empty paths are left out.
 func Config(caFile, certFile, keyFile string, skipHostname bool) (*tls.Config, error) {
 	roots, err := x509.SystemCertPool()

@@ -856,3 +856,31 @@ func TestPullMetricsRefreshSetsGaugesBeforeEachScrape(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryFlushRunsTheCollectors: the store's collectors (the local cache's
+// gauges, runtime figures) run before every flush, the final one on Close
+// included, so the last figures sent are current.
+func TestEveryFlushRunsTheCollectors(t *testing.T) {
+	st := stats.NewStore()
+	s := DefaultSettings()
+	s.UseStatsd = false
+	s.FlushInterval = time.Hour
+	var out bytes.Buffer
+	r, err := New(s, st, Options{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	st.OnCollect(func() { n++; st.Gauge("ratelimit.localcache.entryCount").Set(n) })
+	r.Flush()
+	if !strings.Contains(out.String(), `"name":"ratelimit.localcache.entryCount","type":"gauge","value":"1.000000"`) {
+		t.Fatalf("flush did not send the collected gauge:\n%s", out.String())
+	}
+	out.Reset()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"name":"ratelimit.localcache.entryCount","type":"gauge","value":"2.000000"`) {
+		t.Fatalf("final flush did not collect first:\n%s", out.String())
+	}
+}

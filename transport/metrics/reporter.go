@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Options are what a Reporter needs besides its settings.
@@ -79,7 +80,7 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 		return nil, err
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
@@ -171,16 +172,7 @@ func (r *Reporter) loop() {
 	if every <= 0 { // DISABLE_STATS: nothing is sent, but released values still go
 		every = 10 * time.Second
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-			r.Flush()
-		}
-	}
+	tick.Every(r.stop, every, r.Flush)
 }
 
 // Flush sends what changed since the previous flush now. Then the store
@@ -193,7 +185,6 @@ func (r *Reporter) Flush() {
 		return
 	}
 	if !r.s.Disabled {
-		r.store.Collect()
 		if batch := r.collect(); len(batch) > 0 {
 			r.sink.send(batch)
 		}
@@ -204,7 +195,12 @@ func (r *Reporter) Flush() {
 	}
 }
 
+// collect reads what a flush sends, after the store's collectors
+// (stats.Store.OnCollect: runtime, pool and local cache figures) and Refresh
+// have set the gauges they own; every flush, the final one included, comes
+// through here.
 func (r *Reporter) collect() []sample {
+	r.store.Collect()
 	if r.refresh != nil {
 		r.refresh()
 	}

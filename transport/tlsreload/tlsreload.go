@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/internal/fswatch"
 )
 
 // Settings are the gRPC server's TLS variables.
@@ -75,7 +76,7 @@ func New(s Settings, o Options) (*Reloader, error) {
 		return nil, errors.New("tlsreload: TLS is not enabled")
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Settle <= 0 {
 		o.Settle = 100 * time.Millisecond
@@ -205,29 +206,18 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			return fmt.Errorf("watching TLS directory %s: %w", d, err)
 		}
 	}
-	var settle <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove|fsnotify.Chmod) != 0 {
-				settle = time.After(r.o.Settle)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			r.o.Logger.Warn("TLS file watcher", "error", err)
-		case <-settle:
-			settle = nil
-			for _, d := range dirs {
-				_ = w.Add(d) // the directory may have been replaced
-			}
-			_ = r.Reload()
-		}
+	event := func(ev fsnotify.Event) bool {
+		return ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove|fsnotify.Chmod) != 0
 	}
+	settled := func() bool {
+		for _, d := range dirs {
+			_ = w.Add(d) // the directory may have been replaced
+		}
+		_ = r.Reload()
+		return true
+	}
+	fswatch.Settled(ctx, w, r.o.Settle, event, settled, func(err error) {
+		r.o.Logger.Warn("TLS file watcher", "error", err)
+	})
+	return nil
 }

@@ -9,13 +9,6 @@ import (
 	"github.com/sluicehq/sluice/transport/tracing"
 )
 
-// memCounter applies increments straight to the memory backend.
-type memCounter struct{ b *memory.Backend }
-
-func (m memCounter) Increment(ctx context.Context, ops []engine.Increment) error {
-	return m.b.IncrementBatch(ctx, ops)
-}
-
 // BenchmarkDecision is one decision without tracing and with every span
 // sampled and exported over OTLP/http to an in-process receiver.
 func BenchmarkDecision(b *testing.B) {
@@ -26,7 +19,7 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			var tr *tracing.Tracing
-			var counter engine.Counter = memCounter{memory.New(nil)}
+			var counter engine.Counter = engine.DirectCounter{Backend: memory.New(nil)}
 			if traced {
 				col := startHTTPCollector(b)
 				s := tracing.DefaultSettings()

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/kvlist"
 )
 
 // Settings are the TRACING_* variables and the standard OTLP exporter ones
@@ -81,23 +83,19 @@ func ParseHeaders(s string) (map[string]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
+	pairs, err := kvlist.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("OTLP headers: %w", err)
+	}
 	out := map[string]string{}
-	for _, item := range strings.Split(s, ",") {
-		if strings.TrimSpace(item) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(item, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" {
-			return nil, fmt.Errorf("OTLP headers: %q is not key=value", item)
-		}
-		dv, err := url.PathUnescape(strings.TrimSpace(v))
+	for _, p := range pairs {
+		dv, err := url.PathUnescape(p.Value)
 		if err != nil {
-			return nil, fmt.Errorf("OTLP headers: value of %s: %w", k, err)
+			return nil, fmt.Errorf("OTLP headers: value of %s: %w", p.Key, err)
 		}
-		dk, err := url.PathUnescape(k)
+		dk, err := url.PathUnescape(p.Key)
 		if err != nil {
-			return nil, fmt.Errorf("OTLP headers: key %q: %w", k, err)
+			return nil, fmt.Errorf("OTLP headers: key %q: %w", p.Key, err)
 		}
 		out[dk] = dv
 	}

@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -48,7 +47,7 @@ func New(s Settings, o Options) (*Tracing, error) {
 		return nil, err
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	instance := s.ServiceInstanceID
 	if instance == "" {

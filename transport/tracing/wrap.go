@@ -50,13 +50,19 @@ func (d *decider) ShouldRateLimit(ctx context.Context, req *engine.Request) (*en
 	))
 	defer span.End()
 	resp, err := d.d.ShouldRateLimit(ctx, req)
+	if err == nil {
+		span.SetAttributes(attribute.String("overall code", resp.OverallCode.String()))
+	}
+	return resp, recordError(span, err)
+}
+
+// recordError marks the span failed with err, if any, and returns err.
+func recordError(span trace.Span, err error) error {
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		return resp, err
 	}
-	span.SetAttributes(attribute.String("overall code", resp.OverallCode.String()))
-	return resp, nil
+	return err
 }
 
 // requestString is a compact text form of the request for the span.
@@ -108,12 +114,7 @@ func (c *counter) Increment(ctx context.Context, ops []engine.Increment) error {
 		attribute.Int("perSecondPipeline length", perSecond),
 	))
 	defer span.End()
-	err := c.c.Increment(ctx, ops)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return err
+	return recordError(span, c.c.Increment(ctx, ops))
 }
 
 // Backend wraps b with a span per backend call. A shard's call serves the
@@ -135,12 +136,7 @@ func (b *tracedBackend) IncrementBatch(ctx context.Context, batch []engine.Incre
 		attribute.Int("batch size", len(batch)),
 	))
 	defer span.End()
-	err := b.b.IncrementBatch(ctx, batch)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return err
+	return recordError(span, b.b.IncrementBatch(ctx, batch))
 }
 
 func (b *tracedBackend) Close() error { return b.b.Close() }

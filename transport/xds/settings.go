@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/kvlist"
 )
 
 // Settings are the CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables.
@@ -75,17 +77,13 @@ func ParseNodeMetadata(s string) (map[string]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	out := map[string]string{}
-	for _, item := range strings.Split(s, ",") {
-		if strings.TrimSpace(item) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(item, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" {
-			return nil, fmt.Errorf("CONFIG_GRPC_XDS_NODE_METADATA: %q is not key=value", item)
-		}
-		out[k] = strings.TrimSpace(v)
+	pairs, err := kvlist.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("CONFIG_GRPC_XDS_NODE_METADATA: %w", err)
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		out[p.Key] = p.Value // the last of a repeated key wins
 	}
 	return out, nil
 }
