@@ -132,7 +132,9 @@ func (o *Options) pipeline(b int) Pipeline {
 	return o.Pipeline
 }
 
-func (o *Options) setDefaults() {
+// EnsureDefaults fills the fields left zero (shards, calls in flight, call
+// timeout, logger) and returns o.
+func (o *Options) EnsureDefaults() *Options {
 	if o.Shards == 0 {
 		o.Shards = 4 * runtime.GOMAXPROCS(0)
 	}
@@ -148,6 +150,7 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	return o
 }
 
 // shardThroughput is how many messages a shard handles before its mailbox
@@ -178,10 +181,9 @@ type Router struct {
 
 // New starts the shards.
 func New(o Options) (*Router, error) {
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	o.setDefaults()
 	logger := o.Logger
 	r := &Router{
 		o: o,

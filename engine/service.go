@@ -97,17 +97,37 @@ func DefaultOptions() Options {
 	}
 }
 
-// Validate reports the first setting that cannot work.
+// EnsureDefaults fills the fields whose zero value means "not set" (the
+// statistics store, clock, jitter source and error counter name) and returns
+// o. Fields whose zero is a valid setting (NEAR_LIMIT_RATIO=0, no jitter)
+// take the reference's values from DefaultOptions instead.
+func (o *Options) EnsureDefaults() *Options {
+	if o.Stats == nil {
+		o.Stats = stats.NewStore()
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Jitter == nil {
+		o.Jitter = rand.Int64N
+	}
+	if o.BackendErrorStat == "" {
+		o.BackendErrorStat = "redis_error"
+	}
+	return o
+}
+
+// Validate reports the first setting that cannot work. It checks settings
+// only, so the server validates them once, when it reads them; NewService
+// also requires a Counter.
 func (o Options) Validate() error {
 	switch {
-	case o.Counter == nil:
-		return errors.New("engine: a Counter is required")
 	case o.NearLimitRatio < 0 || o.NearLimitRatio > 1 || math.IsNaN(float64(o.NearLimitRatio)):
 		return fmt.Errorf("engine: NEAR_LIMIT_RATIO must be between 0 and 1, got %v", o.NearLimitRatio)
 	case o.ExpirationJitterMax < 0:
 		return fmt.Errorf("engine: EXPIRATION_JITTER_MAX_SECONDS must not be negative, got %v", o.ExpirationJitterMax)
 	case o.Timeout <= 0:
-		return fmt.Errorf("engine: backend timeout must be positive, got %v", o.Timeout)
+		return fmt.Errorf("engine: the backend timeout (SLUICE_BACKEND_TIMEOUT) must be positive, got %v", o.Timeout)
 	case o.Headers.Enabled && (o.Headers.Limit == "" || o.Headers.Remaining == "" || o.Headers.Reset == ""):
 		return errors.New("engine: response header names must not be empty")
 	}
@@ -127,20 +147,11 @@ type Service struct {
 // NewService checks the options and returns a Service with no configuration;
 // requests fail with ErrNoConfig until SetConfig.
 func NewService(o Options) (*Service, error) {
-	if o.Stats == nil {
-		o.Stats = stats.NewStore()
-	}
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
-	if o.Jitter == nil {
-		o.Jitter = rand.Int64N
-	}
-	if o.BackendErrorStat == "" {
-		o.BackendErrorStat = "redis_error"
-	}
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
+	}
+	if o.Counter == nil {
+		return nil, errors.New("engine: a Counter is required")
 	}
 	return &Service{
 		o:                o,

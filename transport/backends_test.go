@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -96,11 +95,15 @@ func TestPerSecondRedis(t *testing.T) {
 	}
 }
 
-// exactness runs the 20,000-on-10,000 check through the engines of servers
-// that share their counters, decision i on server i % len(hs).
+// exactness runs the 20,000-on-10,000 check through the gRPC ports of
+// servers that share their counters, decision i on server i % len(hs).
 func exactness(t *testing.T, keys int, hs ...*harness) {
 	t.Helper()
 	const total, limit = 20000, 10000
+	var clients []rlsv3.RateLimitServiceClient
+	for _, h := range hs {
+		clients = append(clients, rlsv3.NewRateLimitServiceClient(h.grpcConn(t)))
+	}
 	okPerKey := make([]atomic.Int64, keys)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 200)
@@ -112,15 +115,14 @@ func exactness(t *testing.T, keys int, hs ...*harness) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			k := i % keys
-			resp, err := hs[i%len(hs)].srv.Engine().ShouldRateLimit(context.Background(), &engine.Request{Domain: "x",
-				Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "k", Value: fmt.Sprint(k)}}}}})
+			resp, err := clients[i%len(clients)].ShouldRateLimit(context.Background(), rlsReq("x", "k", fmt.Sprint(k)))
 			if err != nil {
 				if failed.Add(1) == 1 {
 					t.Error(err)
 				}
 				return
 			}
-			if resp.OverallCode == engine.CodeOK {
+			if resp.OverallCode == rlsv3.RateLimitResponse_OK {
 				okPerKey[k].Add(1)
 			}
 		}(i)

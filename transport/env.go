@@ -78,61 +78,45 @@ func (e *Env) String(name, def string) string {
 	return def
 }
 
-func (e *Env) Bool(name string, def bool) bool {
+// parse reads name with conv; unset or empty is def, a value conv refuses
+// is an error saying what the value should be (want).
+func parse[T any](e *Env, name string, def T, want string, conv func(string) (T, error)) T {
 	v, ok := e.Lookup(name)
 	if !ok || v == "" {
 		return def
 	}
-	b, err := strconv.ParseBool(v)
+	x, err := conv(v)
 	if err != nil {
-		e.fail(fmt.Errorf("environment: %s=%q is not a boolean (true or false)", name, v))
+		e.fail(fmt.Errorf("environment: %s=%q is not %s", name, v, want))
 		return def
 	}
-	return b
+	return x
+}
+
+func (e *Env) Bool(name string, def bool) bool {
+	return parse(e, name, def, "a boolean (true or false)", strconv.ParseBool)
 }
 
 func (e *Env) Int(name string, def int) int {
-	v, ok := e.Lookup(name)
-	if !ok || v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.fail(fmt.Errorf("environment: %s=%q is not an integer", name, v))
-		return def
-	}
-	return n
+	return parse(e, name, def, "an integer", strconv.Atoi)
 }
 
 func (e *Env) Float32(name string, def float32) float32 {
-	v, ok := e.Lookup(name)
-	if !ok || v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 32)
-	if err != nil {
-		e.fail(fmt.Errorf("environment: %s=%q is not a number", name, v))
-		return def
-	}
-	return float32(f)
+	return parse(e, name, def, "a number", func(v string) (float32, error) {
+		f, err := strconv.ParseFloat(v, 32)
+		return float32(f), err
+	})
 }
 
 // Duration accepts Go durations ("1s", "500ms"); a bare integer is seconds, as
 // several of the reference's variables are documented in seconds.
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
-	v, ok := e.Lookup(name)
-	if !ok || v == "" {
-		return def
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.Duration(n) * time.Second
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		e.fail(fmt.Errorf("environment: %s=%q is not a duration (like 10s or 1m)", name, v))
-		return def
-	}
-	return d
+	return parse(e, name, def, "a duration (like 10s or 1m)", func(v string) (time.Duration, error) {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return time.Duration(n) * time.Second, nil
+		}
+		return time.ParseDuration(v)
+	})
 }
 
 // Map reads "k1:v1,k2:v2" (EXTRA_TAGS, additional headers).

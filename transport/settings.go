@@ -143,20 +143,17 @@ type ConfigSettings struct {
 	HealthyWithConfig bool // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 }
 
-// LimiterSettings become engine.Options.
+// LimiterSettings are the decision engine's options as the environment sets
+// them (NEAR_LIMIT_RATIO, CACHE_KEY_PREFIX, ...; Timeout is
+// SLUICE_BACKEND_TIMEOUT, the longest a decision waits for counters), plus
+// what the server builds around the engine. NewServer adds the parts that
+// are not settings (counter, statistics, clock, key validator, local cache).
 type LimiterSettings struct {
-	ExpirationJitterMax  time.Duration
-	LocalCacheSizeBytes  int
-	NearLimitRatio       float32
-	CacheKeyPrefix       string
-	StopIncrementOnLimit bool
-	Headers              engine.HeaderOptions
-	ShadowMode           bool
-	QuotaMode            bool
-	DynamicMetadata      bool
-	BackendTimeout       time.Duration // SLUICE_BACKEND_TIMEOUT: the longest a decision waits for counters
-	Shards               int           // SLUICE_SHARDS; 0 = 4 × GOMAXPROCS (memory), 1 (network backends)
-	MaxInFlight          int           // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards, at most 4
+	engine.Options
+	LocalCacheSizeBytes int // LOCAL_CACHE_SIZE_IN_BYTES; 0: no local cache
+	// SLUICE_SHARDS; 0 = 1 for network stores, 4 × GOMAXPROCS for memory.
+	Shards      int
+	MaxInFlight int // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards, at most 4
 	// StatsMaxDynamic bounds the statistics names requests create (unknown
 	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
 	StatsMaxDynamic int
@@ -256,25 +253,27 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		ForceStart:        e.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
 		HealthyWithConfig: e.Bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
 	}
+	eo := engine.DefaultOptions()
+	eo.ExpirationJitterMax = time.Duration(e.Int("EXPIRATION_JITTER_MAX_SECONDS", int(eo.ExpirationJitterMax/time.Second))) * time.Second
+	eo.NearLimitRatio = e.Float32("NEAR_LIMIT_RATIO", eo.NearLimitRatio)
+	eo.CacheKeyPrefix = e.String("CACHE_KEY_PREFIX", "")
+	eo.StopIncrementOnLimit = e.Bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
+	eo.Headers = engine.HeaderOptions{
+		Enabled:   e.Bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
+		Limit:     e.String("LIMIT_LIMIT_HEADER", eo.Headers.Limit),
+		Remaining: e.String("LIMIT_REMAINING_HEADER", eo.Headers.Remaining),
+		Reset:     e.String("LIMIT_RESET_HEADER", eo.Headers.Reset),
+	}
+	eo.ShadowMode = e.Bool("SHADOW_MODE", false)
+	eo.QuotaMode = e.Bool("QUOTA_MODE", false)
+	eo.DynamicMetadata = e.Bool("RESPONSE_DYNAMIC_METADATA", false)
+	eo.Timeout = e.Duration("SLUICE_BACKEND_TIMEOUT", eo.Timeout)
 	s.Limiter = LimiterSettings{
-		ExpirationJitterMax:  time.Duration(e.Int("EXPIRATION_JITTER_MAX_SECONDS", 300)) * time.Second,
-		LocalCacheSizeBytes:  e.Int("LOCAL_CACHE_SIZE_IN_BYTES", 0),
-		NearLimitRatio:       e.Float32("NEAR_LIMIT_RATIO", 0.8),
-		CacheKeyPrefix:       e.String("CACHE_KEY_PREFIX", ""),
-		StopIncrementOnLimit: e.Bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false),
-		Headers: engine.HeaderOptions{
-			Enabled:   e.Bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
-			Limit:     e.String("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-			Remaining: e.String("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-			Reset:     e.String("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-		},
-		ShadowMode:      e.Bool("SHADOW_MODE", false),
-		QuotaMode:       e.Bool("QUOTA_MODE", false),
-		DynamicMetadata: e.Bool("RESPONSE_DYNAMIC_METADATA", false),
-		BackendTimeout:  e.Duration("SLUICE_BACKEND_TIMEOUT", time.Second),
-		StatsMaxDynamic: e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
-		Shards:          e.Int("SLUICE_SHARDS", 0),
-		MaxInFlight:     e.Int("SLUICE_MAX_IN_FLIGHT", 0),
+		Options:             eo,
+		LocalCacheSizeBytes: e.Int("LOCAL_CACHE_SIZE_IN_BYTES", 0),
+		StatsMaxDynamic:     e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
+		Shards:              e.Int("SLUICE_SHARDS", 0),
+		MaxInFlight:         e.Int("SLUICE_MAX_IN_FLIGHT", 0),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
 	s.Backend.Memory = MemorySettings{
@@ -394,11 +393,9 @@ func (s Settings) Validate() error {
 	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if s.Limiter.NearLimitRatio < 0 || s.Limiter.NearLimitRatio > 1 {
-		errs = append(errs, fmt.Errorf("NEAR_LIMIT_RATIO must be between 0 and 1, got %v", s.Limiter.NearLimitRatio))
-	}
-	if s.Limiter.ExpirationJitterMax < 0 {
-		errs = append(errs, errors.New("EXPIRATION_JITTER_MAX_SECONDS must not be negative"))
+	// The engine's own check, the one NewService makes again.
+	if err := s.Limiter.Options.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.Limiter.LocalCacheSizeBytes < 0 {
 		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))
@@ -424,9 +421,6 @@ func (s Settings) Validate() error {
 	}
 	if s.Limiter.StatsMaxDynamic < 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_STATS_MAX_DYNAMIC must not be negative, got %d", s.Limiter.StatsMaxDynamic))
-	}
-	if s.Limiter.BackendTimeout <= 0 {
-		errs = append(errs, errors.New("SLUICE_BACKEND_TIMEOUT must be positive"))
 	}
 	if s.Listen.GRPCStreamWorkers < 0 || s.Listen.GRPCStreamWorkers > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("SLUICE_GRPC_STREAM_WORKERS (%d) must be between 0 and %d", s.Listen.GRPCStreamWorkers, uint32(math.MaxUint32)))

@@ -95,3 +95,24 @@ func TestLogFormats(t *testing.T) {
 		t.Errorf("text log %q", got)
 	}
 }
+
+// TestNearLimitRatioRejected: a ratio that is not a number in [0, 1] fails
+// SettingsFromEnv with one error that names the variable (the engine's check,
+// made once; NaN used to pass the settings and fail only in NewServer).
+func TestNearLimitRatioRejected(t *testing.T) {
+	for _, v := range []string{"NaN", "nan", "Inf", "+Inf", "-Inf", "-0.1", "1.01"} {
+		_, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v}))
+		if err == nil {
+			t.Errorf("NEAR_LIMIT_RATIO=%s accepted", v)
+			continue
+		}
+		if msg := err.Error(); strings.Count(msg, "NEAR_LIMIT_RATIO must be between 0 and 1") != 1 || strings.Contains(msg, "\n") {
+			t.Errorf("NEAR_LIMIT_RATIO=%s: want one error naming the variable, got %q", v, msg)
+		}
+	}
+	for _, v := range []string{"0", "0.5", "1"} {
+		if _, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v})); err != nil {
+			t.Errorf("NEAR_LIMIT_RATIO=%s: %v", v, err)
+		}
+	}
+}

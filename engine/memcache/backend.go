@@ -95,7 +95,7 @@ var (
 // SRVRefresh, the SRV refresh loop. Unreachable nodes do not fail New; they
 // show in Healthy. ctx bounds the first SRV lookup.
 func New(ctx context.Context, o Options) (*Backend, error) {
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, fmt.Errorf("memcache options: %w", err)
 	}
 	tlsCfg, err := tlsclient.Optional(o.TLS, o.TLSCACert, o.TLSCert, o.TLSKey, o.TLSSkipHostnameVerification)
@@ -111,13 +111,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		abort:       make(chan struct{}),
 		workersDone: make(chan struct{}),
 	}
-	if b.log == nil {
-		b.log = slog.New(slog.DiscardHandler)
-	}
 	b.failed = ratelog.New(b.log, "memcache increment failed", ratelog.DefaultInterval)
-	if b.now == nil {
-		b.now = time.Now
-	}
 	if o.SRV != "" {
 		if err := b.refreshSRV(ctx); err != nil {
 			//lint:ignore ST1005 the reference's exact message, which operators grep for and tests pin

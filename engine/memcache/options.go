@@ -64,6 +64,18 @@ func DefaultOptions() Options {
 	}
 }
 
+// EnsureDefaults fills the fields left nil (resolver stays nil for the
+// default one): the clock and a logger that discards. It returns o.
+func (o *Options) EnsureDefaults() *Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Validate reports every problem with o, joined.
 func (o Options) Validate() error {
 	var p check.Problems

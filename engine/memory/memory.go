@@ -94,15 +94,22 @@ type Backend struct {
 // New returns an empty, unbounded backend; clock may be nil for time.Now.
 func New(clock func() time.Time) *Backend { return NewWithOptions(Options{Clock: clock}) }
 
-// NewWithOptions returns an empty backend with a memory bound and a sweeper
-// as o says.
-func NewWithOptions(o Options) *Backend {
+// EnsureDefaults fills the clock and the key bound when they are not set,
+// and returns o.
+func (o *Options) EnsureDefaults() *Options {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
 	if o.MaxKeyBytes <= 0 {
 		o.MaxKeyBytes = DefaultMaxKeyBytes
 	}
+	return o
+}
+
+// NewWithOptions returns an empty backend with a memory bound and a sweeper
+// as o says.
+func NewWithOptions(o Options) *Backend {
+	o.EnsureDefaults()
 	b := &Backend{clock: o.Clock, budget: o.Budget, maxKeyBytes: o.MaxKeyBytes, m: map[string]entry{}}
 	if o.SweepEvery > 0 {
 		b.stop, b.done = make(chan struct{}), make(chan struct{})

@@ -1,0 +1,206 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// Addrs are the bound addresses, known once Run has started listening.
+type Addrs struct{ GRPC, HTTP, Debug net.Addr }
+
+// listeners are the gRPC, HTTP and debug servers of one Run.
+type listeners struct {
+	settings ListenSettings
+	// grpcOpts are added to the gRPC server's own: the caller's, then TLS
+	// and tracing.
+	grpcOpts []grpc.ServerOption
+	debugEnd map[string]DebugEndpoint
+	stats    *stats.Store
+
+	grpc        *grpc.Server
+	http, debug *http.Server
+
+	mu    sync.Mutex
+	addrs Addrs
+
+	perMethod sync.Map // full gRPC method → *methodStats
+}
+
+// Addrs are the bound addresses (zero until listen).
+func (n *listeners) Addrs() Addrs {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.addrs
+}
+
+// serve listens and serves the handlers of s until shutdown; each server's
+// end arrives on the channel, three in all.
+func (n *listeners) serve(s *Server) (<-chan error, error) {
+	lns, err := n.listen()
+	if err != nil {
+		return nil, err
+	}
+	n.grpc = n.newGRPCServer(s)
+	n.http = n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs)))
+	n.debug = n.settings.HTTPTimeouts.Server(newDebugHandler(s, n.debugEnd))
+	errc := make(chan error, 3)
+	go func() { errc <- n.grpc.Serve(lns[0]) }()
+	go func() { errc <- n.http.Serve(lns[1]) }()
+	go func() { errc <- n.debug.Serve(lns[2]) }()
+	return errc, nil
+}
+
+// served waits for the ends of the servers still running (n of them) and
+// reports the first failure, counting a graceful stop as none.
+func served(errc <-chan error, n int) error {
+	var first error
+	for i := 0; i < n; i++ {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// shutdown stops accepting, lets in-flight requests finish (bounded), and
+// closes the listeners.
+func (n *listeners) shutdown() {
+	const grace = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { n.grpc.GracefulStop(); close(done) }()
+	_ = n.http.Shutdown(ctx)
+	_ = n.debug.Shutdown(ctx)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		n.grpc.Stop()
+		<-done
+	}
+}
+
+func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
+	l := n.settings
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      l.MaxConnectionAge,
+			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+		}),
+		grpc.ChainUnaryInterceptor(n.statsInterceptor),
+		// RLS messages are coded by hand (wire.go); the rest by protobuf.
+		grpc.ForceServerCodecV2(newRLSCodec()),
+	}
+	if l.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(l.GRPCStreamWorkers)))
+	}
+	opts = append(opts, n.grpcOpts...)
+	g := grpc.NewServer(opts...)
+	rls := newRLSServer(s.decider(), s.log, s.errs)
+	g.RegisterService(rls.serviceDesc(), rls)
+	healthpb.RegisterHealthServer(g, s.ghs)
+	return g
+}
+
+// statsInterceptor counts ratelimit_server.<Method>.total_requests and
+// .response_time, as the reference's gRPC interceptor.
+func (n *listeners) statsInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	ms := n.methodStats(info.FullMethod)
+	ms.total.Inc()
+	ms.time.Record(time.Since(start))
+	return resp, err
+}
+
+type methodStats struct {
+	total *stats.Counter
+	time  *stats.Timer
+}
+
+// methodStats resolves a gRPC method's stats once (the names never change).
+func (n *listeners) methodStats(full string) *methodStats {
+	if v, ok := n.perMethod.Load(full); ok {
+		return v.(*methodStats)
+	}
+	method := full
+	if i := lastSlash(method); i >= 0 {
+		method = method[i+1:]
+	}
+	ms := &methodStats{
+		total: n.stats.Counter("ratelimit_server." + method + ".total_requests"),
+		time:  n.stats.Timer("ratelimit_server." + method + ".response_time"),
+	}
+	v, _ := n.perMethod.LoadOrStore(full, ms)
+	return v.(*methodStats)
+}
+
+func lastSlash(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// listen opens gRPC, HTTP and debug listeners, TCP with SO_REUSEPORT as the
+// reference, or gRPC on a unix socket with GRPC_UDS.
+func (n *listeners) listen() ([3]net.Listener, error) {
+	var lns [3]net.Listener
+	l := n.settings
+	var err error
+	closeAll := func() {
+		for _, ln := range lns {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
+	if l.GRPCUDS != "" {
+		_ = os.Remove(l.GRPCUDS) // a stale socket from a previous run
+		lns[0], err = net.Listen("unix", l.GRPCUDS)
+	} else {
+		lns[0], err = listenReusePort(l.GRPCAddr())
+	}
+	if err == nil {
+		lns[1], err = listenReusePort(l.HTTPAddr())
+	}
+	if err == nil {
+		lns[2], err = listenReusePort(l.DebugAddr())
+	}
+	if err != nil {
+		closeAll()
+		return lns, fmt.Errorf("listening: %w", err)
+	}
+	n.mu.Lock()
+	n.addrs = Addrs{GRPC: lns[0].Addr(), HTTP: lns[1].Addr(), Debug: lns[2].Addr()}
+	n.mu.Unlock()
+	return lns, nil
+}
+
+func listenReusePort(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
