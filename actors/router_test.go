@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,10 +173,12 @@ func TestBatchingAndCoalescing(t *testing.T) {
 // TestGroupCommit: with MaxInFlight calls allowed, increments go out at once,
 // each in its own call, until that many are outstanding; only then do they
 // pile up, and the pile leaves as one batch when any call ends.
+// TestGroupCommit: with ParallelMin 1 every decision leaves at once while
+// fewer than MaxInFlight calls are out; then they pile up and leave as one.
 func TestGroupCommit(t *testing.T) {
 	const inFlight = 3
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
-	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, Backend: func(int) engine.Backend { return b }})
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, ParallelMin: 1, Backend: func(int) engine.Backend { return b }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +229,59 @@ func TestGroupCommit(t *testing.T) {
 	}
 	if !coalesced {
 		t.Fatalf("batches %+v: want the four that piled up as one increment of 4", b.batches)
+	}
+}
+
+// TestParallelMin: the first decision leaves at once; while its call is out,
+// a second call leaves only when ParallelMin keys have piled up, and the
+// rest leave together when a call returns.
+func TestParallelMin(t *testing.T) {
+	const parallelMin = 5
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: 4, ParallelMin: parallelMin, CallTimeout: time.Minute, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+
+	var wg sync.WaitGroup
+	send := func(key string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Increment(context.Background(), []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	send("k0")
+	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	for i := 1; i < parallelMin; i++ {
+		send(fmt.Sprintf("k%d", i))
+		waitFor(t, func() bool { return r.Pending(0) == i })
+	}
+	if got := b.calls.Load(); got != 1 {
+		t.Fatalf("%d calls with %d keys waiting: a batch under ParallelMin must wait for the call out", got, parallelMin-1)
+	}
+	send(fmt.Sprintf("k%d", parallelMin))
+	waitFor(t, func() bool { return b.calls.Load() == 2 && r.Pending(0) == 0 })
+	send("late")
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	b.gate <- struct{}{} // a call returns: the one waiting leaves
+	waitFor(t, func() bool { return b.calls.Load() == 3 && r.Pending(0) == 0 })
+	b.gate <- struct{}{}
+	b.gate <- struct{}{}
+	wg.Wait()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var sizes []int
+	for _, batch := range b.batches {
+		sizes = append(sizes, len(batch))
+	}
+	sort.Ints(sizes)
+	if want := []int{1, 1, parallelMin}; !slices.Equal(sizes, want) {
+		t.Fatalf("batch sizes %v, want %v", sizes, want)
 	}
 }
 
@@ -279,7 +336,7 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 
 func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
-	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, ParallelMin: 1, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,20 @@ import (
 )
 
 // inlineBackend is implemented by backends whose calls do no I/O (memory):
-// the shard calls them directly instead of in a goroutine.
+// the shard calls them directly instead of handing them to a worker.
 type inlineBackend interface{ Inline() bool }
+
+func isInline(b engine.Backend) bool {
+	ib, ok := b.(inlineBackend)
+	return ok && ib.Inline()
+}
+
+// backendCall is one batch handed to a lane's workers.
+type backendCall struct {
+	uniq   []engine.Increment
+	groups [][]int
+	batch  []item
+}
 
 type flushDone struct{ backend int }
 type windowElapsed struct{ backend int }
@@ -33,6 +45,10 @@ type shard struct {
 	index    int
 	backends [2]engine.Backend
 	lanes    [2]lane
+	// work feeds each network lane's MaxInFlight workers. It is set before
+	// the shard starts and never changes; its capacity is MaxInFlight, and a
+	// lane never has more calls out than that, so a send never blocks.
+	work [2]chan backendCall
 	// pending mirrors the number of queued items for observers outside the
 	// actor (metrics, tests); the lanes remain the truth.
 	pending atomic.Int64
@@ -91,14 +107,23 @@ func (s *shard) failAll(err error) {
 }
 
 // maybeFlush sends the lane's batch if the backend may take another call.
-// With a pipeline window a new batch waits for the window first, unless it is
-// already full or has waited behind a call in flight (now).
+// now says a call has just returned or a window elapsed: what waited leaves.
+// Otherwise (new arrivals) a batch leaves at once only if no call is out or
+// it has ParallelMin keys; with a pipeline window a new batch waits for the
+// window first, unless it is already full.
 func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
 	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
-		if p.Window > 0 && !now && l.inFlight == 0 && !p.full(len(l.pending)) {
+		full := p.full(len(l.pending))
+		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
+			// A call is out: what arrives rides with the next one, sent
+			// as soon as a call returns (group commit). Opening another
+			// call in parallel pays only for a batch worth its round trip.
+			return
+		}
+		if p.Window > 0 && !now && l.inFlight == 0 && !full {
 			if l.timer == nil {
 				self := ctx.Self()
 				root := s.r.system.Root
@@ -124,37 +149,43 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 		if len(l.pending) == 0 {
 			l.pending = nil // let the old array go
 		}
-		s.flush(ctx, b, batch)
+		s.flush(b, batch)
 		now = true
 	}
 }
 
-// flush makes one backend call for batch.
-func (s *shard) flush(ctx actor.Context, b int, batch []item) {
-	backend := s.backends[b]
+// flush makes one backend call for batch: inline for a backend without I/O,
+// otherwise on one of the lane's workers.
+func (s *shard) flush(b int, batch []item) {
 	uniq, groups := coalesce(batch)
-	if ib, ok := backend.(inlineBackend); ok && ib.Inline() {
+	if s.work[b] == nil {
 		l := &s.lanes[b]
 		l.current = batch
-		err := backend.IncrementBatch(context.Background(), uniq)
+		err := s.backends[b].IncrementBatch(context.Background(), uniq)
 		l.current = nil
 		answer(uniq, groups, batch, err)
 		return
 	}
 	s.lanes[b].inFlight++
-	r := s.r
-	self := ctx.Self()
-	r.calls.Add(1)
-	go func() {
-		defer r.calls.Done()
+	s.work[b] <- backendCall{uniq: uniq, groups: groups, batch: batch}
+}
+
+// worker makes the backend calls of one lane, one at a time, for as long as
+// the Router runs. Long-lived workers keep their grown stacks and need no
+// goroutine per call (both showed in profiles at low load); each answers its
+// waiters itself and then tells the shard, which sends what piled up.
+func (r *Router) worker(s *shard, b int, self *actor.PID) {
+	defer r.workers.Done()
+	backend := s.backends[b]
+	for c := range s.work[b] {
 		cctx, cancel := context.WithTimeout(r.callCtx, r.o.CallTimeout)
-		err := backend.IncrementBatch(cctx, uniq)
+		err := backend.IncrementBatch(cctx, c.uniq)
 		cancel()
-		answer(uniq, groups, batch, err)
+		answer(c.uniq, c.groups, c.batch, err)
 		if !r.stopping.Load() {
 			r.system.Root.Send(self, flushDone{b})
 		}
-	}()
+	}
 }
 
 // singleGroup is the grouping of a one-item batch; shared, never written.

@@ -8,4 +8,8 @@
 // latency percentiles, CPU per 1,000 decisions (from /proc), server
 // allocations per decision (from the debug port's memstats) and Redis
 // commands and round trips per decision (INFO). Every run is bounded in time.
+//
+// Processes are started, awaited and measured through internal/testenv, as
+// the load-test scenarios do; latency percentiles are testenv.Percentile
+// (nearest rank). bench/odatabench is the OData measurement it runs.
 package main

@@ -14,6 +14,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // workload is what the callers send.
@@ -146,13 +148,13 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 		}()
 	}
 	time.Sleep(warmup)
-	cpu0, _ := cpuSeconds(os.Getpid())
+	cpu0, _ := testenv.CPUSeconds(os.Getpid())
 	phase.Store(1)
 	start := time.Now()
 	time.Sleep(d)
 	phase.Store(2)
 	elapsed := time.Since(start)
-	cpu1, _ := cpuSeconds(os.Getpid())
+	cpu1, _ := testenv.CPUSeconds(os.Getpid())
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
 	select {
@@ -167,13 +169,6 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 	}
 	res.DriverMs = (cpu1 - cpu0) * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	res.P50, res.P99, res.P999 = pct(lat, 0.50), pct(lat, 0.99), pct(lat, 0.999)
+	res.P50, res.P99, res.P999 = testenv.Percentile(lat, 0.50), testenv.Percentile(lat, 0.99), testenv.Percentile(lat, 0.999)
 	return res, nil
-}
-
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
 }

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/testenv"
 	"log"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -20,6 +18,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 type flags struct {
@@ -130,74 +130,39 @@ func freePort() (int, error) {
 	return ps[0], nil
 }
 
-// process is one system under test.
+// process is one system under test: a process this program started, or
+// (p nil) a peer already running elsewhere.
 type process struct {
 	name  string
 	addr  string // gRPC
 	debug string // sluice's debug port, "" otherwise
-	cmd   *exec.Cmd
-	logf  *os.File
+	p     *testenv.Process
 }
 
 func (p *process) pid() int {
-	if p.cmd == nil || p.cmd.Process == nil {
+	if p.p == nil {
 		return 0
 	}
-	return p.cmd.Process.Pid
+	return p.p.PID()
 }
 
 func (p *process) stop() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-	if p.logf != nil {
-		p.logf.Close()
+	if p.p != nil {
+		_ = p.p.Stop(15 * time.Second)
 	}
 }
 
-// startProcess runs cmd with env, logging to dir, and waits until addr accepts.
+// startProcess runs argv with env added to this program's, logging to dir,
+// and waits until addr accepts.
 func startProcess(name string, argv []string, env []string, addr, dir string) (*process, error) {
-	logf, err := os.Create(filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".log"))
+	sp, err := testenv.StartProcess(testenv.ProcessSpec{Name: name, Bin: argv[0], Args: argv[1:],
+		Env: append(os.Environ(), env...), LogPath: filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".log")})
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+	if err := sp.WaitReady(context.Background(), 30*time.Second, testenv.DialCheck(addr)); err != nil {
+		sp.Kill()
+		return nil, fmt.Errorf("%w; log:\n%s", err, sp.LogTail(20))
 	}
-	p := &process{name: name, addr: addr, cmd: cmd, logf: logf}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			b, _ := os.ReadFile(logf.Name())
-			return nil, fmt.Errorf("%s did not listen on %s in 30s; log:\n%s", name, addr, tail(string(b), 20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return &process{name: name, addr: addr, p: sp}, nil
 }

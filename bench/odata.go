@@ -29,8 +29,8 @@ type odataSizes struct {
 	rows, pages, passes, clientPages, codingRuns int
 }
 
-// benchOData fills a real PostgreSQL with generated data, runs odatabench
-// (10,000-row pages through the API against COPY of the same query, and a
+// benchOData fills a real PostgreSQL with generated data, runs bench/odatabench
+// (10,000-row pages through the API against COPY of the same rows, and a
 // sparse filter paged to the end), and measures the server's peak RSS while
 // four clients page through /Records with $top=10000. It returns markdown.
 func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz odataSizes) (string, error) {
@@ -47,19 +47,19 @@ func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz
 
 	log.Printf("odata: generating %d rows into PostgreSQL", sz.rows)
 	start := time.Now()
-	if b, err := exec.CommandContext(ctx, bin, "generate", "-db", dsn, "-rows", fmt.Sprint(sz.rows)).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("sluice generate: %v\n%s", err, tail(string(b), 10))
+	if err := testenv.SluiceGenerate(ctx, bin, dsn, sz.rows); err != nil {
+		return "", err
 	}
 	fmt.Fprintf(&out, "Generated in %s.\n\n", time.Since(start).Round(100*time.Millisecond))
 
 	log.Printf("odata: pages vs COPY, sparse filter")
 	obench := filepath.Join(work, "odatabench")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", obench, "./odata/cmd/odatabench").CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", obench, "./bench/odatabench").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building odatabench: %v\n%s", err, b)
 	}
 	b, err := exec.CommandContext(ctx, obench, "-db", dsn, "-pages", fmt.Sprint(sz.pages), "-passes", fmt.Sprint(sz.passes)).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("odatabench: %v\n%s", err, tail(string(b), 10))
+		return "", fmt.Errorf("odatabench: %v\n%s", err, testenv.TailLines(string(b), 10))
 	}
 	out.Write(b)
 	out.WriteString("\n")
@@ -87,12 +87,9 @@ func benchOData(ctx context.Context, tb *testenv.ProgramTB, bin, work string, sz
 func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak int64, rows int64, err error) {
 	keys := make([]string, 4)
 	for i := range keys {
-		b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, fmt.Sprintf("bench%d", i)).CombinedOutput()
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("sluice keys add: %v\n%s", err, b)
+		if keys[i], err = testenv.SluiceAddKey(ctx, bin, dsn, fmt.Sprintf("bench%d", i)); err != nil {
+			return 0, 0, 0, err
 		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		keys[i] = strings.TrimSpace(lines[len(lines)-1])
 	}
 	port, err := freePort()
 	if err != nil {
@@ -105,7 +102,7 @@ func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak
 	}
 	defer p.stop()
 	time.Sleep(300 * time.Millisecond)
-	idle, _ = rssBytes(p.pid())
+	idle, _ = testenv.RSS(p.pid())
 	peak = idle
 
 	var done atomic.Bool
@@ -114,7 +111,7 @@ func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak
 	go func() {
 		defer samplerWG.Done()
 		for !done.Load() {
-			if r, err := rssBytes(p.pid()); err == nil && r > atomic.LoadInt64(&peak) {
+			if r, err := testenv.RSS(p.pid()); err == nil && r > atomic.LoadInt64(&peak) {
 				atomic.StoreInt64(&peak, r)
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -150,22 +147,36 @@ func odataRSS(ctx context.Context, bin, work, dsn string, pages int) (idle, peak
 	return idle, atomic.LoadInt64(&peak), total.Load(), nil
 }
 
-// fetchPage reads one page, counting rows without keeping them.
-func fetchPage(c *http.Client, url, key string) (int, string, error) {
+// get GETs url with the API key, asking for coding ("" leaves the client's
+// default); anything but 200 is an error that quotes the body's start.
+func get(c *http.Client, url, key, coding string) (*http.Response, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	req.Header.Set("x-api-key", key)
+	if coding != "" {
+		req.Header.Set("Accept-Encoding", coding)
+	}
 	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return resp, nil
+}
+
+// fetchPage reads one page, counting rows without keeping them.
+func fetchPage(c *http.Client, url, key string) (int, string, error) {
+	resp, err := get(c, url, key, "")
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, "", fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
-	}
 	dec := json.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10))
 	var page struct {
 		Value []json.RawMessage `json:"value"`
@@ -183,12 +194,10 @@ func fetchPage(c *http.Client, url, key string) (int, string, error) {
 // divided by the pages). The pages are identical, so the CPU difference
 // between a coding and identity is the cost of compressing.
 func odataCodings(ctx context.Context, bin, work, dsn string, runs int) (string, error) {
-	b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, "bench-codings").CombinedOutput()
+	key, err := testenv.SluiceAddKey(ctx, bin, dsn, "bench-codings")
 	if err != nil {
-		return "", fmt.Errorf("sluice keys add: %v\n%s", err, b)
+		return "", err
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	key := strings.TrimSpace(lines[len(lines)-1])
 	port, err := freePort()
 	if err != nil {
 		return "", err
@@ -213,7 +222,7 @@ func odataCodings(ctx context.Context, bin, work, dsn string, runs int) (string,
 		if _, _, err := getCoded(client, url, key, coding); err != nil { // warm the cache and the pools
 			return "", err
 		}
-		before, err := cpuSeconds(p.pid())
+		before, err := testenv.CPUSeconds(p.pid())
 		if err != nil {
 			return "", err
 		}
@@ -235,7 +244,7 @@ func odataCodings(ctx context.Context, bin, work, dsn string, runs int) (string,
 			times = append(times, time.Since(st))
 			size = n
 		}
-		after, err := cpuSeconds(p.pid())
+		after, err := testenv.CPUSeconds(p.pid())
 		if err != nil {
 			return "", err
 		}
@@ -298,12 +307,7 @@ func encoderTable(page []byte, runs int) string {
 
 // getBody reads a page uncompressed.
 func getBody(c *http.Client, url, key string) ([]byte, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("x-api-key", key)
-	resp, err := c.Do(req)
+	resp, err := get(c, url, key, "")
 	if err != nil {
 		return nil, err
 	}
@@ -314,21 +318,11 @@ func getBody(c *http.Client, url, key string) ([]byte, error) {
 // getCoded reads a page asking for one coding and returns the body's wire
 // size and the Content-Encoding answered.
 func getCoded(c *http.Client, url, key, coding string) (int64, string, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("x-api-key", key)
-	req.Header.Set("Accept-Encoding", coding)
-	resp, err := c.Do(req)
+	resp, err := get(c, url, key, coding)
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, "", fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
-	}
 	n, err := io.Copy(io.Discard, resp.Body)
 	return n, resp.Header.Get("Content-Encoding"), err
 }

@@ -240,30 +240,20 @@ func startNoop(work string) (*process, error) {
 	return p, nil
 }
 
+// startSluice starts `sluice ratelimit` on bin with the bench rules, through
+// the harness every program shares (testenv.StartSluice).
 func startSluice(bin, work, runtimeRoot, backend, redisAddr string, extraEnv ...string) (*process, error) {
-	var ports [3]int
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
-	}
-	env := []string{
-		"BACKEND_TYPE=" + backend, "USE_STATSD=false", "DISABLE_STATS=true", "LOG_LEVEL=error",
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"GRPC_PORT=" + strconv.Itoa(ports[0]), "PORT=" + strconv.Itoa(ports[1]), "DEBUG_PORT=" + strconv.Itoa(ports[2]),
-		"RUNTIME_ROOT=" + runtimeRoot, "RUNTIME_SUBDIRECTORY=bench", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
-	}
-	env = append(env, extraEnv...)
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	p, err := startProcess(fmt.Sprintf("sluice-%s-%d", backend, ports[0]), []string{bin, "ratelimit"}, env, addr, work)
+	cfg := testenv.DefaultSluiceConfig(runtimeRoot)
+	cfg.Bin, cfg.Backend, cfg.RedisAddr = bin, backend, redisAddr
+	cfg.Subdirectory, cfg.LogLevel = "bench", "error"
+	cfg.LogPath = filepath.Join(work, fmt.Sprintf("sluice-%s-%d.log", backend, time.Now().UnixNano()))
+	cfg.StartTimeout = 30 * time.Second
+	cfg.Env = extraEnv
+	s, err := testenv.StartSluice(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
-	p.debug = fmt.Sprintf("127.0.0.1:%d", ports[2])
-	return p, nil
+	return &process{name: "sluice-" + backend + "-" + s.GRPC, addr: s.GRPC, debug: s.Debug, p: s.Process}, nil
 }
 
 // startPeer runs another rate limit service with the same rules and Redis.
@@ -301,10 +291,10 @@ func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration
 	}
 	var s0 snap
 	timer := time.AfterFunc(warmup, func() {
-		s0.cpu, _ = cpuSeconds(p.pid())
+		s0.cpu, _ = testenv.CPUSeconds(p.pid())
 		if rc != nil {
 			before = readRedis(rc)
-			s0.rcpu, _ = cpuSeconds(redisPID)
+			s0.rcpu, _ = testenv.CPUSeconds(redisPID)
 		}
 		if p.debug != "" {
 			s0.mallocs, _ = mallocs(p.debug)
@@ -318,7 +308,7 @@ func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration
 	r := row{w: w, res: res}
 	n := float64(max(res.Decisions, 1))
 	if pid := p.pid(); pid > 0 {
-		c1, _ := cpuSeconds(pid)
+		c1, _ := testenv.CPUSeconds(pid)
 		r.cpuMs = (c1 - s0.cpu) * 1000 / n * 1000
 	}
 	if p.debug != "" {
@@ -328,7 +318,7 @@ func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration
 	}
 	if rc != nil {
 		after := readRedis(rc)
-		rc1, _ := cpuSeconds(redisPID)
+		rc1, _ := testenv.CPUSeconds(redisPID)
 		r.redisMs = (rc1 - s0.rcpu) * 1000 / n * 1000
 		r.cmds = float64(after.commands-before.commands) / n
 		r.trips = float64(after.reads-before.reads) / n

@@ -111,7 +111,7 @@ func scaleOutOne(name string, replicas int, bin, work, runtimeRoot string, redis
 func cpuOf(pids []int) float64 {
 	var sum float64
 	for _, pid := range pids {
-		c, _ := cpuSeconds(pid)
+		c, _ := testenv.CPUSeconds(pid)
 		sum += c
 	}
 	return sum

@@ -156,8 +156,15 @@ func TestDebugEmptyRlconfig(t *testing.T) {
 func TestReloadDirectoryMode(t *testing.T) {
 	h := start(t, map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, map[string]string{"a.yaml": "domain: a\n"})
 	dump := func() string { return h.srv.DumpConfig() }
+	// Each version of a file appears whole (written beside the directory,
+	// then renamed in), as a deploy tool writes it: a watcher that reads a
+	// half-written file would count a load error this test does not expect.
 	write := func(name, body string) {
-		if err := os.WriteFile(filepath.Join(h.cfgDir, name), []byte(body), 0o644); err != nil {
+		tmp := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(h.cfgDir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}

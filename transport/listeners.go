@@ -105,6 +105,9 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 		// RLS messages are coded by hand (wire.go); the rest by protobuf.
 		grpc.ForceServerCodecV2(newRLSCodec()),
 	}
+	if l.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(l.GRPCStreamWorkers)))
+	}
 	opts = append(opts, n.grpcOpts...)
 	g := grpc.NewServer(opts...)
 	rls := newRLSServer(s.decider(), s.log, s.errs)

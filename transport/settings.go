@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,9 +50,18 @@ type ListenSettings struct {
 	GRPCUDS                   string
 	MaxConnectionAge          time.Duration
 	MaxConnectionAgeGrace     time.Duration
+	// GRPCStreamWorkers is how many goroutines serve RPCs and are kept
+	// between them (SLUICE_GRPC_STREAM_WORKERS, 0 = a new goroutine per RPC,
+	// as grpc-go does by default). A new goroutine grows its stack on every
+	// decision; a kept worker has grown it once.
+	GRPCStreamWorkers int
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts
 }
+
+// DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway
+// fleet's connections; RPCs beyond it get a goroutine of their own.
+const DefaultGRPCStreamWorkers = 128
 
 // HTTPTimeouts bound how long an HTTP client may hold a connection without
 // making progress, so that slow or idle clients cannot pile up connections
@@ -141,9 +151,9 @@ type ConfigSettings struct {
 type LimiterSettings struct {
 	engine.Options
 	LocalCacheSizeBytes int // LOCAL_CACHE_SIZE_IN_BYTES; 0: no local cache
-	// SLUICE_SHARDS; 0 = GOMAXPROCS for network stores, 4 × GOMAXPROCS for memory.
+	// SLUICE_SHARDS; 0 = 1 for network stores, 4 × GOMAXPROCS for memory.
 	Shards      int
-	MaxInFlight int // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards
+	MaxInFlight int // SLUICE_MAX_IN_FLIGHT: backend calls per shard; 0 = pool size ÷ shards, at most 4
 	// StatsMaxDynamic bounds the statistics names requests create (unknown
 	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
 	StatsMaxDynamic int
@@ -222,6 +232,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GRPCUDS:               e.String("GRPC_UDS", ""),
 		MaxConnectionAge:      e.Duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		MaxConnectionAgeGrace: e.Duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
+		GRPCStreamWorkers:     e.Int("SLUICE_GRPC_STREAM_WORKERS", DefaultGRPCStreamWorkers),
 	}
 	ht := DefaultHTTPTimeouts()
 	s.Listen.HTTPTimeouts = HTTPTimeouts{
@@ -410,6 +421,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Limiter.StatsMaxDynamic < 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_STATS_MAX_DYNAMIC must not be negative, got %d", s.Limiter.StatsMaxDynamic))
+	}
+	if s.Listen.GRPCStreamWorkers < 0 || s.Listen.GRPCStreamWorkers > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("SLUICE_GRPC_STREAM_WORKERS (%d) must be between 0 and %d", s.Listen.GRPCStreamWorkers, uint32(math.MaxUint32)))
 	}
 	if s.Limiter.Shards < 0 || s.Limiter.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_SHARDS (%d) and SLUICE_MAX_IN_FLIGHT (%d) must not be negative", s.Limiter.Shards, s.Limiter.MaxInFlight))

@@ -123,6 +123,24 @@ func nextField(buf []byte, pos, limit int) (field, int, error) {
 	return f, pos + n, nil
 }
 
+// fields walks the fields of buf[pos:end]: for it.next() { use it.f }, then
+// it.err tells whether the framing was bad. A value, not a closure: the
+// decode loops are the hot path.
+type fields struct {
+	buf      []byte
+	pos, end int
+	f        field
+	err      error
+}
+
+func (it *fields) next() bool {
+	if it.pos >= it.end || it.err != nil {
+		return false
+	}
+	it.f, it.pos, it.err = nextField(it.buf, it.pos, it.end)
+	return it.err == nil
+}
+
 // is reports whether f is field num of the expected wire type. protobuf-go
 // treats a field of another wire type as unknown and skips it.
 func (f field) is(num protowire.Number, typ protowire.Type) bool { return f.num == num && f.typ == typ }
@@ -138,26 +156,24 @@ func decodeRequest(buf []byte, out *engine.Request) error {
 func decodeRequestBuf(buf []byte, out *engine.Request, desc []engine.Descriptor, entries []engine.Entry) error {
 	// Pass 1 checks the framing and counts, so that pass 2 allocates once.
 	var nDesc, nEntries int
-	for pos := 0; pos < len(buf); {
-		f, next, err := nextField(buf, pos, len(buf))
-		if err != nil {
-			return err
-		}
-		pos = next
-		if !f.is(2, protowire.BytesType) {
+	top := fields{buf: buf, end: len(buf)}
+	for top.next() {
+		if !top.f.is(2, protowire.BytesType) {
 			continue
 		}
 		nDesc++
-		for p := f.start; p < f.end; {
-			g, next, err := nextField(buf, p, f.end)
-			if err != nil {
-				return err
-			}
-			p = next
-			if g.is(1, protowire.BytesType) {
+		in := fields{buf: buf, pos: top.f.start, end: top.f.end}
+		for in.next() {
+			if in.f.is(1, protowire.BytesType) {
 				nEntries++
 			}
 		}
+		if in.err != nil {
+			return in.err
+		}
+	}
+	if top.err != nil {
+		return top.err
 	}
 	d := decoder{buf: buf, text: string(buf)}
 	if cap(desc) < nDesc {
@@ -168,10 +184,9 @@ func decodeRequestBuf(buf []byte, out *engine.Request, desc []engine.Descriptor,
 		entries = make([]engine.Entry, 0, nEntries)
 	}
 	d.entries = entries[:0:nEntries]
-	for pos := 0; pos < len(buf); {
-		f, next, _ := nextField(buf, pos, len(buf)) // framing checked in pass 1
-		pos = next
-		switch {
+	// The framing was checked in pass 1.
+	for it := (fields{buf: buf, end: len(buf)}); it.next(); {
+		switch f := it.f; {
 		case f.is(1, protowire.BytesType):
 			if out.Domain = d.text[f.start:f.end]; !utf8.ValidString(out.Domain) {
 				return invalidUTF8("envoy.service.ratelimit.v3.RateLimitRequest.domain")
@@ -197,10 +212,8 @@ type decoder struct {
 // descriptor decodes an envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.
 func (d *decoder) descriptor(start, end int, out *engine.Descriptor) error {
 	first := len(d.entries)
-	for pos := start; pos < end; {
-		f, next, _ := nextField(d.buf, pos, end)
-		pos = next
-		switch {
+	for it := (fields{buf: d.buf, pos: start, end: end}); it.next(); {
+		switch f := it.f; {
 		case f.is(1, protowire.BytesType):
 			var e engine.Entry
 			if err := d.entry(f.start, f.end, &e); err != nil {
@@ -231,12 +244,9 @@ func (d *decoder) descriptor(start, end int, out *engine.Descriptor) error {
 }
 
 func (d *decoder) entry(start, end int, out *engine.Entry) error {
-	for pos := start; pos < end; {
-		f, next, err := nextField(d.buf, pos, end)
-		if err != nil {
-			return err
-		}
-		pos = next
+	it := fields{buf: d.buf, pos: start, end: end}
+	for it.next() {
+		f := it.f
 		switch {
 		case f.is(1, protowire.BytesType):
 			if out.Key = d.text[f.start:f.end]; !utf8.ValidString(out.Key) {
@@ -248,18 +258,15 @@ func (d *decoder) entry(start, end int, out *engine.Entry) error {
 			}
 		}
 	}
-	return nil
+	return it.err
 }
 
 // override decodes a RateLimitOverride (unit_multiplier is parsed for
 // errors, as protobuf-go does, and not kept: the engine has no use for it).
 func (d *decoder) override(start, end int, out *engine.LimitOverride) error {
-	for pos := start; pos < end; {
-		f, next, err := nextField(d.buf, pos, end)
-		if err != nil {
-			return err
-		}
-		pos = next
+	it := fields{buf: d.buf, pos: start, end: end}
+	for it.next() {
+		f := it.f
 		switch {
 		case f.is(1, protowire.VarintType):
 			out.RequestsPerUnit = uint32(f.x)
@@ -272,17 +279,14 @@ func (d *decoder) override(start, end int, out *engine.LimitOverride) error {
 			}
 		}
 	}
-	return nil
+	return it.err
 }
 
 // wrapper decodes a google.protobuf.UInt64Value (or UInt32Value).
 func (d *decoder) wrapper(start, end int, out *uint64, is32 bool) error {
-	for pos := start; pos < end; {
-		f, next, err := nextField(d.buf, pos, end)
-		if err != nil {
-			return err
-		}
-		pos = next
+	it := fields{buf: d.buf, pos: start, end: end}
+	for it.next() {
+		f := it.f
 		if f.is(1, protowire.VarintType) {
 			*out = f.x
 			if is32 {
@@ -290,7 +294,7 @@ func (d *decoder) wrapper(start, end int, out *uint64, is32 bool) error {
 			}
 		}
 	}
-	return nil
+	return it.err
 }
 
 // size is the encoded length of the response.

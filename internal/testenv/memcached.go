@@ -1,10 +1,8 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -24,18 +22,15 @@ type MemcachedOptions struct {
 
 // Memcached is a running memcached.
 type Memcached struct {
-	Addr       string
-	CACert     string // PEM file paths when TLS
-	ClientCert string
-	ClientKey  string
-	Dir        string
+	Addr     string
+	TLSFiles // PEM file paths when TLS
+	Dir      string
 
 	tls  bool
 	bin  string
 	args []string
 	log  string
-	mu   sync.Mutex
-	p    *proc
+	srv  server
 }
 
 // StartMemcached starts a plain memcached on a free loopback port and stops
@@ -71,11 +66,10 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 		m.CACert, m.ClientCert, m.ClientKey = GenerateTLS(t, filepath.Join(m.Dir, "tls"))
 	}
 	t.Cleanup(m.Kill)
-	var err error
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		var port int
-		if port, err = freePort(); err != nil {
-			break
+	configure := func() error {
+		port, err := freePort()
+		if err != nil {
+			return err
 		}
 		m.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		m.args = []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-m", "64", "-t", "2", "-c", "1024"}
@@ -88,62 +82,30 @@ func StartMemcachedWith(t TB, o MemcachedOptions) *Memcached {
 			m.args = append(m.args, "-Z", "-o", fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=2",
 				m.ClientCert, m.ClientKey, m.CACert))
 		}
-		if err = m.start(); err == nil {
-			return m
-		}
-		if !errors.Is(err, errExited) {
-			break
-		}
+		return nil
+	}
+	err := startOnFreePorts(configure, m.start)
+	if err == nil {
+		return m
 	}
 	t.Fatalf("testenv: start memcached: %v\nlog tail:\n%s", err, logTail(m.log, 40))
 	return nil
 }
 
 func (m *Memcached) start() error {
-	p, err := startProc(procSpec{name: "memcached", bin: m.bin, args: m.args, dir: m.Dir, logPath: m.log})
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.p = p
-	m.mu.Unlock()
 	var tcfg *tls.Config
 	if m.tls {
+		var err error
 		if tcfg, err = ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey); err != nil {
-			p.kill()
 			return err
 		}
 	}
-	if err := waitReady(p, func(ctx context.Context) error { return mcVersion(ctx, m.Addr, tcfg) }); err != nil {
-		p.kill()
-		return err
-	}
-	return nil
+	return m.srv.start(ProcessSpec{Name: "memcached", Bin: m.bin, Args: m.args, Dir: m.Dir, LogPath: m.log},
+		func(ctx context.Context) error { return mcVersion(ctx, m.Addr, tcfg) })
 }
 
 func mcVersion(ctx context.Context, addr string, tcfg *tls.Config) error {
-	var (
-		c   net.Conn
-		err error
-	)
-	if tcfg != nil {
-		d := tls.Dialer{Config: tcfg}
-		c, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", addr)
-	}
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	if _, err := c.Write([]byte("version\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := lineReply(ctx, "tcp", addr, tcfg, "version")
 	if err != nil {
 		return err
 	}
@@ -154,26 +116,10 @@ func mcVersion(ctx context.Context, addr string, tcfg *tls.Config) error {
 }
 
 // Kill SIGKILLs memcached, for failure tests. Calling it twice is fine.
-func (m *Memcached) Kill() {
-	m.mu.Lock()
-	p := m.p
-	m.mu.Unlock()
-	p.kill()
-}
+func (m *Memcached) Kill() { m.srv.kill() }
 
 // Restart starts memcached again after Kill, on the same port (empty).
 func (m *Memcached) Restart(t TB) {
 	t.Helper()
-	m.Kill()
-	restartOnSamePort(t, "memcached", m.log, m.start)
-}
-
-// TLSConfig returns a client TLS config for a TLS memcached.
-func (m *Memcached) TLSConfig(t TB) *tls.Config {
-	t.Helper()
-	cfg, err := ClientTLSConfig(m.CACert, m.ClientCert, m.ClientKey)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	return cfg
+	m.srv.restart(t, "memcached", m.log, m.start)
 }

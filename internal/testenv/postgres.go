@@ -36,7 +36,7 @@ type Postgres struct {
 	log              string
 	stopOnce         sync.Once
 	mu               sync.Mutex
-	p                *proc
+	p                *Process
 	dbSeq            int
 }
 
@@ -239,8 +239,8 @@ func (pg *Postgres) boot() error {
 			"-c", "max_connections=200", "-c", "shared_buffers=64MB",
 			"-c", "logging_collector=off", "-c", "log_min_messages=warning",
 		}
-		var p *proc
-		p, err = startProc(procSpec{name: "postgres", bin: pg.postgres, args: args, dir: pg.Dir, logPath: pg.log, cred: pg.cred, env: pgEnv()})
+		var p *Process
+		p, err = StartProcess(ProcessSpec{Name: "postgres", Bin: pg.postgres, Args: args, Dir: pg.Dir, LogPath: pg.log, Cred: pg.cred, Env: pgEnv()})
 		if err != nil {
 			return err
 		}
@@ -257,8 +257,8 @@ func (pg *Postgres) boot() error {
 		if err == nil {
 			return nil
 		}
-		p.kill()
-		if !errors.Is(err, errExited) {
+		p.Kill()
+		if !errors.Is(err, ErrExited) {
 			return err
 		}
 	}
@@ -279,14 +279,14 @@ func (pg *Postgres) stop() {
 		if p != nil {
 			// SIGINT to the postmaster only: a group-wide SIGINT would just
 			// cancel queries in the backends.
-			if !p.exited() {
-				_ = p.cmd.Process.Signal(syscall.SIGINT)
+			if !p.Exited() {
+				_ = p.Signal(syscall.SIGINT)
 				select {
-				case <-p.done:
+				case <-p.Done():
 				case <-time.After(10 * time.Second):
 				}
 			}
-			p.kill()
+			p.Kill()
 		}
 		_ = os.RemoveAll(pg.Dir)
 	})

@@ -1,9 +1,7 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -40,22 +38,19 @@ type RedisOptions struct {
 
 // Redis is a running redis-server.
 type Redis struct {
-	Addr       string // host:port, "" if Unix-only
-	Socket     string // unix socket path if Unix
-	TLSAddr    string // host:port of the TLS listener if TLS
-	CACert     string // PEM file paths when TLS
-	ClientCert string
-	ClientKey  string
-	Password   string
-	User       string
-	Dir        string
+	Addr     string // host:port, "" if Unix-only
+	Socket   string // unix socket path if Unix
+	TLSAddr  string // host:port of the TLS listener if TLS
+	TLSFiles        // PEM file paths when TLS
+	Password string
+	User     string
+	Dir      string
 
 	bin  string
 	args []string
 	log  string
 	port int
-	mu   sync.Mutex
-	p    *proc
+	srv  server
 }
 
 func redisBinary(t TB) (string, bool) {
@@ -124,18 +119,9 @@ func startRedis(t TB, o redisConfig) *Redis {
 		r.CACert, r.ClientCert, r.ClientKey = GenerateTLS(t, filepath.Join(r.Dir, "tls"))
 	}
 	t.Cleanup(r.Kill)
-	var err error
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		if err = r.configure(o); err != nil {
-			break
-		}
-		if err = r.start(); err == nil {
-			return r
-		}
-		if !errors.Is(err, errExited) {
-			break
-		}
-		// Most likely the port was taken in between; pick new ones.
+	err := startOnFreePorts(func() error { return r.configure(o) }, r.start)
+	if err == nil {
+		return r
 	}
 	t.Fatalf("testenv: start redis-server: %v\nlog tail:\n%s", err, logTail(r.log, 40))
 	return nil
@@ -203,40 +189,18 @@ func (r *Redis) configure(o redisConfig) error {
 }
 
 func (r *Redis) start() error {
-	p, err := startProc(procSpec{name: "redis-server", bin: r.bin, args: r.args, dir: r.Dir, logPath: r.log})
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.p = p
-	r.mu.Unlock()
 	network, addr := "tcp", r.Addr
 	if r.Socket != "" {
 		network, addr = "unix", r.Socket
 	}
-	if err := waitReady(p, func(ctx context.Context) error { return respPing(ctx, network, addr) }); err != nil {
-		p.kill()
-		return err
-	}
-	return nil
+	return r.srv.start(ProcessSpec{Name: "redis-server", Bin: r.bin, Args: r.args, Dir: r.Dir, LogPath: r.log},
+		func(ctx context.Context) error { return respPing(ctx, network, addr) })
 }
 
 // respPing sends a bare PING: any well-formed reply, including an auth
 // error, means the server accepts commands.
 func respPing(ctx context.Context, network, addr string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := lineReply(ctx, network, addr, nil, "PING")
 	if err != nil {
 		return err
 	}
@@ -251,19 +215,13 @@ func respPing(ctx context.Context, network, addr string) error {
 
 // Kill SIGKILLs the server (and its process group), for failure tests.
 // Cleanup calls it too; calling it twice is fine.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	p := r.p
-	r.mu.Unlock()
-	p.kill()
-}
+func (r *Redis) Kill() { r.srv.kill() }
 
 // Restart starts the server again after Kill, on the same port and with the
 // same options. The data set is empty: the helpers run without persistence.
 func (r *Redis) Restart(t TB) {
 	t.Helper()
-	r.Kill()
-	restartOnSamePort(t, "redis-server", r.log, r.start)
+	r.srv.restart(t, "redis-server", r.log, r.start)
 }
 
 // Options returns go-redis options for this server (plain port or unix
@@ -280,17 +238,6 @@ func (r *Redis) Options() *goredis.Options {
 		o.Network, o.Addr = "unix", r.Socket
 	}
 	return o
-}
-
-// TLSConfig returns a client TLS config that trusts the server's CA and
-// presents the client certificate.
-func (r *Redis) TLSConfig(t TB) *tls.Config {
-	t.Helper()
-	cfg, err := ClientTLSConfig(r.CACert, r.ClientCert, r.ClientKey)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	return cfg
 }
 
 // Client returns a go-redis client for assertions, closed in Cleanup.

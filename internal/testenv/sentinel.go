@@ -29,7 +29,7 @@ type SentinelGroup struct {
 	// SentinelPassword is required by the sentinels when set in the options.
 	SentinelPassword string
 
-	procs []*proc
+	procs []*Process
 	logs  []string
 }
 
@@ -78,7 +78,7 @@ func StartSentinelGroup(t TB, o RedisOptions) *SentinelGroup {
 
 	t.Cleanup(func() {
 		for _, p := range g.procs {
-			p.kill()
+			p.Kill()
 		}
 	})
 	for i := 0; i < 3; i++ {
@@ -137,8 +137,8 @@ func (g *SentinelGroup) startSentinel(t TB, bin string, i int, o RedisOptions) (
 		if err = os.WriteFile(confPath, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
 			return "", fmt.Errorf("write sentinel.conf: %w", err)
 		}
-		var p *proc
-		p, err = startProc(procSpec{name: "redis-sentinel", bin: bin, args: []string{confPath}, dir: dir, logPath: log})
+		var p *Process
+		p, err = StartProcess(ProcessSpec{Name: "redis-sentinel", Bin: bin, Args: []string{confPath}, Dir: dir, LogPath: log})
 		if err != nil {
 			return "", err
 		}
@@ -146,8 +146,8 @@ func (g *SentinelGroup) startSentinel(t TB, bin string, i int, o RedisOptions) (
 			g.procs = append(g.procs, p)
 			return addr, nil
 		}
-		p.kill()
-		if !errors.Is(err, errExited) {
+		p.Kill()
+		if !errors.Is(err, ErrExited) {
 			break
 		}
 	}

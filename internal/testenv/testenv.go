@@ -1,8 +1,6 @@
 package testenv
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -11,8 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -105,127 +101,6 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// proc is one started server process and the goroutine that reaps it.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	logFile *os.File
-	done    chan struct{} // closed once the process has been reaped
-	waitErr error
-}
-
-type procSpec struct {
-	name    string // for messages
-	bin     string
-	args    []string
-	dir     string
-	logPath string
-	cred    *syscall.Credential
-	env     []string
-}
-
-func startProc(s procSpec) (*proc, error) {
-	lf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log for %s: %w", s.name, err)
-	}
-	if s.cred != nil {
-		// The server writes its own log when it runs as another user.
-		_ = os.Chown(s.logPath, int(s.cred.Uid), int(s.cred.Gid))
-	}
-	fmt.Fprintf(lf, "---- testenv: %s %s\n", s.bin, strings.Join(s.args, " "))
-	cmd := exec.Command(s.bin, s.args...)
-	cmd.Dir = s.dir
-	cmd.Stdout = lf
-	cmd.Stderr = lf
-	if s.env != nil {
-		cmd.Env = s.env
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Own process group: Cleanup kills the server and all its children.
-		Setpgid: true,
-		// The server dies with the test binary even if Cleanup never runs.
-		Pdeathsig:  syscall.SIGKILL,
-		Credential: s.cred,
-	}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", s.name, err)
-	}
-	p := &proc{name: s.name, cmd: cmd, logPath: s.logPath, logFile: lf, done: make(chan struct{})}
-	// Owned by p: ends when the process exits, which kill() forces.
-	go func() {
-		p.waitErr = cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill SIGKILLs the whole process group and waits until the leader is reaped.
-func (p *proc) kill() {
-	if p == nil {
-		return
-	}
-	if !p.exited() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	}
-	<-p.done
-	// Children (postgres backends) may outlive the leader by a moment; the
-	// group kill above already signalled them, repeat once for late forks.
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-}
-
-// logTail returns the last n lines of a server log for failure messages.
-func logTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
-
-// errExited reports that the server process ended during startup, usually
-// because its port was taken; the caller retries on another port.
-var errExited = errors.New("server exited during startup")
-
-// waitReady polls check until it succeeds, the process exits, or the
-// readiness timeout passes.
-func waitReady(p *proc, check func(ctx context.Context) error) error {
-	deadline := time.Now().Add(readyTimeout)
-	var last error
-	for {
-		if p.exited() {
-			return fmt.Errorf("%s: %w (%v)", p.name, errExited, p.waitErr)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := check(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = err
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s: %w", p.name, readyTimeout, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 // pollUntil retries cond every interval until it returns nil or timeout
 // passes; it returns the last error.
 func pollUntil(timeout, interval time.Duration, cond func() error) error {
@@ -278,7 +153,7 @@ func restartOnSamePort(t TB, what, log string, start func() error) {
 		if err = start(); err == nil {
 			return
 		}
-		if !errors.Is(err, errExited) {
+		if !errors.Is(err, ErrExited) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

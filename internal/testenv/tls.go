@@ -129,3 +129,22 @@ func ClientTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// TLSFiles are the PEM files of a server started with TLS (GenerateTLS):
+// its CA, and the client certificate clients must present.
+type TLSFiles struct {
+	CACert     string
+	ClientCert string
+	ClientKey  string
+}
+
+// TLSConfig returns a client TLS config that trusts the server's CA and
+// presents the client certificate.
+func (f TLSFiles) TLSConfig(t TB) *tls.Config {
+	t.Helper()
+	cfg, err := ClientTLSConfig(f.CACert, f.ClientCert, f.ClientKey)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return cfg
+}

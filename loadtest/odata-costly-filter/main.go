@@ -29,8 +29,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("odata-costly-filter: ")
+	harness.LogAs("odata-costly-filter")
 	var o options
 	flag.StringVar(&o.bin, "sluice", "bin/sluice", "the sluice binary")
 	flag.IntVar(&o.rows, "rows", 50000, "rows of generated data")

@@ -21,8 +21,7 @@ import (
 const rps, burst = 2, 4
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("odata-rls-down: ")
+	harness.LogAs("odata-rls-down")
 	bin := flag.String("sluice", "bin/sluice", "the sluice binary")
 	duration := flag.Duration("duration", 5*time.Second, "how long one key hammers")
 	flag.Parse()

@@ -5,25 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
-
-const rules = `domain: faults
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-`
 
 type options struct {
 	bin            string
@@ -36,8 +25,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("redis-kill: ")
+	harness.LogAs("redis-kill")
 	var o options
 	flag.StringVar(&o.bin, "sluice", "bin/sluice", "sluice binary")
 	flag.IntVar(&o.callers, "callers", 16, "concurrent callers")
@@ -70,30 +58,18 @@ func (o options) validate() error {
 }
 
 func run(o options) ([]string, error) {
-	work, err := os.MkdirTemp("", "sluice-redis-kill-")
+	sc, err := harness.NewScenario("redis-kill", o.bin, "redis")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	tb := testenv.NewProgramTB(work)
-	defer tb.RunCleanups()
-
-	redis := testenv.StartRedis(tb, testenv.RedisOptions{})
-	if err := tb.Err(); err != nil {
-		return nil, err
-	}
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
-	cfg.Bin, cfg.Backend, cfg.RedisAddr = o.bin, "redis", redis.Addr
-	cfg.BackendTimeout = o.backendTimeout
-	cfg.LogPath = filepath.Join(work, "sluice.log")
+	defer sc.Close()
+	redis, tb := sc.Redis, sc.TB
+	sc.Sluice.BackendTimeout = o.backendTimeout
 	ctx := context.Background()
-	s, conn, err := harness.StartWithRules(ctx, cfg, "faults.yaml", rules)
+	s, client, err := sc.StartRLS(ctx, "faults.yaml", harness.FaultRules)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	bound := o.backendTimeout + o.margin
 	// The client waits well past the bound, so a late answer is measured as
@@ -103,11 +79,7 @@ func run(o options) ([]string, error) {
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		req := harness.Request("faults", harness.Descriptor("k", fmt.Sprint((caller*7919+int(time.Now().UnixNano()))%o.keys)))
-		resp, err := client.ShouldRateLimit(ctx, req, grpc.WaitForReady(false))
-		if err != nil {
-			return false, err
-		}
-		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+		return harness.Decide(ctx, client, req, grpc.WaitForReady(false))
 	}
 	total := o.before + o.down + o.after
 	lc := harness.LoadConfig{Callers: o.callers, Duration: total + 2*callTimeout, MaxCallsPerCaller: 5_000_000}
@@ -155,7 +127,7 @@ func run(o options) ([]string, error) {
 			lat = append(lat, c.Latency)
 		}
 		log.Printf("%-9s +%s..+%s: %6d calls %s; %s", name, from.Sub(t0).Round(time.Millisecond), to.Sub(t0).Round(time.Millisecond),
-			len(in), codeCounts(byCode), harness.Summarize(lat))
+			len(in), harness.CodeCounts(byCode), harness.Summarize(lat))
 		return in
 	}
 	endOf := func(c harness.Call) time.Time { return c.Start.Add(c.Latency) }
@@ -194,7 +166,7 @@ func run(o options) ([]string, error) {
 		}
 	}
 	if len(wrong) > 0 {
-		broken = append(broken, fmt.Sprintf("while Redis was down some answers were not Unavailable: %s", codeCounts(wrong)))
+		broken = append(broken, fmt.Sprintf("while Redis was down some answers were not Unavailable: %s", harness.CodeCounts(wrong)))
 	}
 	report("restart", restartStart, back, func(c harness.Call) bool {
 		return !endOf(c).Before(restartStart) && c.Start.Before(back) && !c.Start.Before(killed)
@@ -226,7 +198,7 @@ func run(o options) ([]string, error) {
 			}
 		}
 		if len(failed) > 0 {
-			broken = append(broken, fmt.Sprintf("after the first OK, calls still failed: %s (last started +%s)", codeCounts(failed), lastFail.Sub(t0).Round(time.Millisecond)))
+			broken = append(broken, fmt.Sprintf("after the first OK, calls still failed: %s (last started +%s)", harness.CodeCounts(failed), lastFail.Sub(t0).Round(time.Millisecond)))
 		}
 	}
 	for code, msg := range rec.FirstErrors() {
@@ -235,24 +207,6 @@ func run(o options) ([]string, error) {
 	if len(broken) > 0 {
 		log.Printf("sluice log tail:\n%s", s.LogTail(15))
 	}
-	if err := s.Stop(15 * time.Second); err != nil {
-		broken = append(broken, err.Error())
-	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
 	return broken, nil
-}
-
-func codeCounts(m map[codes.Code]int) string {
-	if len(m) == 0 {
-		return "(none)"
-	}
-	keys := make([]codes.Code, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
@@ -61,8 +60,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("reload-storm: ")
+	harness.LogAs("reload-storm")
 	var o options
 	flag.StringVar(&o.bin, "sluice", "bin/sluice", "sluice binary")
 	flag.IntVar(&o.reloads, "reloads", 100, "rule file rewrites")
@@ -76,40 +74,24 @@ func main() {
 }
 
 func run(o options) ([]string, error) {
-	work, err := os.MkdirTemp("", "sluice-reload-storm-")
+	sc, err := harness.NewScenario("reload-storm", o.bin, "memory")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
-	cfg.Bin = o.bin
-	cfg.LogPath = filepath.Join(work, "sluice.log")
-	cfg.LogLevel = "info"
+	defer sc.Close()
+	sc.Sluice.LogLevel = "info"
+	cfg := sc.Sluice
 	const file = "storm.yaml"
-	if err := harness.WriteRules(cfg, file, goodFile(0)); err != nil {
-		return nil, err
-	}
 	ctx := context.Background()
-	s, err := harness.StartSluice(ctx, cfg)
+	s, client, err := sc.StartRLS(ctx, file, goodFile(0))
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	conn, err := harness.Dial(s.GRPC)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	call := func(ctx context.Context, caller int) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		resp, err := client.ShouldRateLimit(ctx, harness.Request("storm", harness.Descriptor("load", fmt.Sprint(caller))))
-		if err != nil {
-			return false, err
-		}
-		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+		return harness.Decide(ctx, client, harness.Request("storm", harness.Descriptor("load", fmt.Sprint(caller))))
 	}
 	rec := harness.NewRecorder(o.callers)
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -133,7 +115,7 @@ func run(o options) ([]string, error) {
 			} else {
 				lastGood = i
 			}
-			if err := harness.WriteRules(cfg, file, body); err != nil {
+			if err := testenv.WriteRules(cfg, file, body); err != nil {
 				return err
 			}
 			okAfter, errAfter, err := waitReload(s, okBefore+errBefore, o.wait)
@@ -208,13 +190,11 @@ func run(o options) ([]string, error) {
 	if len(broken) > 0 {
 		log.Printf("sluice log tail:\n%s", s.LogTail(10))
 	}
-	if err := s.Stop(15 * time.Second); err != nil {
-		broken = append(broken, err.Error())
-	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
 	return broken, nil
 }
 
-func counts(s *harness.Sluice) (ok, failed int, err error) {
+func counts(s *testenv.Sluice) (ok, failed int, err error) {
 	if ok, err = s.CountLogLines(okLine); err != nil {
 		return 0, 0, err
 	}
@@ -225,7 +205,7 @@ func counts(s *harness.Sluice) (ok, failed int, err error) {
 // waitReload waits until sluice has logged one more load outcome than
 // before, then a little longer, so an event burst that gives two reloads
 // for one write is seen and reported rather than leaking into the next.
-func waitReload(s *harness.Sluice, before int, wait time.Duration) (ok, failed int, err error) {
+func waitReload(s *testenv.Sluice, before int, wait time.Duration) (ok, failed int, err error) {
 	deadline := time.Now().Add(wait)
 	for {
 		ok, failed, err = counts(s)

@@ -5,26 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"syscall"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
-	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
-
-const rules = `domain: faults
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-`
 
 type options struct {
 	bin        string
@@ -37,8 +25,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("sigterm: ")
+	harness.LogAs("sigterm")
 	var o options
 	flag.StringVar(&o.bin, "sluice", "bin/sluice", "sluice binary")
 	flag.StringVar(&o.backend, "backend", "redis", "redis or memory (memory implies -hold 0)")
@@ -63,46 +50,28 @@ func main() {
 }
 
 func run(o options) ([]string, error) {
-	work, err := os.MkdirTemp("", "sluice-sigterm-")
+	sc, err := harness.NewScenario("sigterm", o.bin, o.backend)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	tb := testenv.NewProgramTB(work)
-	defer tb.RunCleanups()
-
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
-	cfg.Bin, cfg.Backend = o.bin, o.backend
-	cfg.LogPath = filepath.Join(work, "sluice.log")
+	defer sc.Close()
 	// Longer than any hold, so a parked call waits rather than fails.
-	cfg.BackendTimeout = 2 * time.Second
+	sc.Sluice.BackendTimeout = 2 * time.Second
 	var admin *goredis.Client
-	if o.backend == "redis" {
-		r := testenv.StartRedis(tb, testenv.RedisOptions{})
-		if err := tb.Err(); err != nil {
-			return nil, err
-		}
-		cfg.RedisAddr = r.Addr
-		admin = r.Client(tb)
+	if sc.Redis != nil {
+		admin = sc.Redis.Client(sc.TB)
 	}
 	ctx := context.Background()
-	s, conn, err := harness.StartWithRules(ctx, cfg, "faults.yaml", rules)
+	s, client, err := sc.StartRLS(ctx, "faults.yaml", harness.FaultRules)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	call := func(ctx context.Context, caller int) (bool, error) {
 		// Far past -answer-within: a slow answer is measured, not cut off.
 		ctx, cancel := context.WithTimeout(ctx, o.answerIn+10*time.Second)
 		defer cancel()
-		resp, err := client.ShouldRateLimit(ctx, harness.Request("faults", harness.Descriptor("k", fmt.Sprint(caller))))
-		if err != nil {
-			return false, err
-		}
-		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+		return harness.Decide(ctx, client, harness.Request("faults", harness.Descriptor("k", fmt.Sprint(caller))))
 	}
 	rec := harness.NewRecorder(o.callers)
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -173,7 +142,7 @@ func run(o options) ([]string, error) {
 			by[c.Code]++
 			lat = append(lat, c.Latency)
 		}
-		log.Printf("%-22s %6d calls %s; %s", name, len(cs), codeCounts(by), harness.Summarize(lat))
+		log.Printf("%-22s %6d calls %s; %s", name, len(cs), harness.CodeCounts(by), harness.Summarize(lat))
 		return by
 	}
 	byBefore := describe("started before SIGTERM", before)
@@ -182,7 +151,7 @@ func run(o options) ([]string, error) {
 
 	// 1. In-flight calls get real answers.
 	if n := len(before) - byBefore[codes.OK]; n > 0 {
-		broken = append(broken, fmt.Sprintf("%d calls started before SIGTERM failed (%s)", n, codeCounts(withoutOK(byBefore))))
+		broken = append(broken, fmt.Sprintf("%d calls started before SIGTERM failed (%s)", n, harness.CodeCounts(withoutOK(byBefore))))
 	}
 	if o.hold > 0 && len(parked) < o.callers {
 		broken = append(broken, fmt.Sprintf("only %d calls were in flight at the signal, want every caller's (%d): the scenario did not test the drain", len(parked), o.callers))
@@ -219,20 +188,4 @@ func withoutOK(m map[codes.Code]int) map[codes.Code]int {
 		}
 	}
 	return out
-}
-
-func codeCounts(m map[codes.Code]int) string {
-	if len(m) == 0 {
-		return "(none)"
-	}
-	keys := make([]codes.Code, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
 }

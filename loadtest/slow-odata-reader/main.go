@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 	"github.com/sluicehq/sluice/loadtest/internal/odataserver"
 )
@@ -33,8 +34,7 @@ type options struct {
 }
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("slow-odata-reader: ")
+	harness.LogAs("slow-odata-reader")
 	var o options
 	flag.StringVar(&o.server, "server", "self", "self (an OData server in a child process) or external (-url, -keys, -pid)")
 	flag.StringVar(&o.url, "url", "", "external: OData service root, e.g. http://127.0.0.1:8000/v1/odata/v4")
@@ -102,7 +102,7 @@ func run(o options) ([]string, error) {
 	time.Sleep(2 * time.Second)
 	var idle []float64
 	for range 5 {
-		rss, err := harness.RSS(pid)
+		rss, err := testenv.RSS(pid)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +129,7 @@ func run(o options) ([]string, error) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	for time.Since(start) < o.slow {
 		<-tick.C
-		rss, err := harness.RSS(pid)
+		rss, err := testenv.RSS(pid)
 		if err != nil {
 			tick.Stop()
 			close(fast)

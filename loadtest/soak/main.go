@@ -9,7 +9,6 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,39 +103,16 @@ func (t *tally) record(_ int, c harness.Call, err error) {
 }
 
 func run(o options) ([]string, error) {
-	work, err := os.MkdirTemp("", "sluice-soak-")
+	sc, err := harness.NewScenario("soak", o.bin, o.backend)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	tb := testenv.NewProgramTB(work)
-	defer tb.RunCleanups()
-
-	cfg := harness.DefaultSluiceConfig(filepath.Join(work, "runtime"))
-	cfg.Bin, cfg.Backend = o.bin, o.backend
-	cfg.LogPath = filepath.Join(work, "sluice.log")
-	if o.backend == "redis" {
-		r := testenv.StartRedis(tb, testenv.RedisOptions{})
-		if err := tb.Err(); err != nil {
-			return nil, err
-		}
-		cfg.RedisAddr = r.Addr
-	}
-	if err := harness.WriteRules(cfg, "soak.yaml", rules); err != nil {
-		return nil, err
-	}
+	defer sc.Close()
 	ctx := context.Background()
-	s, err := harness.StartSluice(ctx, cfg)
+	s, client, err := sc.StartRLS(ctx, "soak.yaml", rules)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Kill()
-	shared, err := harness.Dial(s.GRPC)
-	if err != nil {
-		return nil, err
-	}
-	defer shared.Close()
-	client := rlsv3.NewRateLimitServiceClient(shared)
 
 	var seq atomic.Uint64
 	httpClient := &http.Client{Timeout: 10 * time.Second}
@@ -160,11 +136,7 @@ func run(o options) ([]string, error) {
 			harness.Descriptor("tenant", fmt.Sprint(i%10), "path", fmt.Sprintf("/p/%d", i%500)))
 		switch {
 		case caller < n:
-			resp, err := client.ShouldRateLimit(ctx, req)
-			if err != nil {
-				return false, err
-			}
-			return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+			return harness.Decide(ctx, client, req)
 		case caller < n+2:
 			return jsonCall(ctx, httpClient, s.HTTP, i)
 		default:
@@ -179,11 +151,7 @@ func run(o options) ([]string, error) {
 				redial, redialCalls = c, 0
 			}
 			redialCalls++
-			resp, err := rlsv3.NewRateLimitServiceClient(redial).ShouldRateLimit(ctx, req)
-			if err != nil {
-				return false, err
-			}
-			return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+			return harness.Decide(ctx, rlsv3.NewRateLimitServiceClient(redial), req)
 		}
 	}
 	t := &tally{first: map[codes.Code]string{}}
@@ -203,7 +171,7 @@ func run(o options) ([]string, error) {
 	for len(samples) < int(o.duration/o.interval) {
 		<-tick.C
 		sp := sample{at: time.Since(start)}
-		if sp.rss, err = harness.RSS(s.PID()); err != nil {
+		if sp.rss, err = testenv.RSS(s.PID()); err != nil {
 			sampleErr = err
 			break
 		}
@@ -272,9 +240,7 @@ func run(o options) ([]string, error) {
 	if t.over.Load() == 0 {
 		broken = append(broken, "no OVER_LIMIT answer: the load did not exercise limits")
 	}
-	if err := s.Stop(15 * time.Second); err != nil {
-		broken = append(broken, err.Error())
-	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
 	return broken, nil
 }
 

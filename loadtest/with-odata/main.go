@@ -2,23 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/loadtest/internal/harness"
 	"github.com/sluicehq/sluice/loadtest/internal/odataserver"
 )
 
 func main() {
-	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	log.SetPrefix("with-odata: ")
+	harness.LogAs("with-odata")
 	rows := flag.Int("rows", 20000, "rows of generated data")
 	nkeys := flag.Int("keys", 4, "API keys to create")
 	timeout := flag.Duration("timeout", 10*time.Minute, "longest the command may run")
@@ -48,25 +45,5 @@ func run(bin string, rows, nkeys int, timeout time.Duration, argv []string) (int
 	keys := strings.Join(srv.Keys, ",")
 	log.Printf("OData (sluice odata) at %s with %d rows and %d keys", srv.Root, rows, len(srv.Keys))
 	repl := strings.NewReplacer("{url}", srv.Root, "{keys}", keys)
-	args := make([]string, len(argv))
-	for i, a := range argv {
-		args[i] = repl.Replace(a)
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "ODATA_URL="+srv.Root, "ODATA_KEYS="+keys)
-	cmd.WaitDelay = 5 * time.Second
-	runErr := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case cctx.Err() != nil && ctx.Err() == nil:
-		return 1, fmt.Errorf("%s ran past -timeout %s and was killed", args[0], timeout)
-	case errors.As(runErr, &exit):
-		return exit.ExitCode(), fmt.Errorf("%s: %w", args[0], runErr)
-	case runErr != nil:
-		return 1, runErr
-	}
-	return 0, nil
+	return harness.RunCommand(ctx, argv, repl, []string{"ODATA_URL=" + srv.Root, "ODATA_KEYS=" + keys}, timeout)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,41 +21,6 @@ func ms(v ...int) []time.Duration {
 		out[i] = time.Duration(x) * time.Millisecond
 	}
 	return out
-}
-
-func TestPercentile(t *testing.T) {
-	hundred := make([]time.Duration, 100)
-	for i := range hundred {
-		hundred[i] = time.Duration(i+1) * time.Millisecond
-	}
-	thousand := make([]time.Duration, 1000)
-	for i := range thousand {
-		thousand[i] = time.Duration(i+1) * time.Microsecond
-	}
-	tests := []struct {
-		name   string
-		sorted []time.Duration
-		p      float64
-		want   time.Duration
-	}{
-		{"empty", nil, 0.5, 0},
-		{"one value", ms(7), 0.99, 7 * time.Millisecond},
-		{"median of odd count", ms(1, 2, 3), 0.5, 2 * time.Millisecond},
-		{"median of even count is the lower middle", ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
-		{"p50 of 1..100", hundred, 0.50, 50 * time.Millisecond},
-		{"p99 of 1..100", hundred, 0.99, 99 * time.Millisecond},
-		{"p100 is the max", hundred, 1, 100 * time.Millisecond},
-		{"p99.9 of 1..1000", thousand, 0.999, 999 * time.Microsecond},
-		{"tiny p is the min", hundred, 0.0001, time.Millisecond},
-		{"p99 of two values is the max", ms(1, 9), 0.99, 9 * time.Millisecond},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := Percentile(tc.sorted, tc.p); got != tc.want {
-				t.Errorf("Percentile(%v, %v) = %v, want %v", tc.sorted, tc.p, got, tc.want)
-			}
-		})
-	}
 }
 
 func TestSummarize(t *testing.T) {
@@ -149,39 +112,6 @@ func TestGrowthRuleValidate(t *testing.T) {
 	}
 }
 
-func TestParseVmRSS(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"real status", "Name:\tsluice\nVmPeak:\t 1000 kB\nVmRSS:\t   52340 kB\nRssAnon:\t 40000 kB\n", 52340 * 1024, true},
-		{"zero", "VmRSS:\t0 kB\n", 0, true},
-		{"missing line", "Name:\tkthreadd\nState:\tS (sleeping)\n", 0, false},
-		{"wrong unit", "VmRSS:\t12 MB\n", 0, false},
-		{"not a number", "VmRSS:\tlots kB\n", 0, false},
-		{"negative", "VmRSS:\t-5 kB\n", 0, false},
-		{"empty", "", 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseVmRSS(strings.NewReader(tc.in))
-			if (err == nil) != tc.ok || got != tc.want {
-				t.Errorf("ParseVmRSS = %d, %v; want %d, ok=%v", got, err, tc.want, tc.ok)
-			}
-		})
-	}
-}
-
-func TestRSSOfThisProcess(t *testing.T) {
-	// A real /proc read: this test process has a resident set.
-	rss, err := RSS(os.Getpid())
-	if err != nil || rss <= 0 {
-		t.Fatalf("RSS(self) = %d, %v", rss, err)
-	}
-}
-
 func TestParseGoroutineTotal(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -203,18 +133,6 @@ func TestParseGoroutineTotal(t *testing.T) {
 			t.Errorf("ParseGoroutineTotal(%q) = %d, %v; want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
-}
-
-func FuzzParseVmRSS(f *testing.F) {
-	for _, s := range []string{"VmRSS:\t 1 kB\n", "Name:\tx\nVmRSS:\t99999999999 kB\n", "VmRSS:", "VmRSS: kB kB", "\x00VmRSS:\t1 kB"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseVmRSS(strings.NewReader(s))
-		if err == nil && (n < 0 || n%1024 != 0) {
-			t.Fatalf("ParseVmRSS(%q) = %d without error", s, n)
-		}
-	})
 }
 
 func FuzzParseGoroutineTotal(f *testing.F) {
@@ -321,6 +239,22 @@ func TestLoadConfigValidate(t *testing.T) {
 	for _, tc := range tests {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("Validate(%+v) = %v, want ok=%v", tc.cfg, err, tc.ok)
+		}
+	}
+}
+
+func TestCodeCounts(t *testing.T) {
+	tests := []struct {
+		in   map[codes.Code]int
+		want string
+	}{
+		{nil, "(none)"},
+		{map[codes.Code]int{codes.OK: 5}, "OK=5"},
+		{map[codes.Code]int{codes.Unavailable: 3, codes.OK: 1, codes.DeadlineExceeded: 2}, "OK=1 DeadlineExceeded=2 Unavailable=3"},
+	}
+	for _, tc := range tests {
+		if got := CodeCounts(tc.in); got != tc.want {
+			t.Errorf("CodeCounts(%v) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

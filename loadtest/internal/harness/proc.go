@@ -3,49 +3,12 @@ package harness
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 )
-
-// RSS is a process's resident set size in bytes, from /proc/<pid>/status.
-func RSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("harness: %w", err)
-	}
-	defer f.Close()
-	return ParseVmRSS(f)
-}
-
-// ParseVmRSS reads the VmRSS line of a /proc/<pid>/status file ("VmRSS:
-// 12345 kB") and returns bytes.
-func ParseVmRSS(r io.Reader) (int64, error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
-			continue
-		}
-		num, unit, _ := strings.Cut(strings.TrimSpace(rest), " ")
-		if strings.TrimSpace(unit) != "kB" {
-			return 0, fmt.Errorf("harness: VmRSS unit %q, want kB", unit)
-		}
-		kb, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || kb < 0 || kb > 1<<40 {
-			return 0, fmt.Errorf("harness: VmRSS value %q", num)
-		}
-		return kb * 1024, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("harness: reading status: %w", err)
-	}
-	return 0, errors.New("harness: no VmRSS line (a kernel thread, or the process is gone)")
-}
 
 // Goroutines asks a Go server's debug port for its goroutine count
 // (/debug/pprof/goroutine?debug=1, whose first line is "goroutine profile:

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -30,4 +31,14 @@ func Descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
 // Request builds a request for domain with the given descriptors.
 func Request(domain string, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
+
+// Decide asks client for one decision; over reports an OVER_LIMIT answer.
+// It is the body of most scenarios' CallFunc.
+func Decide(ctx context.Context, client rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (over bool, err error) {
+	resp, err := client.ShouldRateLimit(ctx, req, opts...)
+	if err != nil {
+		return false, err
+	}
+	return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
 }

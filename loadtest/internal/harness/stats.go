@@ -5,19 +5,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
-)
 
-// Percentile is the nearest-rank p-quantile (0 < p <= 1) of sorted: the
-// smallest value with at least p of the values at or below it. Zero for an
-// empty slice.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
+	"github.com/sluicehq/sluice/internal/testenv"
+	"google.golang.org/grpc/codes"
+)
 
 // Summary describes a set of latencies.
 type Summary struct {
@@ -31,11 +24,12 @@ func (s Summary) String() string {
 		s.P999.Round(time.Microsecond), s.Max.Round(time.Microsecond))
 }
 
-// Summarize sorts a copy of lat and reads its percentiles.
+// Summarize sorts a copy of lat and reads its percentiles (nearest rank,
+// testenv.Percentile).
 func Summarize(lat []time.Duration) Summary {
 	s := slices.Clone(lat)
 	slices.Sort(s)
-	out := Summary{N: len(s), P50: Percentile(s, 0.50), P99: Percentile(s, 0.99), P999: Percentile(s, 0.999)}
+	out := Summary{N: len(s), P50: testenv.Percentile(s, 0.50), P99: testenv.Percentile(s, 0.99), P999: testenv.Percentile(s, 0.999)}
 	if len(s) > 0 {
 		out.Max = s[len(s)-1]
 	}
@@ -111,4 +105,22 @@ func (g GrowthRule) Check(samples []float64) Growth {
 	v.Limit = v.FirstMedian*(1+g.Relative) + g.Absolute
 	v.Grew = v.LastMedian > v.Limit
 	return v
+}
+
+// CodeCounts prints calls by gRPC code, "Unavailable=3 DeadlineExceeded=1",
+// in code order; "(none)" for no calls.
+func CodeCounts(m map[codes.Code]int) string {
+	if len(m) == 0 {
+		return "(none)"
+	}
+	keys := make([]codes.Code, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"log"
 
-	"google.golang.org/grpc"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // Verdict ends a scenario program: FAIL on an error, BROKEN lines and FAIL
@@ -22,18 +24,22 @@ func Verdict(broken []string, err error) {
 	log.Print("PASS")
 }
 
-// StartWithRules writes rules under name into cfg's runtime directory,
-// starts sluice and dials its gRPC port. The caller kills s and closes conn.
-func StartWithRules(ctx context.Context, cfg SluiceConfig, name, rules string) (s *Sluice, conn *grpc.ClientConn, err error) {
-	if err := WriteRules(cfg, name, rules); err != nil {
+// StartRLS writes rules under file into the scenario's runtime directory,
+// starts sluice and dials its gRPC port. Close kills sluice and closes the
+// connection.
+func (sc *Scenario) StartRLS(ctx context.Context, file, rules string) (*testenv.Sluice, rlsv3.RateLimitServiceClient, error) {
+	if err := testenv.WriteRules(sc.Sluice, file, rules); err != nil {
 		return nil, nil, err
 	}
-	if s, err = StartSluice(ctx, cfg); err != nil {
+	s, err := testenv.StartSluice(ctx, sc.Sluice)
+	if err != nil {
 		return nil, nil, err
 	}
-	if conn, err = Dial(s.GRPC); err != nil {
-		s.Kill()
+	sc.TB.Cleanup(s.Kill)
+	conn, err := Dial(s.GRPC)
+	if err != nil {
 		return nil, nil, err
 	}
-	return s, conn, nil
+	sc.TB.Cleanup(func() { conn.Close() })
+	return s, rlsv3.NewRateLimitServiceClient(conn), nil
 }

@@ -2,16 +2,12 @@ package odataserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/testenv"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // Server is a running `sluice odata`.
@@ -20,9 +16,8 @@ type Server struct {
 	Keys []string // API keys, one per client that must not share
 	PID  int
 	Log  string // the server's stdout and stderr, until Stop
-	cmd  *exec.Cmd
+	p    *testenv.Process
 	work string
-	done chan struct{}
 }
 
 // Start generates rows observations, creates nkeys API keys and starts the
@@ -46,17 +41,16 @@ func Start(bin string, rows, nkeys, rps int, extra ...string) (*Server, error) {
 	dsn := "sqlite:" + filepath.Join(work, "odata.sqlite")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if b, err := exec.CommandContext(ctx, bin, "generate", "-db", dsn, "-rows", fmt.Sprint(rows)).CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("sluice generate: %v\n%s", err, b))
+	if err := testenv.SluiceGenerate(ctx, bin, dsn, rows); err != nil {
+		return fail(err)
 	}
-	s := &Server{work: work, done: make(chan struct{})}
+	s := &Server{work: work}
 	for i := 0; i < nkeys; i++ {
-		b, err := exec.CommandContext(ctx, bin, "keys", "add", "-db", dsn, fmt.Sprintf("load-%d", i)).CombinedOutput()
+		key, err := testenv.SluiceAddKey(ctx, bin, dsn, fmt.Sprintf("load-%d", i))
 		if err != nil {
-			return fail(fmt.Errorf("sluice keys add: %v\n%s", err, b))
+			return fail(err)
 		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		s.Keys = append(s.Keys, strings.TrimSpace(lines[len(lines)-1]))
+		s.Keys = append(s.Keys, key)
 	}
 	ports, err := testenv.FreePorts(1)
 	if err != nil {
@@ -64,62 +58,24 @@ func Start(bin string, rows, nkeys, rps int, extra ...string) (*Server, error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	s.Log = filepath.Join(work, "server.log")
-	logf, err := os.Create(s.Log)
+	p, err := testenv.StartProcess(testenv.ProcessSpec{Name: "sluice odata", Bin: bin, LogPath: s.Log,
+		Args: append([]string{"odata", "-db", dsn, "-odata-addr", addr, "-requests-per-second", fmt.Sprint(rps)}, extra...)})
 	if err != nil {
 		return fail(err)
 	}
-	s.cmd = exec.Command(bin, append([]string{"odata", "-db", dsn, "-odata-addr", addr, "-requests-per-second", fmt.Sprint(rps)}, extra...)...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
-		logf.Close()
-		return fail(err)
-	}
-	s.PID = s.cmd.Process.Pid
+	s.p, s.PID = p, p.PID()
 	s.Root = "http://" + addr + "/v1/odata/v4"
-	go func() {
-		_ = s.cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	if err := waitHTTP(s.Root, 30*time.Second, s.done); err != nil {
-		b, _ := os.ReadFile(filepath.Join(work, "server.log"))
-		s.Stop()
-		return nil, fmt.Errorf("%w\n%s", err, b)
+	// Any answer will do: the service root needs no key, but it is up.
+	if err := p.WaitReady(context.Background(), 30*time.Second, testenv.HTTPCheck(s.Root, false)); err != nil {
+		p.Kill()
+		os.RemoveAll(work)
+		return nil, fmt.Errorf("odataserver: %w\n%s", err, p.LogTail(40))
 	}
 	return s, nil
 }
 
 // Stop sends SIGTERM, waits (bounded), kills if needed, and removes files.
 func (s *Server) Stop() {
-	_ = syscall.Kill(s.PID, syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-s.PID, syscall.SIGKILL)
-		<-s.done
-	}
+	_ = s.p.Stop(15 * time.Second)
 	os.RemoveAll(s.work)
-}
-
-// waitHTTP polls u until it answers with any status, the process exits, or timeout passes.
-func waitHTTP(u string, timeout time.Duration, exited <-chan struct{}) error {
-	deadline := time.Now().Add(timeout)
-	c := http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-exited:
-			return errors.New("odataserver: sluice odata exited during startup")
-		default:
-		}
-		resp, err := c.Get(u)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("odataserver: %s not answering after %s: %w", u, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
