@@ -171,12 +171,9 @@ type Router struct {
 	closed   bool
 	stopping atomic.Bool
 
-	workers sync.WaitGroup // the lanes' workers (shard.work)
-	// parallelMin is the smallest batch sent while a call of the same lane
-	// is still out (see maybeFlush).
-	parallelMin int
-	callCtx     context.Context
-	cancelCall  context.CancelFunc
+	workers    sync.WaitGroup // the lanes' workers (shard.work)
+	callCtx    context.Context
+	cancelCall context.CancelFunc
 }
 
 // New starts the shards.
