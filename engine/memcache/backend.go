@@ -19,6 +19,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/backoff"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/internal/tlsclient"
@@ -256,15 +257,6 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 // contention a step fails rather than spinning.
 const bucketCASAttempts = 16
 
-// casBackoff is how long a bucket step waits after its attempt-th lost race:
-// a random time up to 50µs·2^attempt, at most 5ms. Without it, writers that
-// lose once tend to lose again in lockstep (seen with 4 replicas on one key
-// on a loaded 2-core machine: 16 conflicts in a row).
-func casBackoff(attempt int, r float64) time.Duration {
-	ceiling := min(50*time.Microsecond<<min(attempt, 10), 5*time.Millisecond)
-	return time.Duration(r * float64(ceiling))
-}
-
 // bucketStep applies one GCRA step: gets the TAT with its CAS id, computes
 // the step, and stores it with CompareAndSwap (Add when the key is missing),
 // retrying a bounded number of times when another writer got there first.
@@ -307,8 +299,11 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.Increment) error {
 			return nil
 		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
 			// Someone else stepped (or the key expired) in between: read
-			// again after a random pause.
-			t := time.NewTimer(casBackoff(attempt, rand.Float64()))
+			// again after a pause that grows and spreads the writers out;
+			// without it, writers that lose once tend to lose again in
+			// lockstep (4 replicas on one key on a loaded 2-core machine
+			// lost 16 times in a row).
+			t := time.NewTimer(backoff.Delay(attempt, 50*time.Microsecond, 5*time.Millisecond, rand.Float64()))
 			select {
 			case <-t.C:
 			case <-ctx.Done():

@@ -206,22 +206,3 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 }
-
-func TestCASBackoffBounds(t *testing.T) {
-	for _, tc := range []struct {
-		attempt int
-		r       float64
-		want    time.Duration
-	}{
-		{0, 0, 0},
-		{0, 0.5, 25 * time.Microsecond},
-		{1, 0.999999, 100*time.Microsecond - 1},
-		{3, 1, 400 * time.Microsecond},
-		{7, 1, 5 * time.Millisecond},  // 6.4ms capped
-		{62, 1, 5 * time.Millisecond}, // no overflow at large attempts
-	} {
-		if got := casBackoff(tc.attempt, tc.r); got != tc.want {
-			t.Errorf("casBackoff(%d, %v) = %v, want %v", tc.attempt, tc.r, got, tc.want)
-		}
-	}
-}

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/backoff"
 	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/internal/tlsclient"
 )
@@ -70,7 +71,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		if o.StartupMaxElapsed > 0 && elapsed >= o.StartupMaxElapsed {
 			return nil, fmt.Errorf("timed out waiting for Redis connection to %s after %s: %w", b.masked, elapsed.Round(time.Millisecond), err)
 		}
-		d := backoffDelay(attempt, o.StartupInitialInterval, o.StartupMaxInterval, rand.Float64())
+		d := backoff.Delay(attempt, o.StartupInitialInterval, o.StartupMaxInterval, rand.Float64())
 		if o.StartupMaxElapsed > 0 {
 			d = min(d, o.StartupMaxElapsed-elapsed)
 		}
@@ -89,18 +90,6 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		go b.healthLoop(hctx)
 	}
 	return b, nil
-}
-
-// backoffDelay is the wait before retry attempt+1: initial·2^attempt capped
-// at max, with jitter drawing uniformly between initial and that value
-// (r in [0,1)).
-func backoffDelay(attempt int, initial, max time.Duration, r float64) time.Duration {
-	d := float64(initial) * math.Pow(2, float64(attempt))
-	if d > float64(max) || math.IsInf(d, 0) {
-		d = float64(max)
-	}
-	d = float64(initial) + r*(d-float64(initial))
-	return time.Duration(d)
 }
 
 func ping(ctx context.Context, c goredis.UniversalClient) error {
