@@ -210,8 +210,11 @@ func New(o Options) (*Router, error) {
 			actor.WithDispatcher(actor.NewSynchronizedDispatcher(shardThroughput)))
 		pid := r.system.Root.Spawn(props)
 		r.pids = append(r.pids, pid)
-		for b := range s.work {
-			for k := 0; s.work[b] != nil && k < o.MaxInFlight; k++ {
+		for b, w := range s.work {
+			if w == nil {
+				continue // inline backend, or no per-second lane
+			}
+			for range o.MaxInFlight {
 				r.workers.Add(1)
 				go r.worker(s, b, pid)
 			}
