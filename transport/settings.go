@@ -41,7 +41,32 @@ type Settings struct {
 	XDS xds.Settings
 	// Tracing is OTLP trace export (TRACING_*, OTEL_EXPORTER_OTLP_*).
 	Tracing tracing.Settings
+	// Runtime tunes the Go runtime of the process that serves.
+	Runtime RuntimeSettings
 }
+
+// RuntimeSettings tune the Go runtime. The server does not apply them
+// itself (they are process-wide); the command that runs it does.
+type RuntimeSettings struct {
+	// GCHeapFloorMiB keeps the collector from starting below this heap size
+	// (SLUICE_GC_HEAP_FLOOR_MIB, 0 = off; see internal/gcfloor). The default
+	// is DefaultGCHeapFloorMiB, or 0 when GOGC is set: an operator who chose
+	// a GC policy keeps it.
+	GCHeapFloorMiB int
+}
+
+// DefaultGCHeapFloorMiB: a decision allocates a few KiB and keeps almost
+// nothing, so at GOGC=100 a busy server collected dozens of times a second.
+// Measured on Redis on the 2-core bench (A/B, three rounds each), 32 MiB
+// against none: at 10 callers p99 −20% and CPU per decision −8%; at 50
+// callers with 3 descriptors decisions/s +8–23%, p99 −15–25%, CPU −17%.
+// 16 MiB won less; 64 MiB lost at 10 callers (a heap that outgrows the
+// caches) what it won at 50. The price is a resident size up to ~30 MiB
+// larger.
+const DefaultGCHeapFloorMiB = 32
+
+// maxGCHeapFloorMiB (1 TiB) catches a value given in bytes instead of MiB.
+const maxGCHeapFloorMiB = 1 << 20
 
 // ListenSettings are the service's addresses and gRPC connection limits.
 type ListenSettings struct {
@@ -240,6 +265,11 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
 		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
 	}
+	floor := DefaultGCHeapFloorMiB
+	if _, ok := e.Lookup("GOGC"); ok {
+		floor = 0
+	}
+	s.Runtime = RuntimeSettings{GCHeapFloorMiB: e.Int("SLUICE_GC_HEAP_FLOOR_MIB", floor)}
 	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text"),
 		RepeatInterval: e.Duration("SLUICE_LOG_REPEAT_INTERVAL", ratelog.DefaultInterval)}
 	s.Config = ConfigSettings{
@@ -424,6 +454,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Listen.GRPCStreamWorkers < 0 || s.Listen.GRPCStreamWorkers > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("SLUICE_GRPC_STREAM_WORKERS (%d) must be between 0 and %d", s.Listen.GRPCStreamWorkers, uint32(math.MaxUint32)))
+	}
+	if f := s.Runtime.GCHeapFloorMiB; f < 0 || f > maxGCHeapFloorMiB {
+		errs = append(errs, fmt.Errorf("SLUICE_GC_HEAP_FLOOR_MIB (%d) must be between 0 (off) and %d", f, maxGCHeapFloorMiB))
 	}
 	if s.Limiter.Shards < 0 || s.Limiter.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_SHARDS (%d) and SLUICE_MAX_IN_FLIGHT (%d) must not be negative", s.Limiter.Shards, s.Limiter.MaxInFlight))

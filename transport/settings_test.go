@@ -29,6 +29,28 @@ func TestSettingsDefaults(t *testing.T) {
 	}
 }
 
+// TestGCHeapFloorSetting: on by default, off when the operator set GOGC
+// (their GC policy stands), and SLUICE_GC_HEAP_FLOOR_MIB wins over both.
+func TestGCHeapFloorSetting(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want int
+	}{
+		{nil, transport.DefaultGCHeapFloorMiB},
+		{map[string]string{"GOGC": "200"}, 0},
+		{map[string]string{"GOGC": "200", "SLUICE_GC_HEAP_FLOOR_MIB": "128"}, 128},
+		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "0"}, 0},
+	} {
+		s, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		if s.Runtime.GCHeapFloorMiB != tc.want {
+			t.Errorf("%v: floor %d MiB, want %d", tc.env, s.Runtime.GCHeapFloorMiB, tc.want)
+		}
+	}
+}
+
 func TestSettingsErrors(t *testing.T) {
 	cases := []struct {
 		env  map[string]string
@@ -42,6 +64,8 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"NEAR_LIMIT_RATIO": "1.5"}, "NEAR_LIMIT_RATIO must be between 0 and 1"},
 		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL "loud" is not a level`},
 		{map[string]string{"REDIS_URL": "a:1", "KVSTORE_URL": "b:2"}, `REDIS_URL="a:1" and KVSTORE_URL="b:2" are both set and differ`},
+		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "-1"}, "SLUICE_GC_HEAP_FLOOR_MIB (-1) must be between 0 (off) and 1048576"},
+		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "67108864"}, "SLUICE_GC_HEAP_FLOOR_MIB (67108864) must be between 0 (off) and 1048576"},
 	}
 	for _, tc := range cases {
 		_, err := transport.SettingsFromEnv(transport.FromMap(tc.env))

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/gcfloor"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -36,6 +37,9 @@ type rateLimit struct {
 	log *slog.Logger
 	// metricsPath is where pull metrics are served (PROMETHEUS_PATH), when on.
 	metricsPath string
+	// gcFloor is the heap floor in bytes (SLUICE_GC_HEAP_FLOOR_MIB), applied
+	// while run runs.
+	gcFloor uint64
 }
 
 func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*rateLimit, error) {
@@ -51,10 +55,12 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*r
 	if err != nil {
 		return nil, err
 	}
-	return &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath}, nil
+	return &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath,
+		gcFloor: uint64(settings.Runtime.GCHeapFloorMiB) << 20}, nil
 }
 
 func (r *rateLimit) run(ctx context.Context, ready chan<- struct{}) error {
+	defer gcfloor.Start(r.gcFloor)()
 	listening := make(chan struct{})
 	done := make(chan struct{})
 	defer close(done)
