@@ -36,6 +36,7 @@ type flags struct {
 	odata     bool
 	scaleOut  bool
 	compare   string
+	only      string
 }
 
 func main() {
@@ -50,6 +51,7 @@ func main() {
 	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
 	flag.BoolVar(&f.scaleOut, "scale-out", true, "also measure replicas sharing one Redis and a Redis Cluster, and their exactness")
 	flag.StringVar(&f.compare, "compare", "", "a second sluice binary measured in the same run (A/B), rows labelled sluice@<file name>")
+	flag.StringVar(&f.only, "only", "", "measure only the workloads whose name contains this text (e.g. \"10 callers\"), and skip the in-process engine run")
 	flag.StringVar(&f.readme, "readme", "", "only put the -out results into this README's benchmark section (make bench-readme)")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
 	flag.StringVar(&f.noopDebug, "noop-debug", "", "internal: serve the no-op's memory statistics (/stats) on this address")

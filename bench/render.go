@@ -6,13 +6,15 @@ import (
 	"time"
 )
 
-func render(rows []row, eng engineResult, took time.Duration) string {
+func render(rows []row, eng *engineResult, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Rate limit benchmark\n\n")
 	fmt.Fprintf(&b, "Machine: %s · commit %s · %s · %s per run · whole run %s\n\n",
 		machine(), gitCommit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), fmtDur(rows[0].res.Elapsed), took.Round(time.Second))
-	fmt.Fprintf(&b, "Engine alone (in process, memory backend, %d callers, 1,000 keys): **%s decisions/s**, %.1f allocations per decision.\n\n",
-		eng.callers, fmtRate(float64(eng.decisions)/eng.elapsed.Seconds()), eng.allocs)
+	if eng != nil {
+		fmt.Fprintf(&b, "Engine alone (in process, memory backend, %d callers, 1,000 keys): **%s decisions/s**, %.1f allocations per decision.\n\n",
+			eng.callers, fmtRate(float64(eng.decisions)/eng.elapsed.Seconds()), eng.allocs)
+	}
 	b.WriteString("| system | backend | workload | decisions/s | × no-op | p50 | p99 | p99.9 | errors | server CPU ms/1k | Redis CPU ms/1k | server allocs/decision | Redis cmds/decision | Redis round trips/decision | driver CPU ms/1k |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {

@@ -86,6 +86,18 @@ func run(ctx context.Context, f flags) error {
 		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "token_bucket"},
 		workload{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1, Algo: "token_bucket"},
 	)
+	if f.only != "" {
+		kept := workloads[:0]
+		for _, w := range workloads {
+			if strings.Contains(w.String(), f.only) {
+				kept = append(kept, w)
+			}
+		}
+		if len(kept) == 0 {
+			return fmt.Errorf("-only %q matches no workload", f.only)
+		}
+		workloads = kept
+	}
 	warmup := time.Second
 	if f.quick {
 		warmup = 500 * time.Millisecond
@@ -94,9 +106,13 @@ func run(ctx context.Context, f flags) error {
 	start := time.Now()
 
 	log.Printf("engine alone (memory backend, in process)")
-	eng, err := benchEngine(f.duration)
-	if err != nil {
-		return err
+	var eng *engineResult
+	if f.only == "" {
+		eng = new(engineResult)
+		var err error
+		if *eng, err = benchEngine(f.duration); err != nil {
+			return err
+		}
 	}
 
 	baseline := map[string]float64{}
