@@ -37,6 +37,7 @@ type flags struct {
 	scaleOut  bool
 	compare   string
 	only      string
+	rounds    int
 }
 
 func main() {
@@ -51,6 +52,7 @@ func main() {
 	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
 	flag.BoolVar(&f.scaleOut, "scale-out", true, "also measure replicas sharing one Redis and a Redis Cluster, and their exactness")
 	flag.StringVar(&f.compare, "compare", "", "a second sluice binary measured in the same run (A/B), rows labelled sluice@<file name>")
+	flag.IntVar(&f.rounds, "rounds", 0, "measure every workload on every system this many times, interleaved, and report the medians (default 3 quick, 2 full)")
 	flag.StringVar(&f.only, "only", "", "measure only the workloads whose name contains this text (e.g. \"10 callers\"), and skip the in-process engine run")
 	flag.StringVar(&f.readme, "readme", "", "only put the -out results into this README's benchmark section (make bench-readme)")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
@@ -76,6 +78,15 @@ func main() {
 		if f.quick {
 			f.duration = 2 * time.Second
 		}
+	}
+	if f.rounds == 0 {
+		f.rounds = 2
+		if f.quick {
+			f.rounds = 3
+		}
+	}
+	if f.rounds < 1 {
+		log.Fatalf("-rounds %d: want at least 1", f.rounds)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

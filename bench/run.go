@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,8 @@ type row struct {
 	backend  string
 	w        workload
 	res      loadResult
-	baseline float64 // decisions/s of the no-op server at the same workload
+	baseline float64 // decisions/s of the no-op server at the same workload (median)
+	rounds   int     // measurements this row is the median of
 	cpuMs    float64 // server CPU ms per 1,000 decisions
 	redisMs  float64
 	allocs   float64 // server allocations per decision
@@ -115,26 +117,6 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 
-	baseline := map[string]float64{}
-	noop, err := startNoop(work)
-	if err != nil {
-		return err
-	}
-	for _, w := range workloads {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r, err := measure(noop, nil, w, warmup, f.duration)
-		if err != nil {
-			noop.stop()
-			return err
-		}
-		r.system, r.backend = "no-op RLS (baseline)", "-"
-		baseline[w.String()] = r.res.rate()
-		rows = append(rows, r)
-	}
-	noop.stop()
-
 	redis := testenv.StartRedis(tb, testenv.RedisOptions{})
 	if err := tb.Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -148,6 +130,7 @@ func run(ctx context.Context, f flags) error {
 		redis           bool
 	}
 	targets := []target{
+		{"no-op RLS (baseline)", "-", func() (*process, error) { return startNoop(work) }, false},
 		{"sluice", "memory", func() (*process, error) {
 			return startSluice(f.sluice, work, runtimeRoot, "memory", "")
 		}, false},
@@ -175,35 +158,72 @@ func run(ctx context.Context, f flags) error {
 			return startPeer(f.peerCmd, f.peerEnv, work, peerRoot, redis.Addr)
 		}, true})
 	}
-	for _, tg := range targets {
-		p, err := tg.start()
-		if err != nil {
-			return err
-		}
-		for _, w := range workloads {
-			if ctx.Err() != nil {
+	// Every system runs from the start; a workload is measured on each in
+	// turn, the no-op first, so that a row and its baseline are seconds
+	// apart. Measured system by system instead, a drift of the machine
+	// between the no-op's turn and a system's moved the ratios by up to
+	// ±20% between two runs. An idle server costs the others nothing.
+	procs := make([]*process, len(targets))
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
 				p.stop()
-				return ctx.Err()
 			}
-			if w.Algo != "" && tg.system != "sluice" {
-				continue // only sluice has the algorithms
-			}
-			var r row
-			if tg.redis {
-				_ = rc.FlushAll(ctx).Err()
-				r, err = measure(p, rc, w, warmup, f.duration)
-			} else {
-				r, err = measure(p, nil, w, warmup, f.duration)
-			}
-			if err != nil {
-				p.stop()
-				return err
-			}
-			r.system, r.backend = tg.system, tg.backend
-			r.baseline = baseline[w.String()]
-			rows = append(rows, r)
 		}
-		p.stop()
+	}()
+	for i, tg := range targets {
+		if procs[i], err = tg.start(); err != nil {
+			return fmt.Errorf("%s %s: %w", tg.system, tg.backend, err)
+		}
+	}
+	// samples[i][k] are target i's rows of workload k, one per round; the
+	// table shows the median of each (by decisions/s) and its ratio to the
+	// no-op's median.
+	samples := make([][][]row, len(targets))
+	for i := range samples {
+		samples[i] = make([][]row, len(workloads))
+	}
+	for round := 0; round < f.rounds; round++ {
+		for k, w := range workloads {
+			for i, tg := range targets {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if w.Algo != "" && tg.system != "sluice" {
+					continue // only sluice has the algorithms
+				}
+				var r row
+				if tg.redis {
+					_ = rc.FlushAll(ctx).Err()
+					r, err = measure(procs[i], rc, w, warmup, f.duration)
+				} else {
+					r, err = measure(procs[i], nil, w, warmup, f.duration)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s, %s: %w", tg.system, tg.backend, w, err)
+				}
+				r.system, r.backend = tg.system, tg.backend
+				samples[i][k] = append(samples[i][k], r)
+			}
+		}
+	}
+	byTarget := make([][]row, len(targets))
+	for k := range workloads {
+		baseline := median(samples[0][k]).res.rate()
+		for i := range targets {
+			if len(samples[i][k]) == 0 {
+				continue
+			}
+			r := median(samples[i][k])
+			r.baseline = baseline
+			r.rounds = len(samples[i][k])
+			byTarget[i] = append(byTarget[i], r)
+		}
+	}
+	for i := range targets {
+		rows = append(rows, byTarget[i]...)
+		procs[i].stop()
+		procs[i] = nil
 	}
 	var scaleTable string
 	if f.scaleOut {
@@ -343,6 +363,14 @@ func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration
 		r.note = "first error: " + res.FirstErr
 	}
 	return r, nil
+}
+
+// median is the sample of median decisions/s (the lower middle one of an
+// even count): a whole measurement, so its figures belong together.
+func median(rs []row) row {
+	sorted := append([]row(nil), rs...)
+	sort.Slice(sorted, func(a, b int) bool { return sorted[a].res.rate() < sorted[b].res.rate() })
+	return sorted[(len(sorted)-1)/2]
 }
 
 type redisCounters struct{ commands, reads uint64 }
