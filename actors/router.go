@@ -37,6 +37,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -242,13 +243,19 @@ type item struct {
 
 type incrementMsg struct{ items []item }
 
-// call is what one Increment needs, pooled: a decision at low load would
-// otherwise allocate a channel, a message, its items and a timer.
+// call is what one Increment needs, pooled: a decision would otherwise
+// allocate a channel, its messages, their items and a timer. The messages
+// and items are reused only once every answer has arrived, that is once the
+// shards are done with them; a call given up on is dropped instead.
 type call struct {
 	reply chan error
 	msg   incrementMsg
 	one   [1]item
 	timer *time.Timer
+	// For requests that touch several shards (sendGrouped).
+	msgs  []incrementMsg
+	items []item
+	shard []int
 }
 
 var calls = sync.Pool{New: func() any { return &call{reply: make(chan error, 4)} }}
@@ -278,17 +285,35 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 		c.msg.items = c.one[:]
 		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &c.msg)
 	} else {
-		r.sendGrouped(ops, c.reply)
+		r.sendGrouped(ops, c)
 	}
 	r.mu.RUnlock()
 
+	// An inline backend (memory) has usually answered by now: take those
+	// answers without arming the timer.
+	var first error
+	answered := 0
+	for ; answered < len(ops); answered++ {
+		select {
+		case err := <-c.reply:
+			if err != nil && first == nil {
+				first = err
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if answered == len(ops) {
+		c.release()
+		return first
+	}
 	if c.timer == nil {
 		c.timer = time.NewTimer(r.o.CallTimeout)
 	} else {
 		c.timer.Reset(r.o.CallTimeout)
 	}
-	var first error
-	for range ops {
+	for ; answered < len(ops); answered++ {
 		select {
 		case err := <-c.reply:
 			if err != nil && first == nil {
@@ -303,31 +328,55 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 		}
 	}
 	c.timer.Stop()
-	c.one[0] = item{}
-	c.msg.items = nil
-	calls.Put(c)
+	c.release()
 	return first
 }
 
-// sendGrouped sends one message per shard touched by ops.
-func (r *Router) sendGrouped(ops []engine.Increment, reply chan error) {
-	shardOf := make([]int, len(ops))
-	for i := range ops {
-		shardOf[i] = r.ShardOf(ops[i].Key)
+// release returns c to the pool once every answer has arrived, without
+// pointers into the request it served.
+func (c *call) release() {
+	c.one[0] = item{}
+	c.msg.items = nil
+	clear(c.items)
+	c.items = c.items[:0]
+	for i := range c.msgs {
+		c.msgs[i].items = nil
 	}
+	c.msgs = c.msgs[:0]
+	calls.Put(c)
+}
+
+// sendGrouped sends one message per shard touched by ops, each listing its
+// ops in request order, built in c's reusable buffers.
+func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
+	shardOf := c.shard[:0]
+	for i := range ops {
+		shardOf = append(shardOf, r.ShardOf(ops[i].Key))
+	}
+	c.shard = shardOf
+	// The items, grouped by shard in first-seen order; each message gets a
+	// slice of them. Capacity is fixed first: messages point into it.
+	items := slices.Grow(c.items[:0], len(ops))
+	msgs := c.msgs[:0]
 	for i := range ops {
 		if shardOf[i] < 0 {
-			continue // already sent with an earlier op of the same shard
+			continue // already placed with an earlier op of the same shard
 		}
-		sh := shardOf[i]
-		msg := &incrementMsg{}
+		sh, from := shardOf[i], len(items)
 		for j := i; j < len(ops); j++ {
 			if shardOf[j] == sh {
-				msg.items = append(msg.items, item{&ops[j], reply})
+				items = append(items, item{&ops[j], c.reply})
 				shardOf[j] = -1
 			}
 		}
-		r.system.Root.Send(r.pids[sh], msg)
+		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)]})
+		// Message k's shard goes to shardOf[k]: k <= i, and every entry
+		// up to i has been placed.
+		shardOf[len(msgs)-1] = sh
+	}
+	c.items, c.msgs = items, msgs
+	for k := range msgs {
+		r.system.Root.Send(r.pids[shardOf[k]], &msgs[k])
 	}
 }
 

@@ -21,9 +21,9 @@ func isInline(b engine.Backend) bool {
 
 // backendCall is one batch handed to a lane's workers.
 type backendCall struct {
-	uniq   []engine.Increment
-	groups [][]int
-	batch  []item
+	uniq  []engine.Increment
+	slot  []int
+	batch []item
 }
 
 type flushDone struct{ backend int }
@@ -150,6 +150,11 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 			l.pending = nil // let the old array go
 		}
 		s.flush(b, batch)
+		if s.work[b] == nil && len(l.pending) == 0 {
+			// An inline call is over: its array takes the next arrivals.
+			clear(batch)
+			l.pending = batch[:0]
+		}
 		now = true
 	}
 }
@@ -157,17 +162,17 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 // flush makes one backend call for batch: inline for a backend without I/O,
 // otherwise on one of the lane's workers.
 func (s *shard) flush(b int, batch []item) {
-	uniq, groups := coalesce(batch)
+	uniq, slot := coalesce(batch)
 	if s.work[b] == nil {
 		l := &s.lanes[b]
 		l.current = batch
 		err := s.backends[b].IncrementBatch(context.Background(), uniq)
 		l.current = nil
-		answer(uniq, groups, batch, err)
+		answer(uniq, slot, batch, err)
 		return
 	}
 	s.lanes[b].inFlight++
-	s.work[b] <- backendCall{uniq: uniq, groups: groups, batch: batch}
+	s.work[b] <- backendCall{uniq: uniq, slot: slot, batch: batch}
 }
 
 // worker makes the backend calls of one lane, one at a time, for as long as
@@ -181,72 +186,99 @@ func (r *Router) worker(s *shard, b int, self *actor.PID) {
 		cctx, cancel := context.WithTimeout(r.callCtx, r.o.CallTimeout)
 		err := backend.IncrementBatch(cctx, c.uniq)
 		cancel()
-		answer(c.uniq, c.groups, c.batch, err)
+		answer(c.uniq, c.slot, c.batch, err)
 		if !r.stopping.Load() {
 			r.system.Root.Send(self, flushDone{b})
 		}
 	}
 }
 
-// singleGroup is the grouping of a one-item batch; shared, never written.
-var singleGroup = [][]int{{0}}
+// singleSlot is the slots of a one-item batch; shared, never written.
+var singleSlot = []int{0}
 
-// coalesce merges the items of equal key and kind. groups[u] lists, in
-// arrival order, the indexes into batch of the items of uniq[u]. Token bucket
-// steps are never merged: each stays its own entry, in arrival order, and
-// the backend applies them in that order.
-func coalesce(batch []item) (uniq []engine.Increment, groups [][]int) {
+// linearMax is the largest batch whose equal keys coalesce finds by
+// comparing with the keys seen so far rather than through a map: cheaper
+// for the few keys of one request or of a batch at low load.
+const linearMax = 16
+
+// coalesce merges the items of equal key and kind: slot[i] is the index in
+// uniq of batch[i]'s entry. Token bucket steps are never merged: each stays
+// its own entry, in arrival order, and the backend applies them in that
+// order.
+func coalesce(batch []item) (uniq []engine.Increment, slot []int) {
 	if len(batch) == 1 {
 		op := *batch[0].op
 		op.After = 0
-		return []engine.Increment{op}, singleGroup
+		return []engine.Increment{op}, singleSlot
 	}
-	type slot struct {
+	uniq = make([]engine.Increment, 0, len(batch))
+	slot = make([]int, len(batch))
+	type kindKey struct {
 		key  string
 		kind engine.OpKind
 	}
-	index := make(map[slot]int, len(batch))
+	var index map[kindKey]int
+	if len(batch) > linearMax {
+		index = make(map[kindKey]int, len(batch))
+	}
 	for i, it := range batch {
-		if it.op.Kind == engine.OpTokenBucket {
-			op := *it.op
-			op.After = 0
-			uniq = append(uniq, op)
-			groups = append(groups, []int{i})
-			continue
+		u := -1
+		if it.op.Kind != engine.OpTokenBucket {
+			if index != nil {
+				if v, ok := index[kindKey{it.op.Key, it.op.Kind}]; ok {
+					u = v
+				}
+			} else {
+				for v := range uniq {
+					if uniq[v].Kind == it.op.Kind && uniq[v].Key == it.op.Key {
+						u = v
+						break
+					}
+				}
+			}
 		}
-		k := slot{it.op.Key, it.op.Kind}
-		u, seen := index[k]
-		if !seen {
+		if u < 0 {
 			u = len(uniq)
-			index[k] = u
-			uniq = append(uniq, engine.Increment{Key: it.op.Key, Kind: it.op.Kind})
-			groups = append(groups, nil)
+			op := engine.Increment{Key: it.op.Key, Kind: it.op.Kind}
+			if it.op.Kind == engine.OpTokenBucket {
+				op = *it.op
+				op.After = 0
+				op.Hits = 0 // added below, as for every kind
+			}
+			uniq = append(uniq, op)
+			if index != nil && it.op.Kind != engine.OpTokenBucket {
+				index[kindKey{it.op.Key, it.op.Kind}] = u
+			}
 		}
 		uniq[u].Hits += it.op.Hits
 		// The reference refreshes the TTL on every hit; the last one wins.
 		uniq[u].TTL = it.op.TTL
-		groups[u] = append(groups[u], i)
+		slot[i] = u
 	}
-	return uniq, groups
+	return uniq, slot
 }
 
-// answer hands every waiter its count, as if its hits were applied in
-// arrival order. A read (OpGet) and a bucket step get the backend's answer
-// as it is.
-func answer(uniq []engine.Increment, groups [][]int, batch []item, err error) {
-	for u := range uniq {
-		count := uniq[u].After - min(uniq[u].After, uniq[u].Hits) // the key's value before this batch
-		for _, i := range groups[u] {
-			it := batch[i]
-			if err == nil {
-				if uniq[u].Kind == engine.OpIncrement {
-					count += it.op.Hits
-					it.op.After = count
-				} else {
-					it.op.After = uniq[u].After
-				}
-			}
-			it.reply <- err
+// answer hands every waiter its count, in arrival order, as if its hits
+// were applied in that order: the key's value before the batch plus the
+// hits of the waiters ahead of it. A read (OpGet) and a bucket step get the
+// backend's answer as it is. It uses each uniq entry's Hits as the running
+// count: the call is over and the entries are this batch's own.
+func answer(uniq []engine.Increment, slot []int, batch []item, err error) {
+	if err == nil {
+		for u := range uniq {
+			uniq[u].Hits = uniq[u].After - min(uniq[u].After, uniq[u].Hits) // the key's value before this batch
 		}
+	}
+	for i, it := range batch {
+		if err == nil {
+			u := &uniq[slot[i]]
+			if u.Kind == engine.OpIncrement {
+				u.Hits += it.op.Hits
+				it.op.After = u.Hits
+			} else {
+				it.op.After = u.After
+			}
+		}
+		it.reply <- err
 	}
 }
