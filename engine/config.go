@@ -222,6 +222,7 @@ type node struct {
 	limit     *RateLimit
 	key       string // the config key and value this node was declared with
 	value     string
+	name      string // its name in its parent's children: key, or key_value
 	// valueToMetric and shareThreshold are per-level flags, used while walking.
 	valueToMetric  bool
 	shareThreshold bool
@@ -244,6 +245,10 @@ type RateLimit struct {
 	// (0: requests_per_unit).
 	Algorithm Algorithm
 	Burst     uint32
+	// current is what every decision under this rule reports as its
+	// current limit, made once with the rule (statuses only read it); nil
+	// for a RateLimit made elsewhere, which decide then describes itself.
+	current *CurrentLimit
 }
 
 // RuleStats are the counters of one stats key.
@@ -367,6 +372,7 @@ func (c *Config) loadDescriptors(file string, parent *node, parentKey string, de
 			children:       map[string]*node{},
 			key:            d.Key,
 			value:          d.Value,
+			name:           finalKey,
 			valueToMetric:  d.ValueToMetric,
 			shareThreshold: d.ShareThreshold,
 		}
@@ -438,6 +444,7 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		Algorithm:       algo,
 		Burst:           r.Burst,
 	}
+	rl.current = &CurrentLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit, Name: rl.Name}
 	c.limits = append(c.limits, rl)
 	return rl, nil
 }

@@ -41,23 +41,29 @@ func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bo
 		partsBuf      [8]string // stays on the stack for descriptors up to 8 deep
 	)
 	metricParts := partsBuf[:0]
+	// key_value is built on the stack: a map lookup through string(bytes)
+	// does not allocate, and most lookups end there.
+	var compositeBuf [128]byte
 	for i, e := range d.Entries {
-		composite := e.Key + "_" + e.Value
-		next, matchedKey := level.children[composite], composite
-		if next == nil {
+		composite := append(append(append(compositeBuf[:0], e.Key...), '_'), e.Value...)
+		next := level.children[string(composite)]
+		if next == nil && len(level.wildcards) > 0 {
+			s := string(composite)
 			for _, w := range level.wildcards {
-				if wildcardMatch(w, composite) {
-					next, matchedKey = level.children[w], w
+				if wildcardMatch(w, s) {
+					next = level.children[w]
 					break
 				}
 			}
 		}
 		if next == nil {
-			next, matchedKey = level.children[e.Key], e.Key
+			next = level.children[e.Key]
 		}
 		if next == nil {
 			break
 		}
+		// The name it matched by: key_value, the wildcard pattern or key.
+		matchedKey := next.name
 		if next.valueToMetric {
 			perLevelStats = true
 			metricParts = append(metricParts, e.Key+"_"+e.Value)

@@ -54,7 +54,8 @@ func (c Code) String() string {
 	return "UNKNOWN"
 }
 
-// CurrentLimit describes the limit that applied to a descriptor.
+// CurrentLimit describes the limit that applied to a descriptor. Statuses
+// share it with their rule: read it, never write it.
 type CurrentLimit struct {
 	RequestsPerUnit uint32
 	Unit            Unit

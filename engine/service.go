@@ -521,8 +521,12 @@ func (s *Service) decide(in *limitInfo, now time.Time) DescriptorStatus {
 	}
 	unix := now.Unix()
 	unitSec := l.Unit.Seconds()
+	cl := l.current
+	if cl == nil {
+		cl = &CurrentLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
+	}
 	st := DescriptorStatus{
-		CurrentLimit:       &CurrentLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name},
+		CurrentLimit:       cl,
 		DurationUntilReset: time.Duration(unitSec-unix%unitSec) * time.Second,
 	}
 	rs := in.stats()
