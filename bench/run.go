@@ -189,8 +189,8 @@ func run(ctx context.Context, f flags) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if w.Algo != "" && tg.system != "sluice" {
-					continue // only sluice has the algorithms
+				if w.Algo != "" && i > 0 && !strings.HasPrefix(tg.system, "sluice") {
+					continue // only sluice has the algorithms (the no-op ignores them)
 				}
 				var r row
 				if tg.redis {
