@@ -654,3 +654,77 @@ func TestSingleReadKeepsItsKind(t *testing.T) {
 		}
 	}
 }
+
+// TestManyOpRequestsExact: requests of several ops, on keys spread over the
+// shards and repeated within a request, through pooled calls reused
+// thousands of times: every op gets a count no other op of its key got,
+// the counts of a key are exactly 1..total, and an op repeated in a request
+// counts after the earlier one. Batches above and below the size where
+// equal keys are found through a map rather than by comparison both run.
+func TestManyOpRequestsExact(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		opsPerReq int
+		shards    int
+		network   bool
+	}{
+		{"3 ops over 8 shards, memory", 3, 8, false},
+		{"3 ops over 8 shards, network", 3, 8, true},
+		{"24 ops on one shard, memory", 24, 1, false},
+		{"24 ops on one shard, network", 24, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const keys, requests, callers = 6, 3000, 32
+			shared := &slowBackend{mem: memory.New(nil)}
+			r, err := actors.New(actors.Options{Shards: tc.shards, MaxInFlight: 2, Backend: func(int) engine.Backend {
+				if tc.network {
+					return shared
+				}
+				return memory.New(nil)
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			seen := make([]sync.Map, keys)
+			var wg sync.WaitGroup
+			next := atomic.Int64{}
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ops := make([]engine.Increment, tc.opsPerReq)
+					for n := next.Add(1); n <= requests; n = next.Add(1) {
+						for j := range ops {
+							// Op j names key (n+j)%keys: a request repeats keys
+							// once it has more ops than there are keys.
+							ops[j] = engine.Increment{Key: fmt.Sprintf("key-%d", (int(n)+j)%keys), Hits: 1, TTL: time.Minute}
+						}
+						if err := r.Increment(context.Background(), ops); err != nil {
+							t.Error(err)
+							return
+						}
+						for j := range ops {
+							k := (int(n) + j) % keys
+							if _, dup := seen[k].LoadOrStore(ops[j].After, true); dup {
+								t.Errorf("key %d: count %d handed out twice", k, ops[j].After)
+							}
+							if j >= keys && ops[j].After <= ops[j-keys].After {
+								t.Errorf("key %d: op %d counted %d, not after the same request's op %d (%d)", k, j, ops[j].After, j-keys, ops[j-keys].After)
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			total := requests * tc.opsPerReq / keys
+			for k := range keys {
+				for c := 1; c <= total; c++ {
+					if _, ok := seen[k].Load(uint64(c)); !ok {
+						t.Fatalf("key %d: count %d of %d never handed out", k, c, total)
+					}
+				}
+			}
+		})
+	}
+}
