@@ -9,6 +9,11 @@
 // allocations per decision (from the debug port's memstats) and Redis
 // commands and round trips per decision (INFO). Every run is bounded in time.
 //
+// The systems run side by side from the start and take turns on each
+// workload, the no-op first, for -rounds rounds; a row is the median of
+// its rounds, so a row and its baseline are measured seconds apart and one
+// unlucky run does not make the table.
+//
 // Processes are started, awaited and measured through internal/testenv, as
 // the load-test scenarios do; latency percentiles are testenv.Percentile
 // (nearest rank). bench/odatabench is the OData measurement it runs.
