@@ -185,6 +185,10 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 	}
 	cmds := make([]goredis.Cmder, len(batch))
 	pipe := b.client.Pipeline()
+	// The arguments of every INCRBY and EXPIRE share one array, and each
+	// key is boxed once for both: go-redis would allocate an argument slice
+	// per command and box the key twice.
+	args := make([]any, 0, 6*len(batch))
 	for i := range batch {
 		op := &batch[i]
 		switch op.Kind {
@@ -193,8 +197,13 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 		case engine.OpTokenBucket:
 			cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
 		default:
-			cmds[i] = pipe.IncrBy(ctx, op.Key, int64(op.Hits))
-			pipe.Expire(ctx, op.Key, time.Duration(engine.CeilSeconds(op.TTL))*time.Second)
+			n := len(args)
+			key := any(op.Key)
+			args = append(args, "incrby", key, int64(op.Hits), "expire", key, engine.CeilSeconds(op.TTL))
+			incr := goredis.NewIntCmd(ctx, args[n:n+3:n+3]...)
+			_ = pipe.Process(ctx, incr)
+			_ = pipe.Process(ctx, goredis.NewBoolCmd(ctx, args[n+3:n+6:n+6]...))
+			cmds[i] = incr
 		}
 	}
 	_, err := pipe.Exec(ctx)
