@@ -18,6 +18,26 @@ import (
 // runServer runs a memory-backed service on loopback ports until the test ends.
 func runServer(t *testing.T, env map[string]string, rules string) *transport.Server {
 	t.Helper()
+	settings, err := transport.SettingsFromEnv(transport.FromMap(serverEnv(t, env, rules)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ready) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitStarted(t, ready, done)
+	return srv
+}
+
+// serverEnv is the environment of a memory-backed server on loopback with
+// free ports and one rule file (none when rules is empty); env adds to it.
+func serverEnv(t *testing.T, env map[string]string, rules string) map[string]string {
+	t.Helper()
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "app", "config"), 0o755)
 	if rules != "" {
@@ -31,18 +51,13 @@ func runServer(t *testing.T, env map[string]string, rules string) *transport.Ser
 	for k, v := range env {
 		vars[k] = v
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(vars))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ready) }()
-	t.Cleanup(func() { cancel(); <-done })
+	return vars
+}
+
+// waitStarted waits until a server is ready, failing if it ends first or
+// takes over 10 s.
+func waitStarted(t *testing.T, ready <-chan struct{}, done <-chan error) {
+	t.Helper()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -50,7 +65,6 @@ func runServer(t *testing.T, env map[string]string, rules string) *transport.Ser
 	case <-time.After(10 * time.Second):
 		t.Fatal("server did not start")
 	}
-	return srv
 }
 
 func TestHealthcheckCommand(t *testing.T) {
