@@ -58,8 +58,9 @@ type RuntimeSettings struct {
 // DefaultGCHeapFloorMiB: a decision allocates a few KiB and keeps almost
 // nothing, so at GOGC=100 a busy server collected dozens of times a second.
 // Measured on Redis on the 2-core bench (A/B, three rounds each), 32 MiB
-// against none: at 10 callers p99 −20% and CPU per decision −8%; at 50
-// callers with 3 descriptors decisions/s +8–23%, p99 −15–25%, CPU −17%.
+// against none: at 10 callers p99 −16–22% and CPU per decision −7–13%; at
+// 50 callers with 3 descriptors decisions/s +10–23%, p99 −18–23%, CPU
+// −11–23%.
 // 16 MiB won less; 64 MiB lost at 10 callers (a heap that outgrows the
 // caches) what it won at 50. The price is a resident size up to ~30 MiB
 // larger.
