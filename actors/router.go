@@ -289,45 +289,40 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	}
 	r.mu.RUnlock()
 
-	// An inline backend (memory) has usually answered by now: take those
-	// answers without arming the timer.
 	var first error
-	answered := 0
-	for ; answered < len(ops); answered++ {
+	armed := false
+	for range ops {
+		var err error
 		select {
-		case err := <-c.reply:
-			if err != nil && first == nil {
-				first = err
-			}
-			continue
+		case err = <-c.reply:
+			// An inline backend (memory) has usually answered by now: no
+			// timer is armed for answers already there.
 		default:
-		}
-		break
-	}
-	if answered == len(ops) {
-		c.release()
-		return first
-	}
-	if c.timer == nil {
-		c.timer = time.NewTimer(r.o.CallTimeout)
-	} else {
-		c.timer.Reset(r.o.CallTimeout)
-	}
-	for ; answered < len(ops); answered++ {
-		select {
-		case err := <-c.reply:
-			if err != nil && first == nil {
-				first = err
+			if !armed {
+				armed = true
+				if c.timer == nil {
+					c.timer = time.NewTimer(r.o.CallTimeout)
+				} else {
+					c.timer.Reset(r.o.CallTimeout)
+				}
 			}
-		case <-ctx.Done():
-			// Answers still to come would land in a reused channel: drop c.
-			c.timer.Stop()
-			return fmt.Errorf("waiting for rate limit counters: %w", ctx.Err())
-		case <-c.timer.C:
-			return fmt.Errorf("waiting for rate limit counters: %w", context.DeadlineExceeded)
+			select {
+			case err = <-c.reply:
+			case <-ctx.Done():
+				// Answers still to come would land in a reused channel: drop c.
+				c.timer.Stop()
+				return fmt.Errorf("waiting for rate limit counters: %w", ctx.Err())
+			case <-c.timer.C:
+				return fmt.Errorf("waiting for rate limit counters: %w", context.DeadlineExceeded)
+			}
+		}
+		if err != nil && first == nil {
+			first = err
 		}
 	}
-	c.timer.Stop()
+	if armed {
+		c.timer.Stop()
+	}
 	c.release()
 	return first
 }
@@ -354,15 +349,17 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
 		shardOf = append(shardOf, r.ShardOf(ops[i].Key))
 	}
 	c.shard = shardOf
-	// The items, grouped by shard in first-seen order; each message gets a
-	// slice of them. Capacity is fixed first: messages point into it.
+	// The items, grouped by shard in first-seen order, and one message per
+	// shard holding a slice of them. Both have their final capacity before
+	// the first send: a sent message points into them.
 	items := slices.Grow(c.items[:0], len(ops))
-	msgs := c.msgs[:0]
+	msgs := slices.Grow(c.msgs[:0], len(ops))
 	for i := range ops {
-		if shardOf[i] < 0 {
-			continue // already placed with an earlier op of the same shard
+		sh := shardOf[i]
+		if sh < 0 {
+			continue // sent with an earlier op of the same shard
 		}
-		sh, from := shardOf[i], len(items)
+		from := len(items)
 		for j := i; j < len(ops); j++ {
 			if shardOf[j] == sh {
 				items = append(items, item{&ops[j], c.reply})
@@ -370,14 +367,9 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
 			}
 		}
 		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)]})
-		// Message k's shard goes to shardOf[k]: k <= i, and every entry
-		// up to i has been placed.
-		shardOf[len(msgs)-1] = sh
+		r.system.Root.Send(r.pids[sh], &msgs[len(msgs)-1])
 	}
 	c.items, c.msgs = items, msgs
-	for k := range msgs {
-		r.system.Root.Send(r.pids[shardOf[k]], &msgs[k])
-	}
 }
 
 // Close stops the shards. Queued increments are answered with ErrClosed;

@@ -146,14 +146,15 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 		batch := l.pending[:n:n]
 		l.pending = l.pending[n:]
 		s.pending.Add(-int64(n))
-		if len(l.pending) == 0 {
-			l.pending = nil // let the old array go
-		}
 		s.flush(b, batch)
-		if s.work[b] == nil && len(l.pending) == 0 {
-			// An inline call is over: its array takes the next arrivals.
-			clear(batch)
-			l.pending = batch[:0]
+		if len(l.pending) == 0 {
+			if s.work[b] == nil {
+				// The inline call is over: its array takes the next arrivals.
+				clear(batch)
+				l.pending = batch[:0]
+			} else {
+				l.pending = nil // the call out keeps batch; let the array go with it
+			}
 		}
 		now = true
 	}
@@ -222,32 +223,31 @@ func coalesce(batch []item) (uniq []engine.Increment, slot []int) {
 		index = make(map[kindKey]int, len(batch))
 	}
 	for i, it := range batch {
-		u := -1
-		if it.op.Kind != engine.OpTokenBucket {
-			if index != nil {
-				if v, ok := index[kindKey{it.op.Key, it.op.Kind}]; ok {
-					u = v
-				}
-			} else {
-				for v := range uniq {
-					if uniq[v].Kind == it.op.Kind && uniq[v].Key == it.op.Key {
-						u = v
-						break
-					}
+		if it.op.Kind == engine.OpTokenBucket {
+			op := *it.op
+			op.After = 0
+			slot[i] = len(uniq)
+			uniq = append(uniq, op)
+			continue
+		}
+		k := kindKey{it.op.Key, it.op.Kind}
+		u, seen := -1, false
+		if index != nil {
+			u, seen = index[k]
+		} else {
+			// A bucket step already in uniq never matches: its kind differs.
+			for v := range uniq {
+				if uniq[v].Kind == k.kind && uniq[v].Key == k.key {
+					u, seen = v, true
+					break
 				}
 			}
 		}
-		if u < 0 {
+		if !seen {
 			u = len(uniq)
-			op := engine.Increment{Key: it.op.Key, Kind: it.op.Kind}
-			if it.op.Kind == engine.OpTokenBucket {
-				op = *it.op
-				op.After = 0
-				op.Hits = 0 // added below, as for every kind
-			}
-			uniq = append(uniq, op)
-			if index != nil && it.op.Kind != engine.OpTokenBucket {
-				index[kindKey{it.op.Key, it.op.Kind}] = u
+			uniq = append(uniq, engine.Increment{Key: k.key, Kind: k.kind})
+			if index != nil {
+				index[k] = u
 			}
 		}
 		uniq[u].Hits += it.op.Hits

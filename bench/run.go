@@ -107,9 +107,9 @@ func run(ctx context.Context, f flags) error {
 	var rows []row
 	start := time.Now()
 
-	log.Printf("engine alone (memory backend, in process)")
 	var eng *engineResult
 	if f.only == "" {
+		log.Printf("engine alone (memory backend, in process)")
 		eng = new(engineResult)
 		var err error
 		if *eng, err = benchEngine(f.duration); err != nil {
@@ -192,13 +192,12 @@ func run(ctx context.Context, f flags) error {
 				if w.Algo != "" && i > 0 && !strings.HasPrefix(tg.system, "sluice") {
 					continue // only sluice has the algorithms (the no-op ignores them)
 				}
-				var r row
+				var redisOf *goredis.Client // the Redis whose counters the row reports
 				if tg.redis {
 					_ = rc.FlushAll(ctx).Err()
-					r, err = measure(procs[i], rc, w, warmup, f.duration)
-				} else {
-					r, err = measure(procs[i], nil, w, warmup, f.duration)
+					redisOf = rc
 				}
+				r, err := measure(procs[i], redisOf, w, warmup, f.duration)
 				if err != nil {
 					return fmt.Errorf("%s %s, %s: %w", tg.system, tg.backend, w, err)
 				}

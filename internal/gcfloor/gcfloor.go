@@ -60,8 +60,7 @@ func Start(floor uint64) (stop func()) {
 	mu.Lock()
 	defer mu.Unlock()
 	if active == nil {
-		initial = debug.SetGCPercent(basePercent)
-		debug.SetGCPercent(initial)
+		initial = gcPercent()
 		active = &state{floor: floor, percent: initial,
 			sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 		arm(active)
@@ -92,6 +91,17 @@ func Floor() uint64 {
 		return 0
 	}
 	return active.floor
+}
+
+// gcPercent is the GC percentage in force (GOGC; -1 when off).
+func gcPercent() int {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return basePercent // unknown to this runtime: Go's default
+	}
+	// GOGC=off reads as the two's complement of -1, SetGCPercent's value.
+	return int(int64(sample[0].Value.Uint64()))
 }
 
 func arm(s *state) {
