@@ -28,35 +28,54 @@ func rlsReq(domain string, pairs ...string) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}}
 }
 
+// forEachGRPCServer runs a test against each gRPC server the gRPC port may
+// have (SLUICE_GRPC_SERVER): what clients see must not depend on it.
+func forEachGRPCServer(t *testing.T, f func(t *testing.T, env map[string]string)) {
+	for _, name := range []string{"native", "grpc-go"} {
+		t.Run(name, func(t *testing.T) { f(t, map[string]string{"SLUICE_GRPC_SERVER": name}) })
+	}
+}
+
+// with is env plus one variable.
+func with(env map[string]string, k, v string) map[string]string {
+	out := map[string]string{k: v}
+	for a, b := range env {
+		out[a] = b
+	}
+	return out
+}
+
 func TestGRPCDecisionsAndErrors(t *testing.T) {
-	h := start(t, nil, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
-	ctx := context.Background()
-	resp, err := c.ShouldRateLimit(ctx, rlsReq("probe", "k", "persec"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := resp.GetStatuses()[0]
-	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 999 ||
-		st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || st.GetDurationUntilReset().AsDuration() != time.Second {
-		t.Fatalf("response %v", resp)
-	}
-	for _, tc := range []struct {
-		req  *rlsv3.RateLimitRequest
-		code codes.Code
-		msg  string
-	}{
-		{&rlsv3.RateLimitRequest{Domain: "probe"}, codes.InvalidArgument, "rate limit descriptor list must not be empty"},
-		{rlsReq("", "k", "two"), codes.InvalidArgument, "rate limit domain must not be empty"},
-	} {
-		_, err := c.ShouldRateLimit(ctx, tc.req)
-		if s, _ := status.FromError(err); s.Code() != tc.code || s.Message() != tc.msg {
-			t.Errorf("got %v, want %v %q", err, tc.code, tc.msg)
+	forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
+		h := start(t, srv, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+		c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+		ctx := context.Background()
+		resp, err := c.ShouldRateLimit(ctx, rlsReq("probe", "k", "persec"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if got := h.stats.CounterValue("ratelimit_server.ShouldRateLimit.total_requests"); got != 3 {
-		t.Errorf("total_requests = %d, want 3", got)
-	}
+		st := resp.GetStatuses()[0]
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 999 ||
+			st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || st.GetDurationUntilReset().AsDuration() != time.Second {
+			t.Fatalf("response %v", resp)
+		}
+		for _, tc := range []struct {
+			req  *rlsv3.RateLimitRequest
+			code codes.Code
+			msg  string
+		}{
+			{&rlsv3.RateLimitRequest{Domain: "probe"}, codes.InvalidArgument, "rate limit descriptor list must not be empty"},
+			{rlsReq("", "k", "two"), codes.InvalidArgument, "rate limit domain must not be empty"},
+		} {
+			_, err := c.ShouldRateLimit(ctx, tc.req)
+			if s, _ := status.FromError(err); s.Code() != tc.code || s.Message() != tc.msg {
+				t.Errorf("got %v, want %v %q", err, tc.code, tc.msg)
+			}
+		}
+		if got := h.stats.CounterValue("ratelimit_server.ShouldRateLimit.total_requests"); got != 3 {
+			t.Errorf("total_requests = %d, want 3", got)
+		}
+	})
 }
 
 func TestNoConfigIsFailedPrecondition(t *testing.T) {
@@ -83,32 +102,34 @@ func TestNoConfigIsFailedPrecondition(t *testing.T) {
 }
 
 func TestGRPCHealth(t *testing.T) {
-	h := start(t, nil, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	hc := healthpb.NewHealthClient(h.grpcConn(t))
-	check := func(service string) (healthpb.HealthCheckResponse_ServingStatus, codes.Code) {
-		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
-		return r.GetStatus(), status.Code(err)
-	}
-	if s, c := check("ratelimit"); s != healthpb.HealthCheckResponse_SERVING || c != codes.OK {
-		t.Errorf("ratelimit: %v %v", s, c)
-	}
-	if s, c := check(""); s != healthpb.HealthCheckResponse_SERVING || c != codes.OK {
-		t.Errorf("empty: %v %v", s, c)
-	}
-	if _, c := check("other"); c != codes.NotFound {
-		t.Errorf("other: %v", c)
-	}
-	// Shutting down flips health first.
-	h.srv.Health().Set("sigterm", false)
-	if s, _ := check("ratelimit"); s != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("after SIGTERM: %v", s)
-	}
-	if s, _ := check(""); s != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("empty after SIGTERM: %v", s)
-	}
-	if code, body := h.get(t, h.http+"/healthcheck"); code != 500 || body != "" {
-		t.Errorf("/healthcheck after SIGTERM: %d %q", code, body)
-	}
+	forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
+		h := start(t, srv, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+		hc := healthpb.NewHealthClient(h.grpcConn(t))
+		check := func(service string) (healthpb.HealthCheckResponse_ServingStatus, codes.Code) {
+			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+			return r.GetStatus(), status.Code(err)
+		}
+		if s, c := check("ratelimit"); s != healthpb.HealthCheckResponse_SERVING || c != codes.OK {
+			t.Errorf("ratelimit: %v %v", s, c)
+		}
+		if s, c := check(""); s != healthpb.HealthCheckResponse_SERVING || c != codes.OK {
+			t.Errorf("empty: %v %v", s, c)
+		}
+		if _, c := check("other"); c != codes.NotFound {
+			t.Errorf("other: %v", c)
+		}
+		// Shutting down flips health first.
+		h.srv.Health().Set("sigterm", false)
+		if s, _ := check("ratelimit"); s != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("after SIGTERM: %v", s)
+		}
+		if s, _ := check(""); s != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("empty after SIGTERM: %v", s)
+		}
+		if code, body := h.get(t, h.http+"/healthcheck"); code != 500 || body != "" {
+			t.Errorf("/healthcheck after SIGTERM: %d %q", code, body)
+		}
+	})
 }
 
 func TestDebugServer(t *testing.T) {
@@ -267,38 +288,40 @@ func TestHealthTransitionsWithRequiredConfig(t *testing.T) {
 }
 
 func TestGracefulStopAnswersInFlight(t *testing.T) {
-	h := start(t, nil, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
-	var wg sync.WaitGroup
-	var ok, failed atomic.Int64
-	stop := make(chan struct{})
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			for n := 0; n < 2000; n++ {
-				select {
-				case <-stop:
-					return
-				default:
+	forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
+		h := start(t, srv, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+		c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+		var wg sync.WaitGroup
+		var ok, failed atomic.Int64
+		stop := make(chan struct{})
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				for n := 0; n < 2000; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, err := c.ShouldRateLimit(context.Background(), rlsReq("probe", "near", fmt.Sprint(i, n)))
+					if err != nil {
+						failed.Add(1)
+						return // the server went away: expected once it stops
+					}
+					ok.Add(1)
 				}
-				_, err := c.ShouldRateLimit(context.Background(), rlsReq("probe", "near", fmt.Sprint(i, n)))
-				if err != nil {
-					failed.Add(1)
-					return // the server went away: expected once it stops
-				}
-				ok.Add(1)
-			}
-		}(i)
-	}
-	waitFor(t, "traffic", func() bool { return ok.Load() > 100 })
-	h.stop(t)
-	close(stop)
-	wg.Wait()
-	// Calls end either answered or refused at the connection; none hang.
-	if ok.Load() == 0 {
-		t.Fatal("no call succeeded")
-	}
+			}(i)
+		}
+		waitFor(t, "traffic", func() bool { return ok.Load() > 100 })
+		h.stop(t)
+		close(stop)
+		wg.Wait()
+		// Calls end either answered or refused at the connection; none hang.
+		if ok.Load() == 0 {
+			t.Fatal("no call succeeded")
+		}
+	})
 }
 
 // TestExactness: 20,000 concurrent decisions on one key with a limit of
@@ -308,21 +331,25 @@ func TestGracefulStopAnswersInFlight(t *testing.T) {
 func TestExactness(t *testing.T) {
 	for _, keys := range []int{1, 1000} {
 		t.Run(fmt.Sprint(keys, " keys"), func(t *testing.T) {
-			exactness(t, keys, start(t, nil, exactRules(keys)))
+			forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
+				exactness(t, keys, start(t, srv, exactRules(keys)))
+			})
 		})
 	}
 }
 
 func TestGRPCOnUnixSocket(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "rls.sock")
-	h := start(t, map[string]string{"GRPC_UDS": sock}, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	if h.srv.Addrs().GRPC.Network() != "unix" {
-		t.Fatalf("gRPC listens on %v", h.srv.Addrs().GRPC)
-	}
-	h.grpc = "unix://" + sock
-	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
-	resp, err := c.ShouldRateLimit(context.Background(), rlsReq("probe", "k", "two"))
-	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("%v %v", resp, err)
-	}
+	forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
+		sock := filepath.Join(t.TempDir(), "rls.sock")
+		h := start(t, with(srv, "GRPC_UDS", sock), map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+		if h.srv.Addrs().GRPC.Network() != "unix" {
+			t.Fatalf("gRPC listens on %v", h.srv.Addrs().GRPC)
+		}
+		h.grpc = "unix://" + sock
+		c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+		resp, err := c.ShouldRateLimit(context.Background(), rlsReq("probe", "k", "two"))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%v %v", resp, err)
+		}
+	})
 }

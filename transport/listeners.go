@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
 // Addrs are the bound addresses, known once Run has started listening.
@@ -31,7 +32,7 @@ type listeners struct {
 	debugEnd map[string]DebugEndpoint
 	stats    *stats.Store
 
-	grpc        *grpc.Server
+	grpc        grpcServer
 	http, debug *http.Server
 
 	mu    sync.Mutex
@@ -54,7 +55,18 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.grpc = n.newGRPCServer(s)
+	if n.settings.GRPCServer != GRPCServerGRPCGo && len(n.grpcOpts) == 0 {
+		ns, err := n.nativeServer(s)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, err
+		}
+		n.grpc = ns
+	} else {
+		n.grpc = n.newGRPCServer(s)
+	}
 	n.http = n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs)))
 	n.debug = n.settings.HTTPTimeouts.Server(newDebugHandler(s, n.debugEnd))
 	errc := make(chan error, 3)
@@ -69,7 +81,7 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 func served(errc <-chan error, n int) error {
 	var first error
 	for i := 0; i < n; i++ {
-		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && first == nil {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, h2grpc.ErrServerStopped) && first == nil {
 			first = err
 		}
 	}

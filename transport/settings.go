@@ -81,6 +81,13 @@ type ListenSettings struct {
 	// as grpc-go does by default). A new goroutine grows its stack on every
 	// decision; a kept worker has grown it once.
 	GRPCStreamWorkers int
+	// GRPCServer is which gRPC server serves the gRPC port
+	// (SLUICE_GRPC_SERVER): GRPCServerNative (the default, also when empty) serves
+	// ShouldRateLimit and Health/Check with the package h2grpc, at about
+	// half grpc-go's CPU per call; GRPCServerGRPCGo is grpc-go's server. TLS,
+	// tracing and server options given by an embedding program always use
+	// grpc-go's.
+	GRPCServer string
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts
 }
@@ -88,6 +95,12 @@ type ListenSettings struct {
 // DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway
 // fleet's connections; RPCs beyond it get a goroutine of their own.
 const DefaultGRPCStreamWorkers = 128
+
+// The gRPC servers ListenSettings.GRPCServer names.
+const (
+	GRPCServerNative = "native"
+	GRPCServerGRPCGo = "grpc-go"
+)
 
 // HTTPTimeouts bound how long an HTTP client may hold a connection without
 // making progress, so that slow or idle clients cannot pile up connections
@@ -259,6 +272,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		MaxConnectionAge:      e.Duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		MaxConnectionAgeGrace: e.Duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
 		GRPCStreamWorkers:     e.Int("SLUICE_GRPC_STREAM_WORKERS", DefaultGRPCStreamWorkers),
+		GRPCServer:            e.String("SLUICE_GRPC_SERVER", GRPCServerNative),
 	}
 	ht := DefaultHTTPTimeouts()
 	s.Listen.HTTPTimeouts = HTTPTimeouts{
@@ -455,6 +469,11 @@ func (s Settings) Validate() error {
 	}
 	if s.Listen.GRPCStreamWorkers < 0 || s.Listen.GRPCStreamWorkers > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("SLUICE_GRPC_STREAM_WORKERS (%d) must be between 0 and %d", s.Listen.GRPCStreamWorkers, uint32(math.MaxUint32)))
+	}
+	switch s.Listen.GRPCServer {
+	case "", GRPCServerNative, GRPCServerGRPCGo:
+	default:
+		errs = append(errs, fmt.Errorf("SLUICE_GRPC_SERVER is %q; it must be %q or %q", s.Listen.GRPCServer, GRPCServerNative, GRPCServerGRPCGo))
 	}
 	if f := s.Runtime.GCHeapFloorMiB; f < 0 || f > maxGCHeapFloorMiB {
 		errs = append(errs, fmt.Errorf("SLUICE_GC_HEAP_FLOOR_MIB (%d) must be between 0 (off) and %d", f, maxGCHeapFloorMiB))

@@ -1,0 +1,689 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+)
+
+const (
+	// maxWindow is the largest flow-control window HTTP/2 allows.
+	maxWindow = 1<<31 - 1
+	// defaultWindow and defaultFrameSize are HTTP/2's initial values.
+	defaultWindow    = 65535
+	defaultFrameSize = 16384
+	// streamWindow is the per-stream window we grant: a whole request of
+	// the default size limit fits without a stream WINDOW_UPDATE.
+	readBufSize = 32 << 10
+)
+
+var clientPreface = []byte(http2.ClientPreface)
+
+// stream is one call. The reader owns it until the request is complete;
+// then a worker does. Fields under "mu" belong to the connection's mutex.
+type stream struct {
+	c      *conn
+	id     uint32
+	method Method
+	// timeout is the grpc-timeout header, or 0.
+	timeout time.Duration
+	// msg collects the request's DATA; held is the flow-control credit it
+	// took from the connection window, given back when the method is done.
+	msg  *[]byte
+	held int
+	// recvd counts DATA bytes against the stream window we granted.
+	recvd int64
+	// early is the status to answer without running a method (bad
+	// request), set while the headers are read.
+	early    codes.Code
+	earlyMsg string
+	// dispatched: the request is complete and a worker owns the stream.
+	dispatched bool
+
+	// mu: flow control of our DATA and the stream's end.
+	sendWindow int64  // the peer's stream window updates minus what we sent, plus its initial window at creation
+	reset      bool   // the peer reset the stream: drop what is left
+	done       bool   // our END_STREAM is written or dropped
+	pending    []byte // DATA payload waiting for window
+	trailer    []byte // trailers block to send after pending
+}
+
+// conn is one HTTP/2 connection.
+type conn struct {
+	s  *Server
+	nc net.Conn
+
+	ctx    context.Context // cancelled when the connection closes
+	cancel context.CancelFunc
+
+	ageTimer *time.Timer
+	calls    sync.WaitGroup // methods running
+	writers  sync.WaitGroup // writes started for the reader
+
+	// Reader-owned.
+	fr          *http2.Framer
+	dec         *hpack.Decoder
+	hdrStream   *stream // the stream whose header block is being decoded
+	hdrSize     uint32  // decoded size of the block's fields
+	hdrRaw      int     // encoded bytes and frames of the block, bounded
+	hdrFrames   int     // against CONTINUATION floods
+	hdrEnd      bool    // the HEADERS frame ended the stream
+	hdrTooLarge bool
+	hdr         reqHeaders
+	lastID      uint32
+	recvUnacked int // connection-window credit given back but not yet sent
+
+	mu   sync.Mutex
+	cond sync.Cond // output drained below MaxOutput, or the connection died
+	out  []byte    // frames to write
+	// spare is the buffer the writer gives back, reused for out.
+	spare   []byte
+	writing bool
+	dead    bool
+	err     error
+	// live counts the streams opened and not yet finished (answer written
+	// or dropped); it is what MaxConcurrentStreams bounds.
+	live    map[uint32]*stream
+	blocked []*stream // streams with DATA waiting for window, in order
+	// Peer settings that shape what we send.
+	peerInitWindow int64
+	peerMaxFrame   int
+	connSendWindow int64
+	// draining: a GOAWAY went out; new streams are refused and the
+	// connection closes once live is empty.
+	draining bool
+	phase2   bool // the GOAWAY naming the last stream went out
+	goaway   uint32
+	closed   chan struct{}
+}
+
+// reqHeaders is what the reader keeps of a request's header block.
+type reqHeaders struct {
+	method, path, contentType, timeout, encoding string
+	pseudoDone, bad                              bool
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		s: s, nc: nc, ctx: ctx, cancel: cancel,
+		live:           map[uint32]*stream{},
+		peerInitWindow: defaultWindow,
+		peerMaxFrame:   defaultFrameSize,
+		connSendWindow: defaultWindow,
+		closed:         make(chan struct{}),
+	}
+	c.cond.L = &c.mu
+	return c
+}
+
+// serve reads the connection until it ends, then waits for its methods.
+func (c *conn) serve() {
+	err := c.read()
+	c.close(err)
+	c.calls.Wait()
+	c.writers.Wait()
+	if c.ageTimer != nil {
+		c.ageTimer.Stop()
+	}
+}
+
+// close ends the connection once: running methods see their context
+// cancelled, waiting appenders are released.
+func (c *conn) close(err error) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = true
+	c.err = err
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.cancel()
+	c.nc.Close()
+	close(c.closed)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		c.s.o.Log.Debug("gRPC connection closed", "remote", c.nc.RemoteAddr().String(), "error", err)
+	}
+}
+
+// read is the reader goroutine's loop.
+func (c *conn) read() error {
+	o := &c.s.o
+	br := bufio.NewReaderSize(c.nc, readBufSize)
+	var pre [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(br, pre[:]); err != nil {
+		return fmt.Errorf("reading the client preface: %w", err)
+	}
+	if !bytes.Equal(pre[:], clientPreface) {
+		return fmt.Errorf("not an HTTP/2 client preface: %q", pre[:])
+	}
+	c.fr = http2.NewFramer(nil, br)
+	c.fr.SetReuseFrames()
+	c.fr.MaxHeaderListSize = o.MaxHeaderListSize
+	c.dec = hpack.NewDecoder(4096, c.onField)
+	c.dec.SetMaxStringLength(int(o.MaxHeaderListSize))
+
+	c.mu.Lock()
+	c.out = appendSettings(c.out, []http2.Setting{
+		{ID: http2.SettingMaxConcurrentStreams, Val: o.MaxConcurrentStreams},
+		{ID: http2.SettingInitialWindowSize, Val: uint32(o.MaxRecvMsgSize + 5)},
+		{ID: http2.SettingMaxHeaderListSize, Val: o.MaxHeaderListSize},
+	})
+	c.out = appendWindowUpdate(c.out, 0, o.ConnWindow-defaultWindow)
+	c.flushLocked()
+	c.mu.Unlock()
+
+	first := true
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce), err.Error())
+			}
+			return err
+		}
+		if first {
+			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+				c.goAway(http2.ErrCodeProtocol, "first frame is not SETTINGS")
+				return errors.New("first frame from the client is not SETTINGS")
+			}
+			first = false
+		}
+		if err := c.handle(f); err != nil {
+			var ce connError
+			if errors.As(err, &ce) {
+				c.goAway(ce.code, ce.msg)
+			}
+			return err
+		}
+		c.waitOutput()
+	}
+}
+
+// connError is a connection error: GOAWAY with code, then close.
+type connError struct {
+	code http2.ErrCode
+	msg  string
+}
+
+func (e connError) Error() string { return "HTTP/2 " + e.code.String() + ": " + e.msg }
+
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.HeadersFrame:
+		return c.onHeaders(f)
+	case *http2.ContinuationFrame:
+		return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			c.mu.Lock()
+			c.out = appendPing(c.out, f.Data)
+			c.flushAsyncLocked()
+			c.mu.Unlock()
+		}
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		c.onReset(f.StreamID)
+	case *http2.GoAwayFrame:
+		// The client opens no more streams; what it has open is answered.
+	case *http2.PushPromiseFrame:
+		return connError{http2.ErrCodeProtocol, "a client sent PUSH_PROMISE"}
+	}
+	// PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
+	return nil
+}
+
+func (c *conn) onHeaders(f *http2.HeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 || id <= c.lastID {
+		// Trailers from a client on an open stream would be legal HTTP/2,
+		// but gRPC unary clients end with DATA; anything else is an error.
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d after stream %d", id, c.lastID)}
+	}
+	c.mu.Lock() // drain reads it
+	c.lastID = id
+	c.mu.Unlock()
+	st := &stream{c: c, id: id}
+	c.hdrStream, c.hdr, c.hdrSize, c.hdrTooLarge = st, reqHeaders{}, 0, false
+	c.hdrRaw, c.hdrFrames, c.hdrEnd = 0, 0, f.StreamEnded()
+	return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+// onField collects one decoded header field of the current block.
+func (c *conn) onField(f hpack.HeaderField) {
+	c.hdrSize += f.Size()
+	if c.hdrSize > c.s.o.MaxHeaderListSize {
+		c.hdrTooLarge = true
+		return
+	}
+	h := &c.hdr
+	if f.IsPseudo() {
+		if h.pseudoDone {
+			h.bad = true
+			return
+		}
+		switch f.Name {
+		case ":method":
+			h.method = f.Value
+		case ":path":
+			h.path = f.Value
+		case ":scheme", ":authority":
+		default:
+			h.bad = true
+		}
+		return
+	}
+	h.pseudoDone = true
+	switch f.Name {
+	case "content-type":
+		h.contentType = f.Value
+	case "grpc-timeout":
+		h.timeout = f.Value
+	case "grpc-encoding":
+		h.encoding = f.Value
+	}
+}
+
+// onHeaderBlock decodes a HEADERS or CONTINUATION fragment; at the end of
+// the block the stream opens (or is refused or answered at once).
+func (c *conn) onHeaderBlock(frag []byte, end bool) error {
+	if c.hdrStream == nil {
+		return connError{http2.ErrCodeProtocol, "CONTINUATION without HEADERS"}
+	}
+	c.hdrRaw += len(frag)
+	c.hdrFrames++
+	if c.hdrRaw > 2*int(c.s.o.MaxHeaderListSize) || c.hdrFrames > 64 {
+		return connError{http2.ErrCodeEnhanceYourCalm, "header block too large"}
+	}
+	if _, err := c.dec.Write(frag); err != nil {
+		return connError{http2.ErrCodeCompression, err.Error()}
+	}
+	if !end {
+		return nil
+	}
+	if err := c.dec.Close(); err != nil {
+		return connError{http2.ErrCodeCompression, err.Error()}
+	}
+	st := c.hdrStream
+	c.hdrStream = nil
+	return c.open(st)
+}
+
+// open starts a stream whose headers are complete.
+func (c *conn) open(st *stream) error {
+	o := &c.s.o
+	h := &c.hdr
+	c.mu.Lock()
+	refuse := c.phase2 || uint32(len(c.live)) >= o.MaxConcurrentStreams
+	if !refuse {
+		c.live[st.id] = st
+		st.sendWindow = c.peerInitWindow
+	}
+	c.mu.Unlock()
+	if refuse {
+		c.resetStream(st.id, http2.ErrCodeRefusedStream)
+		return nil
+	}
+	switch {
+	case c.hdrTooLarge:
+		st.early, st.earlyMsg = codes.Internal, fmt.Sprintf("header list size exceeds the limit %d", o.MaxHeaderListSize)
+	case h.bad || h.method != "POST" || h.path == "":
+		c.answerHTTPError(st, "400")
+		return nil
+	case !isGRPCContentType(h.contentType):
+		c.answerHTTPError(st, "415")
+		return nil
+	case h.encoding != "" && h.encoding != "identity":
+		st.early, st.earlyMsg = codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", h.encoding)
+	case c.hdrEnd:
+		st.early, st.earlyMsg = codes.Internal, "grpc: the request has no message"
+	}
+	if st.early == codes.OK {
+		if h.timeout != "" {
+			d, err := parseTimeout(h.timeout)
+			if err != nil {
+				st.early, st.earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
+			}
+			st.timeout = d
+		}
+		m, ok := o.Methods[h.path]
+		if !ok && st.early == codes.OK {
+			st.early, st.earlyMsg = codes.Unimplemented, unknownMethod(h.path)
+		}
+		st.method = m
+	}
+	if st.early != codes.OK {
+		// Answered before any DATA: the rest of the request is not needed.
+		c.finish(st, nil, st.early, st.earlyMsg)
+		c.resetStream(st.id, http2.ErrCodeNo)
+		return nil
+	}
+	return nil
+}
+
+func isGRPCContentType(ct string) bool {
+	const base = "application/grpc"
+	if !strings.HasPrefix(ct, base) {
+		return false
+	}
+	return len(ct) == len(base) || ct[len(base)] == '+' || ct[len(base)] == ';'
+}
+
+// unknownMethod is grpc-go's message for a call nobody serves.
+func unknownMethod(path string) string {
+	p := strings.TrimPrefix(path, "/")
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return fmt.Sprintf("malformed method name: %q", path)
+	}
+	return fmt.Sprintf("unknown method %s for service %s", p[i+1:], p[:i])
+}
+
+func (c *conn) onData(f *http2.DataFrame) error {
+	id := f.StreamID
+	n := int(f.Length) // padding counts against flow control too
+	c.mu.Lock()
+	st := c.live[id]
+	c.mu.Unlock()
+	if st == nil || st.dispatched || st.method == nil || st.held < 0 {
+		// A stream answered early, reset, ended or unknown: give the
+		// window back.
+		if id > c.lastID {
+			return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
+		}
+		c.giveBack(n)
+		return nil
+	}
+	o := &c.s.o
+	st.recvd += int64(n)
+	st.held += n
+	if st.recvd > int64(o.MaxRecvMsgSize)+5 {
+		return connError{http2.ErrCodeFlowControl, fmt.Sprintf("stream %d sent past its window", id)}
+	}
+	data := f.Data()
+	if st.msg == nil {
+		st.msg = getBuf(len(data))
+	}
+	*st.msg = append(*st.msg, data...)
+	msg := *st.msg
+	if len(msg) >= 5 {
+		if msg[0] != 0 {
+			// A compressed message without an accepted grpc-encoding.
+			c.fail(st, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
+			return nil
+		}
+		if size := binary.BigEndian.Uint32(msg[1:5]); int64(size) > int64(o.MaxRecvMsgSize) {
+			c.fail(st, codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, o.MaxRecvMsgSize))
+			return nil
+		}
+	}
+	if !f.StreamEnded() {
+		return nil
+	}
+	if len(msg) < 5 || int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5 {
+		c.fail(st, codes.Internal, "grpc: the request is not one whole message")
+		return nil
+	}
+	st.dispatched = true
+	c.calls.Add(1)
+	c.s.dispatch(st)
+	return nil
+}
+
+// fail answers st with a status before its method runs and drops its
+// request.
+func (c *conn) fail(st *stream, code codes.Code, msg string) {
+	c.release(st)
+	st.method = nil
+	c.finish(st, nil, code, msg)
+	c.resetStream(st.id, http2.ErrCodeNo)
+}
+
+// release returns st's request buffer and its connection-window credit.
+func (c *conn) release(st *stream) {
+	if st.msg != nil {
+		putBuf(st.msg)
+		st.msg = nil
+	}
+	if st.held > 0 {
+		c.giveBack(st.held)
+	}
+	st.held = -1
+}
+
+// giveBack returns n bytes of connection window to the peer, in batches of
+// a quarter window so that a stream of small requests sends few updates.
+func (c *conn) giveBack(n int) {
+	c.mu.Lock()
+	c.recvUnacked += n
+	if c.recvUnacked >= int(c.s.o.ConnWindow/4) {
+		c.out = appendWindowUpdate(c.out, 0, uint32(c.recvUnacked))
+		c.recvUnacked = 0
+		c.flushAsyncLocked()
+	}
+	c.mu.Unlock()
+}
+
+// run is a worker running st's method and answering it.
+func (c *conn) run(st *stream) {
+	defer c.calls.Done()
+	ctx := c.ctx
+	var cancel context.CancelFunc
+	if st.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, st.timeout)
+	}
+	out := getBuf(256)
+	resp, err := st.method(ctx, (*st.msg)[5:], append((*out)[:0], 0, 0, 0, 0, 0))
+	if cancel != nil {
+		cancel()
+	}
+	c.release(st)
+	switch {
+	case err != nil:
+		code, msg := statusOf(err)
+		c.finish(st, nil, code, msg)
+	case len(resp) < 5:
+		c.finish(st, nil, codes.Internal, "h2grpc: the method dropped its output buffer")
+	default:
+		binary.BigEndian.PutUint32(resp[1:5], uint32(len(resp)-5))
+		c.finish(st, resp, codes.OK, "")
+	}
+	if cap(resp) > 0 {
+		*out = resp[:0]
+	}
+	putBuf(out)
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	var err error
+	c.mu.Lock()
+	_ = f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			if s.Val > maxWindow {
+				err = connError{http2.ErrCodeFlowControl, "initial window size too large"}
+				return err
+			}
+			delta := int64(s.Val) - c.peerInitWindow
+			c.peerInitWindow = int64(s.Val)
+			for _, st := range c.live {
+				st.sendWindow += delta
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerMaxFrame = int(s.Val) // the framer checked its range
+		}
+		return nil
+	})
+	if err == nil {
+		c.out = appendSettingsAck(c.out)
+		c.sendBlockedLocked()
+		c.flushAsyncLocked()
+	}
+	c.mu.Unlock()
+	return err
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inc := int64(f.Increment)
+	if f.StreamID == 0 {
+		if c.connSendWindow+inc > maxWindow {
+			return connError{http2.ErrCodeFlowControl, "connection window overflow"}
+		}
+		c.connSendWindow += inc
+	} else if st := c.live[f.StreamID]; st != nil {
+		if st.sendWindow+inc > maxWindow {
+			c.out = appendRSTStream(c.out, st.id, http2.ErrCodeFlowControl)
+			st.reset = true
+		} else {
+			st.sendWindow += inc
+		}
+	}
+	c.sendBlockedLocked()
+	c.flushAsyncLocked()
+	return nil
+}
+
+// onReset is the peer giving up a stream: drop its answer; a request not
+// yet complete gives its window back.
+func (c *conn) onReset(id uint32) {
+	c.mu.Lock()
+	st := c.live[id]
+	if st != nil {
+		st.reset = true
+	}
+	c.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if !st.dispatched && st.method != nil && st.held >= 0 {
+		c.release(st)
+		c.mu.Lock()
+		c.endLocked(st)
+		c.mu.Unlock()
+	}
+}
+
+// resetStream tells the peer to stop sending on a stream.
+func (c *conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	c.out = appendRSTStream(c.out, id, code)
+	c.flushAsyncLocked()
+	c.mu.Unlock()
+}
+
+// goAway sends a last GOAWAY before the connection closes on an error.
+func (c *conn) goAway(code http2.ErrCode, msg string) {
+	c.mu.Lock()
+	c.out = appendGoAway(c.out, c.lastID, code, []byte(msg))
+	// A write in progress would leave the GOAWAY behind for a connection
+	// about to close: wait for it, then write what is left ourselves.
+	for c.writing && !c.dead {
+		c.cond.Wait()
+	}
+	c.flushLocked()
+	c.mu.Unlock()
+}
+
+// drain sends GOAWAY and closes the connection once its open calls are
+// answered, or after grace (0: no limit) at the latest.
+func (c *conn) drain(grace time.Duration) {
+	c.mu.Lock()
+	if c.draining || c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.draining = true
+	// The last stream we may have seen: streams the reader has not read
+	// yet are above it and the client retries them elsewhere.
+	c.out = appendGoAway(c.out, maxStreamID, http2.ErrCodeNo, nil)
+	c.flushAsyncLocked()
+	// The connection is not closed (checked under mu), so its own count
+	// in connWG is still held: adding here cannot race a finished Wait.
+	c.s.connWG.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.s.connWG.Done()
+		// A second GOAWAY with the real last stream once a ping-free
+		// moment has passed is what grpc-go does; one round trip's worth
+		// of waiting gives in-flight streams the same chance.
+		time.Sleep(10 * time.Millisecond)
+		c.mu.Lock()
+		if !c.dead {
+			c.goaway, c.phase2 = c.lastID, true
+			c.out = appendGoAway(c.out, c.lastID, http2.ErrCodeNo, nil)
+			c.flushAsyncLocked()
+			c.closeIfIdleLocked()
+		}
+		c.mu.Unlock()
+		if grace > 0 {
+			select {
+			case <-c.closed:
+			case <-time.After(grace):
+				c.close(errors.New("connection age grace elapsed"))
+			}
+		}
+	}()
+}
+
+const maxStreamID = 1<<31 - 1
+
+// closeIfIdleLocked closes a draining connection with nothing left to
+// answer or write.
+func (c *conn) closeIfIdleLocked() {
+	if c.phase2 && len(c.live) == 0 && len(c.out) == 0 && !c.writing && !c.dead {
+		c.writers.Add(1)
+		go func() {
+			defer c.writers.Done()
+			c.close(nil)
+		}()
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBuf(n int) *[]byte {
+	b := bufPool.Get().(*[]byte)
+	if cap(*b) < n {
+		*b = make([]byte, 0, n)
+	}
+	*b = (*b)[:0]
+	return b
+}
+
+// putBuf keeps buffers up to 64 KiB; larger ones were for rare big
+// messages and would pin memory.
+func putBuf(b *[]byte) {
+	if cap(*b) <= 64<<10 {
+		bufPool.Put(b)
+	}
+}

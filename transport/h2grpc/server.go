@@ -1,0 +1,267 @@
+package h2grpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+)
+
+// Method serves one unary gRPC method: req is the request message (valid
+// only during the call), and the response message is appended to out. A
+// non-nil error becomes the call's status: grpc-go status errors keep their
+// code and message, anything else is Unknown.
+type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
+
+// Options configure a Server. The zero value of each field takes its
+// default (see EnsureDefaults).
+type Options struct {
+	// Methods maps a full method name ("/package.Service/Method") to its
+	// handler. Calls to other names are answered Unimplemented.
+	Methods map[string]Method
+	// MaxConcurrentStreams bounds the calls of one connection that are open
+	// or still running (default 1024). Streams over it are refused.
+	MaxConcurrentStreams uint32
+	// MaxRecvMsgSize bounds a request message (default 4 MiB, as grpc-go).
+	MaxRecvMsgSize int
+	// MaxHeaderListSize bounds a request's decoded header list (default
+	// 64 KiB).
+	MaxHeaderListSize uint32
+	// ConnWindow is the request bytes one connection may have unanswered
+	// (default 8 MiB); it bounds the memory a connection's requests hold.
+	ConnWindow uint32
+	// MaxOutput is how much answer data a connection may buffer before
+	// its methods wait for the peer to read (default 4 MiB).
+	MaxOutput int
+	// Workers is how many goroutines are kept to run methods (0: none); a
+	// call that finds none free gets a goroutine of its own.
+	Workers int
+	// MaxConnectionAge, if set, makes a connection drain (GOAWAY) after
+	// about this long (±10%), and close MaxConnectionAgeGrace later.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// Log receives connection errors at debug level (default: discarded).
+	Log *slog.Logger
+}
+
+// EnsureDefaults fills the zero fields with their defaults.
+func (o *Options) EnsureDefaults() *Options {
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = 1024
+	}
+	if o.MaxRecvMsgSize == 0 {
+		o.MaxRecvMsgSize = 4 << 20
+	}
+	if o.MaxHeaderListSize == 0 {
+		o.MaxHeaderListSize = 64 << 10
+	}
+	if o.ConnWindow == 0 {
+		o.ConnWindow = 8 << 20
+	}
+	if o.MaxOutput == 0 {
+		o.MaxOutput = 4 << 20
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Validate reports settings that cannot work.
+func (o *Options) Validate() error {
+	switch {
+	case o.MaxRecvMsgSize < 0 || o.MaxOutput < 0 || o.Workers < 0:
+		return fmt.Errorf("h2grpc: message size (%d), output bound (%d) and workers (%d) must not be negative", o.MaxRecvMsgSize, o.MaxOutput, o.Workers)
+	case o.ConnWindow != 0 && (o.ConnWindow < 1<<16 || o.ConnWindow > maxWindow):
+		return fmt.Errorf("h2grpc: connection window %d is outside [65536, %d]", o.ConnWindow, maxWindow)
+	case o.MaxConnectionAge < 0 || o.MaxConnectionAgeGrace < 0:
+		return fmt.Errorf("h2grpc: connection age (%v) and grace (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace)
+	}
+	return nil
+}
+
+// ErrServerStopped is what Serve returns once the server is stopping.
+var ErrServerStopped = errors.New("h2grpc: server stopped")
+
+// Server serves the Options' methods on the listeners given to Serve.
+type Server struct {
+	o    Options
+	work chan *stream
+
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	conns    map[*conn]struct{}
+	stopping bool
+	connWG   sync.WaitGroup // one per connection goroutine set
+	workerWG sync.WaitGroup
+	started  bool
+}
+
+// NewServer makes a server; it starts nothing until Serve.
+func NewServer(o Options) (*Server, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Server{
+		o:     o,
+		work:  make(chan *stream),
+		lns:   map[net.Listener]struct{}{},
+		conns: map[*conn]struct{}{},
+	}, nil
+}
+
+// Serve accepts connections on ln until Stop or GracefulStop, and then
+// returns ErrServerStopped; any other accept failure is returned as is.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerStopped
+	}
+	if !s.started {
+		s.started = true
+		s.workerWG.Add(s.o.Workers)
+		for range s.o.Workers {
+			go s.worker()
+		}
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			stopping := s.stopping
+			s.mu.Unlock()
+			if stopping {
+				return ErrServerStopped
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: back off as
+				// net/http does instead of spinning.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if !s.track(nc) {
+			nc.Close()
+			return ErrServerStopped
+		}
+	}
+}
+
+// track starts serving nc unless the server is stopping.
+func (s *Server) track(nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	if s.o.MaxConnectionAge > 0 {
+		age := s.o.MaxConnectionAge
+		age += time.Duration(rand.Int64N(int64(age)/5+1)) - age/10
+		c.ageTimer = time.AfterFunc(age, func() { c.drain(s.o.MaxConnectionAgeGrace) })
+	}
+	s.connWG.Add(1)
+	go func() {
+		defer s.connWG.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	return true
+}
+
+// worker runs methods handed over by readers; long-lived so that the stack
+// a decision grows is kept.
+func (s *Server) worker() {
+	defer s.workerWG.Done()
+	for st := range s.work {
+		st.c.run(st)
+	}
+}
+
+// dispatch runs st's method on a free worker or a goroutine of its own.
+func (s *Server) dispatch(st *stream) {
+	select {
+	case s.work <- st:
+	default:
+		go st.c.run(st)
+	}
+}
+
+// closeListeners stops accepting; it reports whether this call began the
+// stop.
+func (s *Server) closeListeners() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false
+	}
+	s.stopping = true
+	for ln := range s.lns {
+		ln.Close()
+	}
+	return true
+}
+
+func (s *Server) connList() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// GracefulStop stops accepting, tells every connection to go away, and
+// returns once their calls are answered and they are closed.
+func (s *Server) GracefulStop() {
+	first := s.closeListeners()
+	for _, c := range s.connList() {
+		c.drain(0)
+	}
+	s.connWG.Wait()
+	if first {
+		s.stopWorkers()
+	}
+}
+
+// Stop closes every listener and connection at once; calls still running
+// see their context cancelled and their answers dropped.
+func (s *Server) Stop() {
+	first := s.closeListeners()
+	for _, c := range s.connList() {
+		c.close(errors.New("server stopped"))
+	}
+	s.connWG.Wait()
+	if first {
+		s.stopWorkers()
+	}
+}
+
+// stopWorkers ends the worker pool once no reader can dispatch any more.
+func (s *Server) stopWorkers() {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		close(s.work)
+		s.workerWG.Wait()
+	}
+}

@@ -1,0 +1,548 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rawCodec lets a grpc-go client send and receive plain bytes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string                                 { return "raw" }
+func init()                                                   { encoding.RegisterCodec(rawCodec{}) }
+func callOpt() grpc.CallOption                                { return grpc.ForceCodec(rawCodec{}) }
+func echo(_ context.Context, req, out []byte) ([]byte, error) { return append(out, req...), nil }
+
+// serve starts a server on a loopback port; it stops with the test.
+func serve(t *testing.T, o Options) (*Server, string) {
+	t.Helper()
+	s, err := NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Stop()
+		if err := <-done; !errors.Is(err, ErrServerStopped) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// TestGRPCGoClient: grpc-go's client against the server, from empty to
+// messages larger than both sides' initial windows (the answer must wait
+// for the client's WINDOW_UPDATEs), statuses and deadlines.
+func TestGRPCGoClient(t *testing.T) {
+	var sawDeadline atomic.Bool
+	_, addr := serve(t, Options{Methods: map[string]Method{
+		"/t.S/Echo": echo,
+		"/t.S/Fail": func(context.Context, []byte, []byte) ([]byte, error) {
+			return nil, status.Error(codes.FailedPrecondition, "not now: 100% sure\n")
+		},
+		"/t.S/Plain": func(context.Context, []byte, []byte) ([]byte, error) { return nil, errors.New("plain") },
+		"/t.S/Deadline": func(ctx context.Context, req, out []byte) ([]byte, error) {
+			_, ok := ctx.Deadline()
+			sawDeadline.Store(ok)
+			return out, nil
+		},
+	}})
+	cc := dial(t, addr)
+	ctx := context.Background()
+	for _, n := range []int{0, 1, 100, 16384, 70000, 1 << 20, 3 << 20} {
+		req := bytes.Repeat([]byte{byte(n)}, n)
+		for i := range req {
+			req[i] = byte(i * 7)
+		}
+		var resp []byte
+		if err := cc.Invoke(ctx, "/t.S/Echo", &req, &resp, callOpt()); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if !bytes.Equal(resp, req) {
+			t.Fatalf("%d bytes: echo differs (%d bytes back)", n, len(resp))
+		}
+	}
+	for _, tc := range []struct {
+		method string
+		code   codes.Code
+		msg    string
+	}{
+		{"/t.S/Fail", codes.FailedPrecondition, "not now: 100% sure\n"},
+		{"/t.S/Plain", codes.Unknown, "plain"},
+		{"/t.S/Nope", codes.Unimplemented, "unknown method Nope for service t.S"},
+	} {
+		var req, resp []byte
+		err := cc.Invoke(ctx, tc.method, &req, &resp, callOpt())
+		if s, _ := status.FromError(err); s.Code() != tc.code || s.Message() != tc.msg {
+			t.Errorf("%s: %v, want %v %q", tc.method, err, tc.code, tc.msg)
+		}
+	}
+	big := make([]byte, 4<<20+1)
+	var resp []byte
+	err := cc.Invoke(ctx, "/t.S/Echo", &big, &resp, callOpt())
+	if s, _ := status.FromError(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "larger than max") {
+		t.Errorf("too large: %v", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var empty []byte
+	if err := cc.Invoke(dctx, "/t.S/Deadline", &empty, &resp, callOpt()); err != nil || !sawDeadline.Load() {
+		t.Errorf("deadline: %v, seen %v", err, sawDeadline.Load())
+	}
+	// The connection still serves after all of that.
+	req := []byte("again")
+	if err := cc.Invoke(ctx, "/t.S/Echo", &req, &resp, callOpt()); err != nil || string(resp) != "again" {
+		t.Fatalf("after errors: %q %v", resp, err)
+	}
+}
+
+// TestConcurrentCalls: many callers on few connections, each answer to its
+// own caller.
+func TestConcurrentCalls(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, Workers: 4})
+	conns := []*grpc.ClientConn{dial(t, addr), dial(t, addr)}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cc := conns[g%2]
+			for i := 0; i < 200; i++ {
+				req := []byte(fmt.Sprint(g, "/", i))
+				var resp []byte
+				if err := cc.Invoke(context.Background(), "/t.S/Echo", &req, &resp, callOpt()); err != nil || !bytes.Equal(req, resp) {
+					errs <- fmt.Errorf("%s: %q %v", req, resp, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// raw is a hand-driven HTTP/2 client for what grpc-go's client never does.
+type raw struct {
+	t   *testing.T
+	nc  net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	hb  bytes.Buffer
+}
+
+func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *raw {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	r := &raw{t: t, nc: nc}
+	r.fr = http2.NewFramer(nc, bufio.NewReader(nc))
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	r.enc = hpack.NewEncoder(&r.hb)
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// headers sends a request's HEADERS; fields override the defaults.
+func (r *raw) headers(id uint32, path string, end bool, fields ...string) {
+	r.t.Helper()
+	r.hb.Reset()
+	f := map[string]string{":method": "POST", ":scheme": "http", ":path": path, ":authority": "x", "content-type": "application/grpc", "te": "trailers"}
+	for i := 0; i+1 < len(fields); i += 2 {
+		f[fields[i]] = fields[i+1]
+	}
+	for _, k := range []string{":method", ":scheme", ":path", ":authority"} {
+		r.enc.WriteField(hpack.HeaderField{Name: k, Value: f[k]})
+		delete(f, k)
+	}
+	for k, v := range f {
+		r.enc.WriteField(hpack.HeaderField{Name: k, Value: v})
+	}
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.hb.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *raw) message(id uint32, msg []byte) {
+	r.t.Helper()
+	b := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	if err := r.fr.WriteData(id, true, append(b, msg...)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// next reads frames until one that want accepts, answering nothing.
+func (r *raw) next(want func(http2.Frame) bool) http2.Frame {
+	r.t.Helper()
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			r.t.Fatalf("reading: %v", err)
+		}
+		if want(f) {
+			return f
+		}
+	}
+}
+
+func isStream(id uint32) func(http2.Frame) bool {
+	return func(f http2.Frame) bool { return f.Header().StreamID == id }
+}
+
+func field(f http2.Frame, name string) string {
+	if mh, ok := f.(*http2.MetaHeadersFrame); ok {
+		for _, hf := range mh.Fields {
+			if hf.Name == name {
+				return hf.Value
+			}
+		}
+	}
+	return ""
+}
+
+// TestFlowControlOfAnswers: a peer with a 10-byte stream window gets the
+// answer 10 bytes at a time, each piece only after its WINDOW_UPDATE.
+func TestFlowControlOfAnswers(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}})
+	r := dialRaw(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
+	msg := []byte("twenty-five bytes of text")
+	r.headers(1, "/t.S/Echo", false)
+	r.message(1, msg)
+	var got []byte
+	r.next(isStream(1)) // the response headers
+	for len(got) < len(msg)+5 {
+		d, ok := r.next(isStream(1)).(*http2.DataFrame)
+		if !ok {
+			t.Fatalf("not DATA after %d bytes", len(got))
+		}
+		if len(d.Data()) > 10 {
+			t.Fatalf("DATA of %d bytes past a 10-byte window", len(d.Data()))
+		}
+		got = append(got, d.Data()...)
+		if len(got) < len(msg)+5 {
+			// The window is spent: nothing may come before we grant more.
+			r.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if f, err := r.fr.ReadFrame(); err == nil && f.Header().StreamID == 1 {
+				t.Fatalf("frame %v on a spent window", f)
+			}
+			r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		}
+		if err := r.fr.WriteWindowUpdate(1, uint32(len(d.Data()))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got[5:], msg) {
+		t.Fatalf("answer %q", got)
+	}
+	tr := r.next(isStream(1))
+	if !tr.Header().Flags.Has(http2.FlagHeadersEndStream) || field(tr, "grpc-status") != "0" {
+		t.Fatalf("trailers %v", tr)
+	}
+}
+
+// TestBadRequests: what is not a gRPC call gets the answer grpc-go gives.
+func TestBadRequests(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}})
+	r := dialRaw(t, addr)
+	r.headers(1, "/t.S/Echo", true, "content-type", "text/plain")
+	if f := r.next(isStream(1)); field(f, ":status") != "415" {
+		t.Errorf("text/plain: %v", f)
+	}
+	r.headers(3, "/t.S/Echo", true, ":method", "GET")
+	if f := r.next(isStream(3)); field(f, ":status") != "400" {
+		t.Errorf("GET: %v", f)
+	}
+	r.headers(5, "/t.S/Echo", true)
+	if f := r.next(isStream(5)); field(f, "grpc-status") != fmt.Sprint(int(codes.Internal)) {
+		t.Errorf("no message: %v", f)
+	}
+	r.headers(7, "/t.S/Echo", false, "grpc-encoding", "gzip")
+	if f := r.next(isStream(7)); field(f, "grpc-status") != fmt.Sprint(int(codes.Unimplemented)) {
+		t.Errorf("gzip: %v", f)
+	}
+	r.headers(9, "/t.S/Echo", false, "grpc-timeout", "soon")
+	if f := r.next(isStream(9)); field(f, "grpc-status") != fmt.Sprint(int(codes.Internal)) {
+		t.Errorf("bad timeout: %v", f)
+	}
+	// A message cut short of its length prefix.
+	r.headers(11, "/t.S/Echo", false)
+	if err := r.fr.WriteData(11, true, []byte{0, 0, 0, 0, 9, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	if f := r.next(func(f http2.Frame) bool { return f.Header().StreamID == 11 && f.Header().Type == http2.FrameHeaders }); field(f, "grpc-status") != fmt.Sprint(int(codes.Internal)) {
+		t.Errorf("short message: %v", f)
+	}
+	// The connection is still good.
+	r.headers(13, "/t.S/Echo", false)
+	r.message(13, []byte("ok"))
+	if f := r.next(func(f http2.Frame) bool { return f.Header().StreamID == 13 && f.Header().Type == http2.FrameData }); string(f.(*http2.DataFrame).Data()[5:]) != "ok" {
+		t.Errorf("after bad requests: %v", f)
+	}
+	// PING is answered with its payload.
+	if err := r.fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+		t.Fatal(err)
+	}
+	p := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame)
+	if !p.IsAck() || p.Data != [8]byte{1, 2, 3, 4, 5, 6, 7, 8} {
+		t.Errorf("ping answer %v", p)
+	}
+}
+
+// TestConnectionErrors: a peer that breaks the protocol gets GOAWAY and is
+// closed.
+func TestConnectionErrors(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxHeaderListSize: 1024})
+	for name, send := range map[string]func(r *raw){
+		"even stream": func(r *raw) { r.headers(2, "/t.S/Echo", true) },
+		"huge headers": func(r *raw) {
+			r.headers(1, "/t.S/Echo", true, "x-big", strings.Repeat("a", 4000))
+		},
+		"stream id going back": func(r *raw) { r.headers(5, "/t.S/Echo", true); r.headers(3, "/t.S/Echo", true) },
+		"DATA on idle stream":  func(r *raw) { r.fr.WriteData(9, true, []byte{0, 0, 0, 0, 0}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := dialRaw(t, addr)
+			send(r)
+			g := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+			if g.ErrCode == http2.ErrCodeNo {
+				t.Errorf("GOAWAY %v", g)
+			}
+			for {
+				if _, err := r.fr.ReadFrame(); err != nil {
+					break // closed
+				}
+			}
+		})
+	}
+	t.Run("not HTTP/2", func(t *testing.T) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(20 * time.Second))
+		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if _, err := io.ReadAll(nc); err != nil {
+			t.Fatalf("not closed: %v", err)
+		}
+	})
+}
+
+// TestStreamLimit: streams beyond MaxConcurrentStreams are refused, and a
+// reset stream holds its place until its method returns, so resetting
+// cannot run more methods at once than the limit (the HTTP/2 rapid reset
+// attack).
+func TestStreamLimit(t *testing.T) {
+	release := make(chan struct{})
+	var running, most atomic.Int64
+	block := func(_ context.Context, _, out []byte) ([]byte, error) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		running.Add(-1)
+		return out, nil
+	}
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Block": block}, MaxConcurrentStreams: 4})
+	r := dialRaw(t, addr)
+	refused := 0
+	for i := uint32(0); i < 40; i++ {
+		id := 2*i + 1
+		r.headers(id, "/t.S/Block", false)
+		r.message(id, nil)
+		r.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	}
+	// The last stream: refused or not, it tells us the reader got there.
+	r.headers(81, "/t.S/Block", false)
+	r.message(81, nil)
+	for {
+		f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+		if f.ErrCode == http2.ErrCodeRefusedStream {
+			refused++
+		}
+		if f.StreamID == 81 {
+			break
+		}
+	}
+	if most.Load() > 4 {
+		t.Errorf("%d methods ran at once with a limit of 4", most.Load())
+	}
+	if refused < 36 {
+		t.Errorf("%d streams refused, want at least 36 of 41", refused)
+	}
+	close(release)
+}
+
+// TestGracefulStop: a call in flight is answered, the client is told to go
+// away, and the server then closes the connection.
+func TestGracefulStop(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	s, addr := serve(t, Options{Methods: map[string]Method{
+		"/t.S/Slow": func(_ context.Context, req, out []byte) ([]byte, error) {
+			close(entered)
+			<-release
+			return append(out, "done"...), nil
+		},
+	}})
+	cc := dial(t, addr)
+	got := make(chan error, 1)
+	go func() {
+		var req, resp []byte
+		err := cc.Invoke(context.Background(), "/t.S/Slow", &req, &resp, callOpt())
+		if err == nil && string(resp) != "done" {
+			err = fmt.Errorf("answer %q", resp)
+		}
+		got <- err
+	}()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("GracefulStop returned with a call in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("call in flight: %v", err)
+	}
+	<-stopped
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Serve(ln); !errors.Is(err, ErrServerStopped) {
+		t.Fatalf("Serve after stop: %v", err)
+	}
+}
+
+func TestParseTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"1S", time.Second, true},
+		{"20m", 20 * time.Millisecond, true},
+		{"99999999H", 1<<63 - 1, true},
+		{"5u", 5 * time.Microsecond, true},
+		{"7n", 7, true},
+		{"3M", 3 * time.Minute, true},
+		{"", 0, false},
+		{"S", 0, false},
+		{"123456789S", 0, false},
+		{"+1S", 0, false},
+		{"1s", 0, false},
+		{"-1S", 0, false},
+	} {
+		got, err := parseTimeout(tc.in)
+		if (err == nil) != tc.ok || tc.ok && got != tc.want {
+			t.Errorf("parseTimeout(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseTimeout(f *testing.F) {
+	for _, s := range []string{"1S", "20m", "99999999H", "", "x", "+1n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseTimeout(s)
+		if err == nil && d < 0 {
+			t.Fatalf("%q: negative %v", s, d)
+		}
+	})
+}
+
+// FuzzConnection feeds arbitrary frames after a valid preface: the server
+// must answer or close, never panic or hang.
+func FuzzConnection(f *testing.F) {
+	var seed bytes.Buffer
+	fr := http2.NewFramer(&seed, nil)
+	fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":path", "/t.S/Echo"}, {"content-type", "application/grpc"}} {
+		enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	fr.WriteData(1, true, []byte{0, 0, 0, 0, 2, 'h', 'i'})
+	fr.WritePing(false, [8]byte{})
+	fr.WriteWindowUpdate(0, 100)
+	f.Add(seed.Bytes())
+	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})
+	f.Add(append(append([]byte(nil), seed.Bytes()[:9]...), 0, 0, 8, 7, 0, 0, 0, 0, 0))
+	s, err := NewServer(Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxConcurrentStreams: 8})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		client, server := net.Pipe()
+		c := newConn(s, server)
+		done := make(chan struct{})
+		go func() { c.serve(); close(done) }()
+		go io.Copy(io.Discard, client)
+		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		client.Write(append([]byte(http2.ClientPreface), in...))
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("connection did not end after its peer closed")
+		}
+	})
+}

@@ -1,0 +1,379 @@
+package h2grpc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// finish answers st with resp (the message with its 5-byte prefix; nil for
+// a status without a message) and the status, within the peer's flow
+// control. A worker (fromReader false) waits while the connection's output
+// is over its bound and then writes if no write is in progress; the reader
+// never waits or writes.
+func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
+	fromReader := !st.dispatched
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !fromReader {
+		for !c.dead && len(c.out) > c.s.o.MaxOutput {
+			c.cond.Wait()
+		}
+	}
+	if c.dead || st.reset {
+		c.endLocked(st)
+		return
+	}
+	if resp == nil {
+		c.out = appendHeaders(c.out, st.id, trailersOnly(code, msg), true)
+		c.endLocked(st)
+	} else {
+		c.out = appendHeaders(c.out, st.id, respHeaders, false)
+		tr := trailerOK
+		if code != codes.OK {
+			tr = trailers(code, msg)
+		}
+		n := int64(len(resp))
+		if len(c.blocked) == 0 && n <= st.sendWindow && n <= c.connSendWindow {
+			c.out = c.appendDataLocked(c.out, st, resp)
+			c.out = appendHeaders(c.out, st.id, tr, true)
+			c.endLocked(st)
+		} else {
+			// The peer's window is short: the answer waits for its
+			// WINDOW_UPDATE. resp is the worker's buffer, so keep a copy.
+			st.pending = append([]byte(nil), resp...)
+			st.trailer = tr
+			c.blocked = append(c.blocked, st)
+			c.sendBlockedLocked()
+		}
+	}
+	if fromReader {
+		c.flushAsyncLocked()
+	} else {
+		c.flushLocked()
+	}
+}
+
+// appendDataLocked appends p as DATA frames no larger than the peer allows
+// and takes it from both windows (the caller checked they suffice).
+func (c *conn) appendDataLocked(b []byte, st *stream, p []byte) []byte {
+	st.sendWindow -= int64(len(p))
+	c.connSendWindow -= int64(len(p))
+	for len(p) > 0 {
+		n := min(len(p), c.peerMaxFrame)
+		b = appendFrameHeader(b, n, http2.FrameData, 0, st.id)
+		b = append(b, p[:n]...)
+		p = p[n:]
+	}
+	return b
+}
+
+// sendBlockedLocked sends what the windows now allow of the answers
+// waiting for them, oldest first.
+func (c *conn) sendBlockedLocked() {
+	kept := c.blocked[:0]
+	for _, st := range c.blocked {
+		if st.reset || c.dead {
+			c.endLocked(st)
+			continue
+		}
+		n := min(int64(len(st.pending)), st.sendWindow, c.connSendWindow)
+		if n > 0 {
+			c.out = c.appendDataLocked(c.out, st, st.pending[:n])
+			st.pending = st.pending[n:]
+		}
+		if len(st.pending) > 0 {
+			kept = append(kept, st)
+			continue
+		}
+		c.out = appendHeaders(c.out, st.id, st.trailer, true)
+		c.endLocked(st)
+	}
+	clear(c.blocked[len(kept):])
+	c.blocked = kept
+}
+
+// endLocked retires a stream: its answer is written or dropped.
+func (c *conn) endLocked(st *stream) {
+	if st.done {
+		return
+	}
+	st.done = true
+	st.pending = nil
+	delete(c.live, st.id)
+	c.closeIfIdleLocked()
+}
+
+// answerHTTPError answers a request that is not gRPC with a bare HTTP
+// status, as grpc-go does, and asks the peer to stop sending.
+func (c *conn) answerHTTPError(st *stream, code string) {
+	var block []byte
+	if code == "400" {
+		block = []byte{0x80 | 12} // static table: :status 400
+	} else {
+		block = appendLiteral(nil, 8, "", code) // :status, by static name
+	}
+	c.mu.Lock()
+	c.out = appendHeaders(c.out, st.id, block, true)
+	c.out = appendRSTStream(c.out, st.id, http2.ErrCodeNo)
+	c.endLocked(st)
+	c.flushAsyncLocked()
+	c.mu.Unlock()
+}
+
+// flushLocked makes the caller the writer if no write is in progress: it
+// writes until nothing is left. Called and returns with mu held.
+func (c *conn) flushLocked() {
+	if c.writing || c.dead || len(c.out) == 0 {
+		return
+	}
+	c.writing = true
+	c.writeLocked()
+}
+
+// flushAsyncLocked has a goroutine of its own do the writing, for the
+// reader, which must keep reading.
+func (c *conn) flushAsyncLocked() {
+	if c.writing || c.dead || len(c.out) == 0 {
+		return
+	}
+	c.writing = true
+	c.writers.Add(1)
+	go func() {
+		defer c.writers.Done()
+		c.mu.Lock()
+		c.writeLocked()
+		c.mu.Unlock()
+	}()
+}
+
+// writeLocked is the writer's loop: swap the buffers, write without the
+// lock, repeat while more piled up.
+func (c *conn) writeLocked() {
+	yielded := false
+	for len(c.out) > 0 && !c.dead {
+		if !yielded && len(c.out) < yieldBelow {
+			// Answers of one backend batch become ready together: let the
+			// other waiters that just woke add theirs, so that one write
+			// carries them all.
+			yielded = true
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+			continue
+		}
+		yielded = true
+		buf := c.out
+		c.out = c.spare[:0]
+		c.spare = nil
+		c.mu.Unlock()
+		_, err := c.nc.Write(buf)
+		c.mu.Lock()
+		if cap(buf) <= 4*c.s.o.MaxOutput {
+			c.spare = buf[:0]
+		}
+		c.cond.Broadcast()
+		if err != nil {
+			c.writing = false
+			c.mu.Unlock()
+			c.close(fmt.Errorf("writing: %w", err))
+			c.mu.Lock()
+			return
+		}
+	}
+	c.writing = false
+	c.cond.Broadcast()
+	c.closeIfIdleLocked()
+}
+
+// yieldBelow is the output size under which the writer yields once before
+// writing.
+const yieldBelow = 4 << 10
+
+// waitOutput holds the reader while the output is over its bound: a peer
+// that does not read stops being read.
+func (c *conn) waitOutput() {
+	c.mu.Lock()
+	for !c.dead && len(c.out) > c.s.o.MaxOutput {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// statusOf is the gRPC status of a method's error.
+func statusOf(err error) (codes.Code, string) {
+	if s, ok := status.FromError(err); ok {
+		return s.Code(), s.Message()
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Code(), se.GRPCStatus().Message()
+	}
+	return codes.Unknown, err.Error()
+}
+
+// Header blocks. They use no dynamic table, so they are the same on every
+// connection and can be made once: literal fields "without indexing".
+var (
+	respHeaders = appendLiteral([]byte{0x80 | 8}, 31, "", "application/grpc") // :status 200, content-type
+	trailerOK   = trailers(codes.OK, "")
+)
+
+func trailers(code codes.Code, msg string) []byte {
+	b := appendLiteral(nil, 0, "grpc-status", strconv.Itoa(int(code)))
+	if msg != "" {
+		b = appendLiteral(b, 0, "grpc-message", encodeGRPCMessage(msg))
+	}
+	return b
+}
+
+// trailersOnly is a response that is only a status (HTTP/2 HEADERS with
+// END_STREAM).
+func trailersOnly(code codes.Code, msg string) []byte {
+	return append(append([]byte(nil), respHeaders...), trailers(code, msg)...)
+}
+
+// appendLiteral appends an HPACK "literal header field without indexing":
+// by static-table name index, or with a literal name when index is 0.
+func appendLiteral(b []byte, index uint64, name, value string) []byte {
+	b = appendVarInt(b, 4, 0x00, index)
+	if index == 0 {
+		b = appendVarInt(b, 7, 0x00, uint64(len(name)))
+		b = append(b, name...)
+	}
+	b = appendVarInt(b, 7, 0x00, uint64(len(value)))
+	return append(b, value...)
+}
+
+// appendVarInt is HPACK's integer with an n-bit prefix (RFC 7541 5.1).
+func appendVarInt(b []byte, n uint, first byte, v uint64) []byte {
+	k := uint64(1)<<n - 1
+	if v < k {
+		return append(b, first|byte(v))
+	}
+	b = append(b, first|byte(k))
+	v -= k
+	for v >= 128 {
+		b = append(b, byte(0x80|v&0x7f))
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// encodeGRPCMessage percent-encodes a status message as the gRPC HTTP/2
+// protocol asks: bytes outside printable ASCII, and '%'.
+func encodeGRPCMessage(msg string) string {
+	clean := true
+	for i := 0; i < len(msg); i++ {
+		if c := msg[i]; c < 0x20 || c > 0x7e || c == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return msg
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(msg)+8)
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c < 0x20 || c > 0x7e || c == '%' {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// parseTimeout reads a grpc-timeout value: at most 8 digits and a unit.
+func parseTimeout(s string) (time.Duration, error) {
+	if len(s) < 2 || len(s) > 9 {
+		return 0, fmt.Errorf("%q is not 1 to 8 digits and a unit", s)
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, fmt.Errorf("%q has no known unit", s)
+	}
+	v, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
+	if err != nil || s[0] == '+' {
+		return 0, fmt.Errorf("%q is not a number and a unit", s)
+	}
+	if d := time.Duration(v); d > (1<<63-1)/unit {
+		return 1<<63 - 1, nil
+	}
+	return time.Duration(v) * unit, nil
+}
+
+// Frame writers (RFC 9113 section 4.1 and 6).
+
+func appendFrameHeader(b []byte, length int, t http2.FrameType, flags http2.Flags, id uint32) []byte {
+	return append(b, byte(length>>16), byte(length>>8), byte(length), byte(t), byte(flags),
+		byte(id>>24)&0x7f, byte(id>>16), byte(id>>8), byte(id))
+}
+
+// appendHeaders appends a HEADERS frame with the whole block (our blocks
+// are small; the peer's frame size is at least 16 KiB).
+func appendHeaders(b []byte, id uint32, block []byte, endStream bool) []byte {
+	flags := http2.FlagHeadersEndHeaders
+	if endStream {
+		flags |= http2.FlagHeadersEndStream
+	}
+	b = appendFrameHeader(b, len(block), http2.FrameHeaders, flags, id)
+	return append(b, block...)
+}
+
+func appendSettings(b []byte, ss []http2.Setting) []byte {
+	b = appendFrameHeader(b, 6*len(ss), http2.FrameSettings, 0, 0)
+	for _, s := range ss {
+		b = binary.BigEndian.AppendUint16(b, uint16(s.ID))
+		b = binary.BigEndian.AppendUint32(b, s.Val)
+	}
+	return b
+}
+
+func appendSettingsAck(b []byte) []byte {
+	return appendFrameHeader(b, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
+}
+
+func appendPing(b []byte, data [8]byte) []byte {
+	b = appendFrameHeader(b, 8, http2.FramePing, http2.FlagPingAck, 0)
+	return append(b, data[:]...)
+}
+
+func appendWindowUpdate(b []byte, id, inc uint32) []byte {
+	b = appendFrameHeader(b, 4, http2.FrameWindowUpdate, 0, id)
+	return binary.BigEndian.AppendUint32(b, inc&0x7fffffff)
+}
+
+func appendRSTStream(b []byte, id uint32, code http2.ErrCode) []byte {
+	b = appendFrameHeader(b, 4, http2.FrameRSTStream, 0, id)
+	return binary.BigEndian.AppendUint32(b, uint32(code))
+}
+
+func appendGoAway(b []byte, last uint32, code http2.ErrCode, debug []byte) []byte {
+	b = appendFrameHeader(b, 8+len(debug), http2.FrameGoAway, 0, 0)
+	b = binary.BigEndian.AppendUint32(b, last&0x7fffffff)
+	b = binary.BigEndian.AppendUint32(b, uint32(code))
+	return append(b, debug...)
+}

@@ -1,0 +1,97 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/transport/h2grpc"
+)
+
+// grpcServer is what the listeners need of a gRPC server: grpc-go's, or
+// the native one (h2grpc) that serves the unary calls without grpc-go's
+// per-stream machinery.
+type grpcServer interface {
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+const healthCheckMethod = "/grpc.health.v1.Health/Check"
+
+// nativeServer serves ShouldRateLimit and Health/Check with h2grpc.
+// Health/Watch is a stream, which h2grpc does not serve: it is answered
+// Unimplemented, which grpc-go clients read as "health checking off".
+func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
+	l := n.settings
+	rls := newRLSServer(s.decider(), s.log, s.errs)
+	o := h2grpc.Options{
+		Methods: map[string]h2grpc.Method{
+			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: rls.native(n.methodStats(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)),
+			healthCheckMethod: nativeHealthCheck(s.ghs, n.methodStats(healthCheckMethod)),
+		},
+		Workers:               l.GRPCStreamWorkers,
+		MaxConnectionAge:      l.MaxConnectionAge,
+		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+		Log:                   s.log,
+	}
+	return h2grpc.NewServer(o)
+}
+
+// native is ShouldRateLimit for h2grpc, with the statistics the gRPC
+// interceptor keeps for grpc-go.
+func (s *rlsServer) native(ms *methodStats) h2grpc.Method {
+	return func(ctx context.Context, req, out []byte) ([]byte, error) {
+		start := time.Now()
+		defer func() {
+			ms.total.Inc()
+			ms.time.Record(time.Since(start))
+		}()
+		// Not pooled: what the engine keeps of a request after a call
+		// that timed out is the garbage collector's to judge.
+		in := new(wireRequest)
+		if err := decodeRequestBuf(req, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
+			return nil, status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+		}
+		resp, err := s.wireDecide(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		if w, ok := resp.(*wireResponse); ok {
+			return w.appendTo(out), nil
+		}
+		b, err := proto.MarshalOptions{}.MarshalAppend(out, resp.(proto.Message))
+		if err != nil {
+			return nil, status.Error(codes.Internal, "grpc: error while marshaling: "+err.Error())
+		}
+		return b, nil
+	}
+}
+
+// nativeHealthCheck is grpc.health.v1.Health/Check on the same health
+// server grpc-go would use.
+func nativeHealthCheck(hs *health.Server, ms *methodStats) h2grpc.Method {
+	return func(ctx context.Context, req, out []byte) ([]byte, error) {
+		start := time.Now()
+		defer func() {
+			ms.total.Inc()
+			ms.time.Record(time.Since(start))
+		}()
+		var in healthpb.HealthCheckRequest
+		if err := proto.Unmarshal(req, &in); err != nil {
+			return nil, status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+		}
+		resp, err := hs.Check(ctx, &in)
+		if err != nil {
+			return nil, err
+		}
+		return proto.MarshalOptions{}.MarshalAppend(out, resp)
+	}
+}
