@@ -163,6 +163,9 @@ func (c *conn) close(err error) {
 // read is the reader goroutine's loop.
 func (c *conn) read() error {
 	o := &c.s.o
+	if err := c.nc.SetReadDeadline(time.Now().Add(o.HandshakeTimeout)); err != nil {
+		return err
+	}
 	br := bufio.NewReaderSize(c.nc, readBufSize)
 	var pre [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(br, pre[:]); err != nil {
@@ -208,6 +211,9 @@ func (c *conn) read() error {
 				return errors.New("first frame from the client is not SETTINGS")
 			}
 			first = false
+			if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
+				return err
+			}
 		}
 		if err := c.handle(f); err != nil {
 			var ce connError

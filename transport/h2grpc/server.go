@@ -44,6 +44,10 @@ type Options struct {
 	// about this long (±10%), and close MaxConnectionAgeGrace later.
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
+	// HandshakeTimeout bounds how long a new connection may take to send
+	// its preface and first SETTINGS (default 120 s, grpc-go's connection
+	// timeout), so that silent connections do not pile up.
+	HandshakeTimeout time.Duration
 	// Log receives connection errors at debug level (default: discarded).
 	Log *slog.Logger
 }
@@ -65,6 +69,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.MaxOutput == 0 {
 		o.MaxOutput = 4 << 20
 	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 120 * time.Second
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -78,8 +85,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: message size (%d), output bound (%d) and workers (%d) must not be negative", o.MaxRecvMsgSize, o.MaxOutput, o.Workers)
 	case o.ConnWindow != 0 && (o.ConnWindow < 1<<16 || o.ConnWindow > maxWindow):
 		return fmt.Errorf("h2grpc: connection window %d is outside [65536, %d]", o.ConnWindow, maxWindow)
-	case o.MaxConnectionAge < 0 || o.MaxConnectionAgeGrace < 0:
-		return fmt.Errorf("h2grpc: connection age (%v) and grace (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace)
+	case o.MaxConnectionAge < 0 || o.MaxConnectionAgeGrace < 0 || o.HandshakeTimeout < 0:
+		return fmt.Errorf("h2grpc: connection age (%v), grace (%v) and handshake timeout (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace, o.HandshakeTimeout)
 	}
 	return nil
 }

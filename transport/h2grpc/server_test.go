@@ -546,3 +546,60 @@ func FuzzConnection(f *testing.F) {
 		}
 	})
 }
+
+// TestConnectionAge: connections are drained and replaced as they age, and
+// no call fails for it.
+func TestConnectionAge(t *testing.T) {
+	var accepted atomic.Int64
+	s, err := NewServer(Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxConnectionAge: 30 * time.Millisecond, MaxConnectionAgeGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(countingListener{ln, &accepted}) }()
+	defer func() { s.Stop(); <-done }()
+	cc := dial(t, ln.Addr().String())
+	deadline := time.Now().Add(10 * time.Second)
+	for calls := 0; accepted.Load() < 3; calls++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections after %d calls", accepted.Load(), calls)
+		}
+		req := []byte("x")
+		var resp []byte
+		if err := cc.Invoke(context.Background(), "/t.S/Echo", &req, &resp, callOpt(), grpc.WaitForReady(true)); err != nil {
+			t.Fatalf("call %d: %v", calls, err)
+		}
+	}
+}
+
+// TestHandshakeTimeout: a connection that never sends its preface is
+// closed.
+func TestHandshakeTimeout(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, HandshakeTimeout: 50 * time.Millisecond})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadAll(nc); err != nil {
+		t.Fatalf("not closed: %v", err)
+	}
+}
+
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
