@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,8 +30,12 @@ type listeners struct {
 	// grpcOpts are added to the gRPC server's own: the caller's, then TLS
 	// and tracing.
 	grpcOpts []grpc.ServerOption
-	debugEnd map[string]DebugEndpoint
-	stats    *stats.Store
+	// nativeOK says the native gRPC server can stand in for grpc-go's (no
+	// server options it cannot honour), with nativeTLS if TLS is on.
+	nativeOK  bool
+	nativeTLS *tls.Config
+	debugEnd  map[string]DebugEndpoint
+	stats     *stats.Store
 
 	grpc        grpcServer
 	http, debug *http.Server
@@ -55,7 +60,10 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.settings.GRPCServer != GRPCServerGRPCGo && len(n.grpcOpts) == 0 {
+	if n.settings.GRPCServer != GRPCServerGRPCGo && n.nativeOK {
+		if n.nativeTLS != nil {
+			lns[0] = tls.NewListener(lns[0], h2grpc.TLSConfig(n.nativeTLS))
+		}
 		ns, err := n.nativeServer(s)
 		if err != nil {
 			for _, ln := range lns {

@@ -82,7 +82,13 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	srv.net = &listeners{settings: s.Listen, debugEnd: o.DebugEndpoints, stats: o.Stats,
-		grpcOpts: append(append([]grpc.ServerOption{}, o.GRPCServerOptions...), srv.ops.grpcServerOptions()...)}
+		grpcOpts: append(append([]grpc.ServerOption{}, o.GRPCServerOptions...), srv.ops.grpcServerOptions()...),
+		// The native gRPC server does TLS itself; interceptors and stats
+		// handlers (the embedder's, tracing) exist only in grpc-go's.
+		nativeOK: len(o.GRPCServerOptions) == 0 && srv.ops.tracing == nil}
+	if srv.ops.tls != nil {
+		srv.net.nativeTLS = srv.ops.tls.TLSConfig()
+	}
 
 	c, err := newCounters(ctx, s, o, srv.ops.backendTracer())
 	if err != nil {

@@ -84,9 +84,9 @@ type ListenSettings struct {
 	// GRPCServer is which gRPC server serves the gRPC port
 	// (SLUICE_GRPC_SERVER): GRPCServerNative (the default, also when empty) serves
 	// ShouldRateLimit and Health/Check with the package h2grpc, at about
-	// half grpc-go's CPU per call; GRPCServerGRPCGo is grpc-go's server. TLS,
-	// tracing and server options given by an embedding program always use
-	// grpc-go's.
+	// half grpc-go's CPU per call; GRPCServerGRPCGo is grpc-go's server.
+	// Tracing and server options given by an embedding program always use
+	// grpc-go's; TLS works with both.
 	GRPCServer string
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts

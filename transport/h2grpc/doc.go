@@ -23,6 +23,8 @@
 // done with its request), header list size, and output buffered per
 // connection (appenders wait, and the reader stops reading, above it).
 //
-// What it leaves to grpc-go: TLS, tracing and server-streaming methods. The
-// transport package uses this server only when none of those is wanted.
+// TLS is the listener's (tls.NewListener with TLSConfig, which offers "h2"
+// by ALPN). What it leaves to grpc-go: interceptors, stats handlers (hence
+// tracing) and server-streaming methods; the transport package uses this
+// server only when none of those is wanted.
 package h2grpc

@@ -2,11 +2,13 @@ package h2grpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -271,4 +273,30 @@ func (s *Server) stopWorkers() {
 		close(s.work)
 		s.workerWG.Wait()
 	}
+}
+
+// TLSConfig is base set up to offer HTTP/2 by ALPN, also in the configs its
+// GetConfigForClient returns (certificate reloading works that way): gRPC
+// clients refuse a TLS server that does not negotiate "h2".
+func TLSConfig(base *tls.Config) *tls.Config {
+	c := base.Clone()
+	c.NextProtos = withH2(c.NextProtos)
+	if get := c.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+			cfg, err := get(hi)
+			if cfg != nil && !slices.Contains(cfg.NextProtos, "h2") {
+				cfg = cfg.Clone()
+				cfg.NextProtos = withH2(cfg.NextProtos)
+			}
+			return cfg, err
+		}
+	}
+	return c
+}
+
+func withH2(protos []string) []string {
+	if slices.Contains(protos, "h2") {
+		return protos
+	}
+	return append([]string{"h2"}, protos...)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,9 +21,12 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -602,4 +606,44 @@ func (l countingListener) Accept() (net.Conn, error) {
 		l.n.Add(1)
 	}
 	return c, err
+}
+
+// TestTLS: grpc-go's TLS client, which insists on "h2" by ALPN, against a
+// server whose per-client config (as a certificate reloader returns it)
+// offers no protocol of its own.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, certFile, keyFile := testenv.GenerateTLS(t, dir, "127.0.0.1", "localhost")
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
+	}}
+	s, err := NewServer(Options{Methods: map[string]Method{"/t.S/Echo": echo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(tls.NewListener(ln, TLSConfig(base))) }()
+	defer func() { s.Stop(); <-done }()
+	ccfg, err := testenv.ClientTLSConfig(ca, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(ccfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	req := []byte("over TLS")
+	var resp []byte
+	if err := cc.Invoke(context.Background(), "/t.S/Echo", &req, &resp, callOpt()); err != nil || string(resp) != "over TLS" {
+		t.Fatalf("%q %v", resp, err)
+	}
 }

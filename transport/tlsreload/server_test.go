@@ -23,6 +23,12 @@ import (
 // The service with GRPC_SERVER_USE_TLS and mutual TLS: a client with the
 // certificate gets decisions, one without does not, HTTP stays plain.
 func TestServiceMutualTLS(t *testing.T) {
+	for _, name := range []string{transport.GRPCServerNative, transport.GRPCServerGRPCGo} {
+		t.Run(name, func(t *testing.T) { serviceMutualTLS(t, name) })
+	}
+}
+
+func serviceMutualTLS(t *testing.T, grpcServer string) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "app", "config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -38,7 +44,7 @@ func TestServiceMutualTLS(t *testing.T) {
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app",
 		"RUNTIME_WATCH_ROOT": "false", "DISABLE_STATS": "true",
 		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key,
-		"GRPC_CLIENT_TLS_CACERT": ca, "GRPC_CLIENT_TLS_SAN": "client.mesh",
+		"GRPC_CLIENT_TLS_CACERT": ca, "GRPC_CLIENT_TLS_SAN": "client.mesh", "SLUICE_GRPC_SERVER": grpcServer,
 	}
 	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
 	if err != nil {
