@@ -83,7 +83,6 @@ type conn struct {
 	hdrTooLarge bool
 	hdr         reqHeaders
 	lastID      uint32
-	recvUnacked int // connection-window credit given back but not yet sent
 
 	mu   sync.Mutex
 	cond sync.Cond // output drained below MaxOutput, or the connection died
@@ -95,8 +94,13 @@ type conn struct {
 	err     error
 	// live counts the streams opened and not yet finished (answer written
 	// or dropped); it is what MaxConcurrentStreams bounds.
-	live    map[uint32]*stream
-	blocked []*stream // streams with DATA waiting for window, in order
+	live map[uint32]*stream
+	// recvOutstanding is what the peer has sent and we have not yet
+	// granted again by WINDOW_UPDATE (it may not pass ConnWindow);
+	// recvUnacked is the part of it already given back, not yet sent.
+	recvOutstanding int64
+	recvUnacked     int
+	blocked         []*stream // streams with DATA waiting for window, in order
 	// Peer settings that shape what we send.
 	peerInitWindow int64
 	peerMaxFrame   int
@@ -415,7 +419,12 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	n := int(f.Length) // padding counts against flow control too
 	c.mu.Lock()
 	st := c.live[id]
+	c.recvOutstanding += int64(n)
+	over := c.recvOutstanding > int64(c.s.o.ConnWindow)
 	c.mu.Unlock()
+	if over {
+		return connError{http2.ErrCodeFlowControl, "the client sent past the connection window"}
+	}
 	if st == nil || st.dispatched || st.method == nil || st.held < 0 {
 		// A stream answered early, reset, ended or unknown: give the
 		// window back.
@@ -489,6 +498,7 @@ func (c *conn) giveBack(n int) {
 	c.recvUnacked += n
 	if c.recvUnacked >= int(c.s.o.ConnWindow/4) {
 		c.out = appendWindowUpdate(c.out, 0, uint32(c.recvUnacked))
+		c.recvOutstanding -= int64(c.recvUnacked)
 		c.recvUnacked = 0
 		c.flushAsyncLocked()
 	}

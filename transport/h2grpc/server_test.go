@@ -647,3 +647,36 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("%q %v", resp, err)
 	}
 }
+
+// TestConnectionWindow: a client that sends past the connection window it
+// was granted is cut off, so that requests held by one connection stay
+// bounded whatever its streams do.
+func TestConnectionWindow(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, ConnWindow: 1 << 16, MaxRecvMsgSize: 1 << 20})
+	r := dialRaw(t, addr)
+	chunk := make([]byte, 16000)
+	chunk[2] = 0x0f // a message of 983,040 bytes, never finished
+	for id := uint32(1); id <= 9; id += 2 {
+		r.headers(id, "/t.S/Echo", false)
+		if err := r.fr.WriteData(id, false, chunk); err != nil {
+			break // the server may already have closed
+		}
+	}
+	g := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	if g.ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("GOAWAY %v", g)
+	}
+}
+
+func TestLongStatusMessage(t *testing.T) {
+	long := "x" + strings.Repeat("é", 20000)
+	_, addr := serve(t, Options{Methods: map[string]Method{
+		"/t.S/Fail": func(context.Context, []byte, []byte) ([]byte, error) { return nil, status.Error(codes.Aborted, long) },
+	}})
+	cc := dial(t, addr)
+	var req, resp []byte
+	err := cc.Invoke(context.Background(), "/t.S/Fail", &req, &resp, callOpt())
+	if s, _ := status.FromError(err); s.Code() != codes.Aborted || !strings.HasPrefix(long, strings.TrimSuffix(s.Message(), "...")) {
+		t.Fatalf("%v", err)
+	}
+}

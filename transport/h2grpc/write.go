@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
@@ -226,8 +227,20 @@ var (
 	trailerOK   = trailers(codes.OK, "")
 )
 
+// maxStatusMessage bounds grpc-message before percent-encoding (which at
+// most triples it).
+const maxStatusMessage = 4 << 10
+
 func trailers(code codes.Code, msg string) []byte {
 	b := appendLiteral(nil, 0, "grpc-status", strconv.Itoa(int(code)))
+	if len(msg) > maxStatusMessage {
+		// One HEADERS frame must hold the block (16 KiB at least).
+		cut := maxStatusMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "..."
+	}
 	if msg != "" {
 		b = appendLiteral(b, 0, "grpc-message", encodeGRPCMessage(msg))
 	}
