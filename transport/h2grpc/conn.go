@@ -39,8 +39,8 @@ type stream struct {
 	method Method
 	// timeout is the grpc-timeout header, or 0.
 	timeout time.Duration
-	// msg collects the request's DATA; held is the flow-control credit it
-	// took from the connection window, given back when the method is done.
+	// msg collects the request's DATA; held is its size, counted in the
+	// connection's buffered bytes until the method is done (-1: released).
 	msg  *[]byte
 	held int
 	// recvd counts DATA bytes against the stream window we granted.
@@ -81,6 +81,7 @@ type conn struct {
 	hdrFrames   int     // against CONTINUATION floods
 	hdrEnd      bool    // the HEADERS frame ended the stream
 	hdrTooLarge bool
+	sentGoAway  bool // a connection error's GOAWAY went out
 	hdr         reqHeaders
 	lastID      uint32
 
@@ -100,7 +101,10 @@ type conn struct {
 	// recvUnacked is the part of it already given back, not yet sent.
 	recvOutstanding int64
 	recvUnacked     int
-	blocked         []*stream // streams with DATA waiting for window, in order
+	// buffered is the request bytes held by streams being received or
+	// served (bounded by MaxRequestBytes).
+	buffered int64
+	blocked  []*stream // streams with DATA waiting for window, in order
 	// Peer settings that shape what we send.
 	peerInitWindow int64
 	peerMaxFrame   int
@@ -108,8 +112,8 @@ type conn struct {
 	// draining: a GOAWAY went out; new streams are refused and the
 	// connection closes once live is empty.
 	draining bool
-	phase2   bool // the GOAWAY naming the last stream went out
-	goaway   uint32
+	phase2   bool          // the GOAWAY naming the last stream went out
+	drainAck chan struct{} // closed when the drain's PING is answered
 	closed   chan struct{}
 }
 
@@ -136,6 +140,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 // serve reads the connection until it ends, then waits for its methods.
 func (c *conn) serve() {
 	err := c.read()
+	if c.sentGoAway {
+		c.linger()
+	}
 	c.close(err)
 	c.calls.Wait()
 	c.writers.Wait()
@@ -180,6 +187,9 @@ func (c *conn) read() error {
 	}
 	c.fr = http2.NewFramer(nil, br)
 	c.fr.SetReuseFrames()
+	// We advertise HTTP/2's default frame size; larger frames are a
+	// FRAME_SIZE_ERROR, not a buffer the connection keeps.
+	c.fr.SetMaxReadFrameSize(defaultFrameSize)
 	c.fr.MaxHeaderListSize = o.MaxHeaderListSize
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(int(o.MaxHeaderListSize))
@@ -198,13 +208,17 @@ func (c *conn) read() error {
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
+			// A stream error from the framer (bad padding, say) may leave
+			// a header block undecoded and the HPACK state out of step:
+			// it ends the connection too.
 			var se http2.StreamError
-			if errors.As(err, &se) {
-				c.resetStream(se.StreamID, se.Code)
-				continue
-			}
 			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
+			switch {
+			case errors.Is(err, http2.ErrFrameTooLarge):
+				c.goAway(http2.ErrCodeFrameSize, err.Error())
+			case errors.As(err, &se):
+				c.goAway(http2.ErrCodeProtocol, err.Error())
+			case errors.As(err, &ce):
 				c.goAway(http2.ErrCode(ce), err.Error())
 			}
 			return err
@@ -249,7 +263,14 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.SettingsFrame:
 		return c.onSettings(f)
 	case *http2.PingFrame:
-		if !f.IsAck() {
+		if f.IsAck() {
+			c.mu.Lock()
+			if c.drainAck != nil && f.Data == drainPing {
+				close(c.drainAck)
+				c.drainAck = nil
+			}
+			c.mu.Unlock()
+		} else {
 			c.mu.Lock()
 			c.out = appendPing(c.out, f.Data)
 			c.flushAsyncLocked()
@@ -379,7 +400,7 @@ func (c *conn) open(st *stream) error {
 			if err != nil {
 				st.early, st.earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
 			}
-			st.timeout = d
+			st.timeout = max(d, 1) // "0m" is a deadline already past, not none
 		}
 		m, ok := o.Methods[h.path]
 		if !ok && st.early == codes.OK {
@@ -388,9 +409,12 @@ func (c *conn) open(st *stream) error {
 		st.method = m
 	}
 	if st.early != codes.OK {
-		// Answered before any DATA: the rest of the request is not needed.
+		// Answered before any DATA: the rest of the request is not needed
+		// (unless the client has ended its side already).
 		c.finish(st, nil, st.early, st.earlyMsg)
-		c.resetStream(st.id, http2.ErrCodeNo)
+		if !c.hdrEnd {
+			c.resetStream(st.id, http2.ErrCodeNo)
+		}
 		return nil
 	}
 	return nil
@@ -421,26 +445,37 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	st := c.live[id]
 	c.recvOutstanding += int64(n)
 	over := c.recvOutstanding > int64(c.s.o.ConnWindow)
+	// The connection window goes back as bytes arrive: holding it until a
+	// request is served let a few large requests in progress starve each
+	// other. Request memory is bounded by MaxRequestBytes instead.
+	c.giveBackLocked(n)
 	c.mu.Unlock()
 	if over {
 		return connError{http2.ErrCodeFlowControl, "the client sent past the connection window"}
 	}
+	if id > c.lastID {
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
+	}
 	if st == nil || st.dispatched || st.method == nil || st.held < 0 {
-		// A stream answered early, reset, ended or unknown: give the
-		// window back.
-		if id > c.lastID {
-			return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
-		}
-		c.giveBack(n)
-		return nil
+		return nil // answered early, reset, ended or refused: dropped
 	}
 	o := &c.s.o
 	st.recvd += int64(n)
-	st.held += n
 	if st.recvd > int64(o.MaxRecvMsgSize)+5 {
 		return connError{http2.ErrCodeFlowControl, fmt.Sprintf("stream %d sent past its window", id)}
 	}
 	data := f.Data()
+	c.mu.Lock()
+	full := c.buffered+int64(len(data)) > int64(o.MaxRequestBytes)
+	if !full {
+		c.buffered += int64(len(data))
+		st.held += len(data)
+	}
+	c.mu.Unlock()
+	if full {
+		c.fail(st, codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
+		return nil
+	}
 	if st.msg == nil {
 		st.msg = getBuf(len(data))
 	}
@@ -479,22 +514,23 @@ func (c *conn) fail(st *stream, code codes.Code, msg string) {
 	c.resetStream(st.id, http2.ErrCodeNo)
 }
 
-// release returns st's request buffer and its connection-window credit.
+// release returns st's request buffer and its share of MaxRequestBytes.
 func (c *conn) release(st *stream) {
 	if st.msg != nil {
 		putBuf(st.msg)
 		st.msg = nil
 	}
 	if st.held > 0 {
-		c.giveBack(st.held)
+		c.mu.Lock()
+		c.buffered -= int64(st.held)
+		c.mu.Unlock()
 	}
 	st.held = -1
 }
 
-// giveBack returns n bytes of connection window to the peer, in batches of
-// a quarter window so that a stream of small requests sends few updates.
-func (c *conn) giveBack(n int) {
-	c.mu.Lock()
+// giveBackLocked returns n bytes of connection window to the peer, in
+// batches of a quarter window so that small requests send few updates.
+func (c *conn) giveBackLocked(n int) {
 	c.recvUnacked += n
 	if c.recvUnacked >= int(c.s.o.ConnWindow/4) {
 		c.out = appendWindowUpdate(c.out, 0, uint32(c.recvUnacked))
@@ -502,7 +538,6 @@ func (c *conn) giveBack(n int) {
 		c.recvUnacked = 0
 		c.flushAsyncLocked()
 	}
-	c.mu.Unlock()
 }
 
 // run is a worker running st's method and answering it.
@@ -539,32 +574,42 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
-	var err error
-	c.mu.Lock()
-	_ = f.ForeachSetting(func(s http2.Setting) error {
+	// Only the last of each setting counts, so that a frame repeating one
+	// costs no more than a frame naming it once.
+	window, frame := int64(-1), -1
+	if err := f.ForeachSetting(func(s http2.Setting) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
-			if s.Val > maxWindow {
-				err = connError{http2.ErrCodeFlowControl, "initial window size too large"}
-				return err
-			}
-			delta := int64(s.Val) - c.peerInitWindow
-			c.peerInitWindow = int64(s.Val)
-			for _, st := range c.live {
-				st.sendWindow += delta
-			}
+			window = int64(s.Val)
 		case http2.SettingMaxFrameSize:
-			c.peerMaxFrame = int(s.Val) // the framer checked its range
+			frame = int(s.Val) // the framer checked its range
 		}
 		return nil
-	})
-	if err == nil {
-		c.out = appendSettingsAck(c.out)
-		c.sendBlockedLocked()
-		c.flushAsyncLocked()
+	}); err != nil {
+		return connError{http2.ErrCodeProtocol, err.Error()}
 	}
-	c.mu.Unlock()
-	return err
+	if window > maxWindow {
+		return connError{http2.ErrCodeFlowControl, "initial window size too large"}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if window >= 0 {
+		delta := window - c.peerInitWindow
+		c.peerInitWindow = window
+		for _, st := range c.live {
+			if st.sendWindow+delta > maxWindow {
+				return connError{http2.ErrCodeFlowControl, "a stream window passes 2^31-1"}
+			}
+			st.sendWindow += delta
+		}
+	}
+	if frame > 0 {
+		c.peerMaxFrame = frame
+	}
+	c.out = appendSettingsAck(c.out)
+	c.sendBlockedLocked()
+	c.flushAsyncLocked()
+	return nil
 }
 
 func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
@@ -596,6 +641,9 @@ func (c *conn) onReset(id uint32) {
 	st := c.live[id]
 	if st != nil {
 		st.reset = true
+		if len(c.blocked) > 0 {
+			c.sendBlockedLocked() // retires it if it waits for window
+		}
 	}
 	c.mu.Unlock()
 	if st == nil {
@@ -619,6 +667,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 
 // goAway sends a last GOAWAY before the connection closes on an error.
 func (c *conn) goAway(code http2.ErrCode, msg string) {
+	c.sentGoAway = true
 	c.mu.Lock()
 	c.out = appendGoAway(c.out, c.lastID, code, []byte(msg))
 	// A write in progress would leave the GOAWAY behind for a connection
@@ -628,6 +677,20 @@ func (c *conn) goAway(code http2.ErrCode, msg string) {
 	}
 	c.flushLocked()
 	c.mu.Unlock()
+}
+
+// linger lets the peer read the GOAWAY of a connection error: closing a
+// socket with unread input resets it, and the peer may lose what we wrote.
+// Our side is shut, and what the peer still sends is read and dropped for
+// a second at most.
+func (c *conn) linger() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if c.nc.SetReadDeadline(time.Now().Add(time.Second)) == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
+	}
 }
 
 // drain sends GOAWAY and closes the connection once its open calls are
@@ -642,20 +705,30 @@ func (c *conn) drain(grace time.Duration) {
 	// The last stream we may have seen: streams the reader has not read
 	// yet are above it and the client retries them elsewhere.
 	c.out = appendGoAway(c.out, maxStreamID, http2.ErrCodeNo, nil)
-	c.flushAsyncLocked()
 	// The connection is not closed (checked under mu), so its own count
 	// in connWG is still held: adding here cannot race a finished Wait.
 	c.s.connWG.Add(1)
+	ack := make(chan struct{})
+	c.drainAck = ack
+	c.out = appendPingFrame(c.out, drainPing, false)
+	c.flushAsyncLocked()
 	c.mu.Unlock()
 	go func() {
 		defer c.s.connWG.Done()
-		// A second GOAWAY with the real last stream once a ping-free
-		// moment has passed is what grpc-go does; one round trip's worth
-		// of waiting gives in-flight streams the same chance.
-		time.Sleep(10 * time.Millisecond)
+		// The client answers our PING after everything it sent before it
+		// read the GOAWAY: once the reader has the answer, the streams
+		// it has seen are all the client will open (grpc-go's two-phase
+		// drain). A client that never answers gets a second to do so.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ack:
+		case <-t.C:
+		case <-c.closed:
+		}
+		t.Stop()
 		c.mu.Lock()
 		if !c.dead {
-			c.goaway, c.phase2 = c.lastID, true
+			c.phase2 = true
 			c.out = appendGoAway(c.out, c.lastID, http2.ErrCodeNo, nil)
 			c.flushAsyncLocked()
 			c.closeIfIdleLocked()
@@ -670,6 +743,9 @@ func (c *conn) drain(grace time.Duration) {
 		}
 	}()
 }
+
+// drainPing is the payload of the PING that ends a drain's first phase.
+var drainPing = [8]byte{'s', 'l', 'u', 'i', 'c', 'e', 'g', 'o'}
 
 const maxStreamID = 1<<31 - 1
 

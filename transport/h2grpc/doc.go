@@ -15,13 +15,23 @@
 //	   ▼
 //	whoever appends while no write is in progress writes the whole buffer
 //	(one syscall for every answer that piled up meanwhile); the reader
-//	never writes itself, it starts a goroutine to, so it can always read.
+//	starts a goroutine to write what it queues (SETTINGS and PING acks,
+//	WINDOW_UPDATE), so it keeps reading, except its first SETTINGS and a
+//	connection error's GOAWAY, which it writes itself.
 //
 // Bounds a caller cannot lift: concurrent streams per connection (a reset
 // stream counts until its method returns), request bytes held per
-// connection (the connection window is given back only when a method is
-// done with its request), header list size, and output buffered per
-// connection (appenders wait, and the reader stops reading, above it).
+// connection (MaxRequestBytes; the connection window itself is given back
+// as bytes arrive, so interleaved large requests cannot starve each
+// other), frame size, header list size and header block frames, output
+// buffered per connection (appenders wait, and the reader stops reading,
+// above it), and the time one write may take (a peer that stops reading is
+// cut off). Graceful stops and connection age drain in two GOAWAY phases
+// separated by a PING round trip, as grpc-go does.
+//
+// Not done: a reset stream's method is not cancelled (it holds its slot
+// until it returns, which the backend timeout bounds), and the server sends
+// no keepalive pings of its own (TCP keepalive finds dead peers).
 //
 // TLS is the listener's (tls.NewListener with TLSConfig, which offers "h2"
 // by ALPN). What it leaves to grpc-go: interceptors, stats handlers (hence

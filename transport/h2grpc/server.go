@@ -33,9 +33,17 @@ type Options struct {
 	// MaxHeaderListSize bounds a request's decoded header list (default
 	// 64 KiB).
 	MaxHeaderListSize uint32
-	// ConnWindow is the request bytes one connection may have unanswered
-	// (default 8 MiB); it bounds the memory a connection's requests hold.
+	// ConnWindow is the connection flow-control window we grant (default
+	// 8 MiB); it is given back as bytes arrive.
 	ConnWindow uint32
+	// MaxRequestBytes bounds the request bytes one connection holds, being
+	// received or served (default 64 MiB); a request that would pass it is
+	// answered ResourceExhausted. It must hold one MaxRecvMsgSize request.
+	MaxRequestBytes int
+	// WriteTimeout is how long one write to a connection may take before
+	// the connection is closed (default 20 s): a peer that stops reading
+	// frees what waited to write to it.
+	WriteTimeout time.Duration
 	// MaxOutput is how much answer data a connection may buffer before
 	// its methods wait for the peer to read (default 4 MiB).
 	MaxOutput int
@@ -68,6 +76,12 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.ConnWindow == 0 {
 		o.ConnWindow = 8 << 20
 	}
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = max(64<<20, o.MaxRecvMsgSize+5)
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 20 * time.Second
+	}
 	if o.MaxOutput == 0 {
 		o.MaxOutput = 4 << 20
 	}
@@ -87,6 +101,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: message size (%d), output bound (%d) and workers (%d) must not be negative", o.MaxRecvMsgSize, o.MaxOutput, o.Workers)
 	case o.ConnWindow != 0 && (o.ConnWindow < 1<<16 || o.ConnWindow > maxWindow):
 		return fmt.Errorf("h2grpc: connection window %d is outside [65536, %d]", o.ConnWindow, maxWindow)
+	case o.MaxRecvMsgSize > maxWindow-5:
+		return fmt.Errorf("h2grpc: message size limit %d passes the largest HTTP/2 window", o.MaxRecvMsgSize)
+	case o.MaxRequestBytes < 0 || o.MaxRequestBytes > 0 && o.MaxRequestBytes < o.MaxRecvMsgSize+5:
+		return fmt.Errorf("h2grpc: request bytes per connection (%d) must hold one message of the size limit (%d)", o.MaxRequestBytes, o.MaxRecvMsgSize)
+	case o.WriteTimeout < 0:
+		return fmt.Errorf("h2grpc: write timeout %v must not be negative", o.WriteTimeout)
 	case o.MaxConnectionAge < 0 || o.MaxConnectionAgeGrace < 0 || o.HandshakeTimeout < 0:
 		return fmt.Errorf("h2grpc: connection age (%v), grace (%v) and handshake timeout (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace, o.HandshakeTimeout)
 	}

@@ -204,6 +204,12 @@ func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *raw {
 // headers sends a request's HEADERS; fields override the defaults.
 func (r *raw) headers(id uint32, path string, end bool, fields ...string) {
 	r.t.Helper()
+	if err := r.tryHeaders(id, path, end, fields...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *raw) tryHeaders(id uint32, path string, end bool, fields ...string) error {
 	r.hb.Reset()
 	f := map[string]string{":method": "POST", ":scheme": "http", ":path": path, ":authority": "x", "content-type": "application/grpc", "te": "trailers"}
 	for i := 0; i+1 < len(fields); i += 2 {
@@ -216,9 +222,7 @@ func (r *raw) headers(id uint32, path string, end bool, fields ...string) {
 	for k, v := range f {
 		r.enc.WriteField(hpack.HeaderField{Name: k, Value: v})
 	}
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.hb.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
-		r.t.Fatal(err)
-	}
+	return r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.hb.Bytes(), EndHeaders: true, EndStream: end})
 }
 
 func (r *raw) message(id uint32, msg []byte) {
@@ -357,6 +361,7 @@ func TestConnectionErrors(t *testing.T) {
 		},
 		"stream id going back": func(r *raw) { r.headers(5, "/t.S/Echo", true); r.headers(3, "/t.S/Echo", true) },
 		"DATA on idle stream":  func(r *raw) { r.fr.WriteData(9, true, []byte{0, 0, 0, 0, 0}) },
+		"frame over 16 KiB":    func(r *raw) { r.fr.WriteRawFrame(0xf0, 0, 0, make([]byte, 20000)) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := dialRaw(t, addr)
@@ -648,23 +653,63 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// TestConnectionWindow: a client that sends past the connection window it
-// was granted is cut off, so that requests held by one connection stay
-// bounded whatever its streams do.
-func TestConnectionWindow(t *testing.T) {
-	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, ConnWindow: 1 << 16, MaxRecvMsgSize: 1 << 20})
+// TestLargeRequestsTogether: large requests arriving interleaved on one
+// connection all complete (the connection window does not wait for them to
+// be served), and a small call beside them is not held up.
+func TestLargeRequestsTogether(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}})
+	cc := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 7)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := bytes.Repeat([]byte{byte(i)}, 4<<20-100)
+			var resp []byte
+			if err := cc.Invoke(ctx, "/t.S/Echo", &req, &resp, callOpt()); err != nil || !bytes.Equal(req, resp) {
+				errs <- fmt.Errorf("large request %d: %d bytes back, %v", i, len(resp), err)
+			}
+		}()
+	}
+	small := []byte("small")
+	var resp []byte
+	if err := cc.Invoke(ctx, "/t.S/Echo", &small, &resp, callOpt()); err != nil {
+		errs <- fmt.Errorf("small request beside them: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestMaxRequestBytes: requests in progress past the connection's bound are
+// answered ResourceExhausted and dropped; the connection goes on serving.
+func TestMaxRequestBytes(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxRecvMsgSize: 40000, MaxRequestBytes: 50000})
 	r := dialRaw(t, addr)
 	chunk := make([]byte, 16000)
-	chunk[2] = 0x0f // a message of 983,040 bytes, never finished
-	for id := uint32(1); id <= 9; id += 2 {
+	chunk[3] = 0x90 // a message of 36,864 bytes, never finished
+	for _, id := range []uint32{1, 3, 5, 7} {
 		r.headers(id, "/t.S/Echo", false)
 		if err := r.fr.WriteData(id, false, chunk); err != nil {
-			break // the server may already have closed
+			t.Fatal(err)
 		}
 	}
-	g := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
-	if g.ErrCode != http2.ErrCodeFlowControl {
-		t.Fatalf("GOAWAY %v", g)
+	// 4 × 16,000 bytes: the fourth passes 50,000.
+	f := r.next(func(f http2.Frame) bool { return f.Header().Type == http2.FrameHeaders })
+	if f.Header().StreamID != 7 || field(f, "grpc-status") != fmt.Sprint(int(codes.ResourceExhausted)) {
+		t.Fatalf("first answer: stream %d, %v", f.Header().StreamID, f)
+	}
+	r.fr.WriteRSTStream(1, http2.ErrCodeCancel) // frees its 16,000 bytes
+	r.headers(9, "/t.S/Echo", false)
+	r.message(9, []byte("still serving"))
+	d := r.next(func(f http2.Frame) bool { return f.Header().StreamID == 9 && f.Header().Type == http2.FrameData })
+	if string(d.(*http2.DataFrame).Data()[5:]) != "still serving" {
+		t.Fatalf("after the bound: %v", d)
 	}
 }
 
@@ -678,5 +723,92 @@ func TestLongStatusMessage(t *testing.T) {
 	err := cc.Invoke(context.Background(), "/t.S/Fail", &req, &resp, callOpt())
 	if s, _ := status.FromError(err); s.Code() != codes.Aborted || !strings.HasPrefix(long, strings.TrimSuffix(s.Message(), "...")) {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestPeerThatDoesNotRead: answers to a client that never reads fill the
+// socket; the write times out and the connection, with every call waiting
+// to write to it, is let go.
+func TestPeerThatDoesNotRead(t *testing.T) {
+	s, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, WriteTimeout: 100 * time.Millisecond, MaxOutput: 64 << 10})
+	r := dialRaw(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: maxWindow})
+	if err := r.fr.WriteWindowUpdate(0, maxWindow-defaultWindow); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	for id := uint32(1); id < 40; id += 2 {
+		if err := r.tryHeaders(id, "/t.S/Echo", false); err != nil {
+			break // closed already
+		}
+		if err := r.fr.WriteData(id, false, append([]byte{0, 0, 0x10, 0, 0}, big[:16000]...)); err != nil {
+			break // closed already
+		}
+		for off := 16000; off < len(big); off += 16000 {
+			end := min(off+16000, len(big))
+			if err := r.fr.WriteData(id, end == len(big), big[off:end]); err != nil {
+				break
+			}
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(s.connList()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection of a peer that does not read is still open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWindowChangesWhileWaiting: an answer waiting for window goes on when
+// the peer raises its initial window by SETTINGS, and one whose stream the
+// peer resets is dropped, so that a graceful stop does not wait for it.
+func TestWindowChangesWhileWaiting(t *testing.T) {
+	s, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}})
+	r := dialRaw(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
+	msg := []byte("twenty-five bytes of text")
+	firstData := func(id uint32) {
+		t.Helper()
+		r.headers(id, "/t.S/Echo", false)
+		r.message(id, msg)
+		d, ok := r.next(func(f http2.Frame) bool { return f.Header().StreamID == id && f.Header().Type == http2.FrameData }).(*http2.DataFrame)
+		if !ok || len(d.Data()) != 10 {
+			t.Fatalf("stream %d: first DATA %v", id, d)
+		}
+	}
+	firstData(1)
+	if err := r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100}); err != nil {
+		t.Fatal(err)
+	}
+	rest := r.next(func(f http2.Frame) bool { return f.Header().StreamID == 1 && f.Header().Type == http2.FrameData }).(*http2.DataFrame)
+	if len(rest.Data()) != len(msg)+5-10 {
+		t.Fatalf("after SETTINGS: %d bytes", len(rest.Data()))
+	}
+	if tr := r.next(isStream(1)); field(tr, "grpc-status") != "0" {
+		t.Fatalf("trailers %v", tr)
+	}
+	// Back to 10 bytes; the next answer waits, and is then reset.
+	if err := r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10}); err != nil {
+		t.Fatal(err)
+	}
+	firstData(3)
+	if err := r.fr.WriteRSTStream(3, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	// The client answers the drain's PING, as clients do.
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			break // closed: the waiting answer did not hold the drain
+		}
+		if p, ok := f.(*http2.PingFrame); ok && !p.IsAck() {
+			r.fr.WritePing(true, p.Data)
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("GracefulStop waits for an answer whose stream was reset")
 	}
 }

@@ -1,6 +1,7 @@
 package h2grpc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -175,7 +176,12 @@ func (c *conn) writeLocked() {
 		c.out = c.spare[:0]
 		c.spare = nil
 		c.mu.Unlock()
-		_, err := c.nc.Write(buf)
+		// A peer that stops reading is cut off rather than holding this
+		// goroutine, and behind it every call of the connection.
+		err := c.nc.SetWriteDeadline(time.Now().Add(c.s.o.WriteTimeout))
+		if err == nil {
+			_, err = c.nc.Write(buf)
+		}
 		c.mu.Lock()
 		if cap(buf) <= 4*c.s.o.MaxOutput {
 			c.spare = buf[:0]
@@ -211,6 +217,10 @@ func (c *conn) waitOutput() {
 // statusOf is the gRPC status of a method's error.
 func statusOf(err error) (codes.Code, string) {
 	if s, ok := status.FromError(err); ok {
+		return s.Code(), s.Message()
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		s := status.FromContextError(err)
 		return s.Code(), s.Message()
 	}
 	var se interface{ GRPCStatus() *status.Status }
@@ -352,7 +362,12 @@ func appendHeaders(b []byte, id uint32, block []byte, endStream bool) []byte {
 	if endStream {
 		flags |= http2.FlagHeadersEndStream
 	}
-	b = appendFrameHeader(b, len(block), http2.FrameHeaders, flags, id)
+	// Every block starts with a dynamic table size update to 0: we never
+	// index, and a peer that lowered SETTINGS_HEADER_TABLE_SIZE must see
+	// the update before our next block (RFC 7541 4.2); at the start of any
+	// block it is legal and costs a byte.
+	b = appendFrameHeader(b, len(block)+1, http2.FrameHeaders, flags, id)
+	b = append(b, 0x20)
 	return append(b, block...)
 }
 
@@ -369,8 +384,14 @@ func appendSettingsAck(b []byte) []byte {
 	return appendFrameHeader(b, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
 }
 
-func appendPing(b []byte, data [8]byte) []byte {
-	b = appendFrameHeader(b, 8, http2.FramePing, http2.FlagPingAck, 0)
+func appendPing(b []byte, data [8]byte) []byte { return appendPingFrame(b, data, true) }
+
+func appendPingFrame(b []byte, data [8]byte, ack bool) []byte {
+	var flags http2.Flags
+	if ack {
+		flags = http2.FlagPingAck
+	}
+	b = appendFrameHeader(b, 8, http2.FramePing, flags, 0)
 	return append(b, data[:]...)
 }
 
