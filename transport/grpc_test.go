@@ -118,8 +118,18 @@ func TestGRPCHealth(t *testing.T) {
 		if _, c := check("other"); c != codes.NotFound {
 			t.Errorf("other: %v", c)
 		}
+		watch, err := hc.Watch(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := watch.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("watch: %v %v", r, err)
+		}
 		// Shutting down flips health first.
 		h.srv.Health().Set("sigterm", false)
+		if r, err := watch.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("watch after SIGTERM: %v %v", r, err)
+		}
 		if s, _ := check("ratelimit"); s != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("after SIGTERM: %v", s)
 		}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"io"
 	"net"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -24,11 +26,12 @@ type grpcServer interface {
 	Stop()
 }
 
-const healthCheckMethod = "/grpc.health.v1.Health/Check"
+const (
+	healthCheckMethod = "/grpc.health.v1.Health/Check"
+	healthWatchMethod = "/grpc.health.v1.Health/Watch"
+)
 
-// nativeServer serves ShouldRateLimit and Health/Check with h2grpc.
-// Health/Watch is a stream, which h2grpc does not serve: it is answered
-// Unimplemented, which grpc-go clients read as "health checking off".
+// nativeServer serves ShouldRateLimit and the health service with h2grpc.
 func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	l := n.settings
 	rls := newRLSServer(s.decider(), s.log, s.errs)
@@ -36,6 +39,9 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		Methods: map[string]h2grpc.Method{
 			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: rls.native(n.methodStats(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)),
 			healthCheckMethod: nativeHealthCheck(s.ghs, n.methodStats(healthCheckMethod)),
+		},
+		StreamMethods: map[string]h2grpc.StreamMethod{
+			healthWatchMethod: nativeHealthWatch(s.ghs),
 		},
 		Workers:               l.GRPCStreamWorkers,
 		MaxConnectionAge:      l.MaxConnectionAge,
@@ -95,3 +101,44 @@ func nativeHealthCheck(hs *health.Server, ms *methodStats) h2grpc.Method {
 		return proto.MarshalOptions{}.MarshalAppend(out, resp)
 	}
 }
+
+// nativeHealthWatch is grpc.health.v1.Health/Watch on the same health
+// server grpc-go would use, through a stream that only sends.
+func nativeHealthWatch(hs *health.Server) h2grpc.StreamMethod {
+	return func(ctx context.Context, req []byte, send func([]byte) error) error {
+		var in healthpb.HealthCheckRequest
+		if err := proto.Unmarshal(req, &in); err != nil {
+			return status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+		}
+		return hs.Watch(&in, &watchStream{ctx: ctx, send: send})
+	}
+}
+
+// watchStream is the grpc.ServerStreamingServer the health server's Watch
+// writes to. Headers and trailers have nothing to carry here.
+type watchStream struct {
+	ctx  context.Context
+	send func([]byte) error
+	buf  []byte
+}
+
+func (w *watchStream) Send(m *healthpb.HealthCheckResponse) error { return w.SendMsg(m) }
+
+func (w *watchStream) SendMsg(m any) error {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "grpc: cannot send a %T", m)
+	}
+	b, err := proto.MarshalOptions{}.MarshalAppend(w.buf[:0], msg)
+	if err != nil {
+		return status.Error(codes.Internal, "grpc: error while marshaling: "+err.Error())
+	}
+	w.buf = b
+	return w.send(b)
+}
+
+func (w *watchStream) RecvMsg(any) error            { return io.EOF }
+func (w *watchStream) Context() context.Context     { return w.ctx }
+func (w *watchStream) SetHeader(metadata.MD) error  { return nil }
+func (w *watchStream) SendHeader(metadata.MD) error { return nil }
+func (w *watchStream) SetTrailer(metadata.MD)       {}

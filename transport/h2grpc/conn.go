@@ -51,14 +51,20 @@ type stream struct {
 	earlyMsg string
 	// dispatched: the request is complete and a worker owns the stream.
 	dispatched bool
+	// streaming is the method of a server-streaming call (method is nil).
+	streaming StreamMethod
 
 	// mu: flow control of our DATA and the stream's end.
-	sendWindow int64  // the peer's stream window updates minus what we sent, plus its initial window at creation
-	reset      bool   // the peer reset the stream: drop what is left
-	done       bool   // our END_STREAM is written or dropped
-	pending    []byte // DATA payload waiting for window
-	trailer    []byte // trailers block to send after pending
+	sendWindow int64              // the peer's stream window updates minus what we sent, plus its initial window at creation
+	reset      bool               // the peer reset the stream: drop what is left
+	done       bool               // our END_STREAM is written or dropped
+	pending    []byte             // DATA payload waiting for window
+	trailer    []byte             // trailers block to send after pending; nil while a stream's method runs
+	headerSent bool               // a streaming call's response HEADERS went out
+	cancel     context.CancelFunc // a streaming call's context, cancelled by RST_STREAM
 }
+
+func (st *stream) served() bool { return st.method != nil || st.streaming != nil }
 
 // conn is one HTTP/2 connection.
 type conn struct {
@@ -403,10 +409,11 @@ func (c *conn) open(st *stream) error {
 			st.timeout = max(d, 1) // "0m" is a deadline already past, not none
 		}
 		m, ok := o.Methods[h.path]
-		if !ok && st.early == codes.OK {
+		sm, sok := o.StreamMethods[h.path]
+		if !ok && !sok && st.early == codes.OK {
 			st.early, st.earlyMsg = codes.Unimplemented, unknownMethod(h.path)
 		}
-		st.method = m
+		st.method, st.streaming = m, sm
 	}
 	if st.early != codes.OK {
 		// Answered before any DATA: the rest of the request is not needed
@@ -456,7 +463,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if id > c.lastID {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
-	if st == nil || st.dispatched || st.method == nil || st.held < 0 {
+	if st == nil || st.dispatched || !st.served() || st.held < 0 {
 		return nil // answered early, reset, ended or refused: dropped
 	}
 	o := &c.s.o
@@ -509,7 +516,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 // request.
 func (c *conn) fail(st *stream, code codes.Code, msg string) {
 	c.release(st)
-	st.method = nil
+	st.method, st.streaming = nil, nil
 	c.finish(st, nil, code, msg)
 	c.resetStream(st.id, http2.ErrCodeNo)
 }
@@ -543,6 +550,10 @@ func (c *conn) giveBackLocked(n int) {
 // run is a worker running st's method and answering it.
 func (c *conn) run(st *stream) {
 	defer c.calls.Done()
+	if st.streaming != nil {
+		c.runStream(st)
+		return
+	}
 	ctx := c.ctx
 	var cancel context.CancelFunc
 	if st.timeout > 0 {
@@ -641,6 +652,10 @@ func (c *conn) onReset(id uint32) {
 	st := c.live[id]
 	if st != nil {
 		st.reset = true
+		if st.cancel != nil {
+			st.cancel()
+			c.cond.Broadcast() // a send waiting for room gives up
+		}
 		if len(c.blocked) > 0 {
 			c.sendBlockedLocked() // retires it if it waits for window
 		}
@@ -649,7 +664,7 @@ func (c *conn) onReset(id uint32) {
 	if st == nil {
 		return
 	}
-	if !st.dispatched && st.method != nil && st.held >= 0 {
+	if !st.dispatched && st.served() && st.held >= 0 {
 		c.release(st)
 		c.mu.Lock()
 		c.endLocked(st)

@@ -19,12 +19,22 @@ import (
 // code and message, anything else is Unknown.
 type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
 
+// StreamMethod serves one server-streaming gRPC method: req is the request
+// message (valid only until the first send), send writes one response
+// message (it may be reused once send returns) and fails once the call is
+// over for the client. ctx ends when the client resets the stream or the
+// connection closes; the returned error is the call's status, as for
+// Method.
+type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) error) error
+
 // Options configure a Server. The zero value of each field takes its
 // default (see EnsureDefaults).
 type Options struct {
 	// Methods maps a full method name ("/package.Service/Method") to its
 	// handler. Calls to other names are answered Unimplemented.
 	Methods map[string]Method
+	// StreamMethods are the server-streaming methods, by full name.
+	StreamMethods map[string]StreamMethod
 	// MaxConcurrentStreams bounds the calls of one connection that are open
 	// or still running (default 1024). Streams over it are refused.
 	MaxConcurrentStreams uint32

@@ -812,3 +812,77 @@ func TestWindowChangesWhileWaiting(t *testing.T) {
 		t.Fatal("GracefulStop waits for an answer whose stream was reset")
 	}
 }
+
+// TestStreamMethod: a server-streaming call sends its messages in order,
+// large ones waiting for window, ends with its status, and sees its
+// context end when the client cancels.
+func TestStreamMethod(t *testing.T) {
+	ended := make(chan error, 1)
+	_, addr := serve(t, Options{StreamMethods: map[string]StreamMethod{
+		"/t.S/Count": func(ctx context.Context, req []byte, send func([]byte) error) error {
+			n := int(req[0])
+			for i := 0; i < n; i++ {
+				msg := bytes.Repeat([]byte{byte(i)}, 1+i*50000)
+				if err := send(msg); err != nil {
+					return err
+				}
+			}
+			return status.Error(codes.OutOfRange, "counted")
+		},
+		"/t.S/Forever": func(ctx context.Context, _ []byte, send func([]byte) error) error {
+			if err := send([]byte("first")); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			ended <- ctx.Err()
+			return ctx.Err()
+		},
+	}})
+	cc := dial(t, addr)
+	desc := &grpc.StreamDesc{ServerStreams: true}
+	ctx := context.Background()
+	cs, err := cc.NewStream(ctx, desc, "/t.S/Count", callOpt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := []byte{6}
+	if err := cs.SendMsg(&req); err != nil {
+		t.Fatal(err)
+	}
+	cs.CloseSend()
+	for i := 0; ; i++ {
+		var msg []byte
+		err := cs.RecvMsg(&msg)
+		if err != nil {
+			if s, _ := status.FromError(err); i != 6 || s.Code() != codes.OutOfRange || s.Message() != "counted" {
+				t.Fatalf("after %d messages: %v", i, err)
+			}
+			break
+		}
+		if len(msg) != 1+i*50000 || msg[0] != byte(i) {
+			t.Fatalf("message %d: %d bytes of %d", i, len(msg), msg[0])
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cs, err = cc.NewStream(cctx, desc, "/t.S/Forever", callOpt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&req); err != nil {
+		t.Fatal(err)
+	}
+	cs.CloseSend()
+	var msg []byte
+	if err := cs.RecvMsg(&msg); err != nil || string(msg) != "first" {
+		t.Fatalf("first message %q %v", msg, err)
+	}
+	cancel()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("method's context ended with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cancelling the call did not end the method's context")
+	}
+}
