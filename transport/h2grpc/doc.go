@@ -1,4 +1,4 @@
-// Package h2grpc serves unary gRPC methods over HTTP/2 without grpc-go's
+// Package h2grpc serves unary (and server-streaming) gRPC methods over HTTP/2 without grpc-go's
 // server transport: the rate limit call is small, frequent and always the
 // same shape, and grpc-go spends about half of a decision's server CPU (and
 // ~55 allocations) on per-stream machinery the call does not need.
@@ -29,12 +29,15 @@
 // cut off). Graceful stops and connection age drain in two GOAWAY phases
 // separated by a PING round trip, as grpc-go does.
 //
-// Not done: a reset stream's method is not cancelled (it holds its slot
-// until it returns, which the backend timeout bounds), and the server sends
-// no keepalive pings of its own (TCP keepalive finds dead peers).
+// Not done: a reset unary call's method is not cancelled (a context per
+// call would cost allocations on the hot path; it holds its slot until it
+// returns, which the backend timeout bounds; a streaming call's context is
+// cancelled), and the server sends no keepalive pings of its own (TCP
+// keepalive finds dead peers).
 //
 // TLS is the listener's (tls.NewListener with TLSConfig, which offers "h2"
-// by ALPN). What it leaves to grpc-go: interceptors, stats handlers (hence
-// tracing) and server-streaming methods; the transport package uses this
-// server only when none of those is wanted.
+// by ALPN). Server-streaming methods (health Watch) are served on the same
+// flow control. What it leaves to grpc-go: interceptors, stats handlers
+// (hence tracing) and client-streaming methods; the transport package uses
+// this server only when none of those is wanted.
 package h2grpc
