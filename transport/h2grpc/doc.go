@@ -1,7 +1,8 @@
 // Package h2grpc serves unary and server-streaming gRPC methods over HTTP/2
-// without grpc-go's server transport: the rate limit call is small, frequent and always the
-// same shape, and grpc-go spends about half of a decision's server CPU (and
-// ~55 allocations) on per-stream machinery the call does not need.
+// without grpc-go's server transport: the rate limit call is small,
+// frequent and always the same shape, and grpc-go spends about half of a
+// decision's server CPU (and ~55 allocations) on per-stream machinery the
+// call does not need.
 //
 // Flow, per connection:
 //
