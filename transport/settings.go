@@ -83,7 +83,7 @@ type ListenSettings struct {
 	GRPCStreamWorkers int
 	// GRPCServer is which gRPC server serves the gRPC port
 	// (SLUICE_GRPC_SERVER): GRPCServerNative (the default, also when empty) serves
-	// ShouldRateLimit and Health/Check with the package h2grpc, at about
+	// ShouldRateLimit and the health service with the package h2grpc, at about
 	// half grpc-go's CPU per call; GRPCServerGRPCGo is grpc-go's server.
 	// Tracing and server options given by an embedding program always use
 	// grpc-go's; TLS works with both.

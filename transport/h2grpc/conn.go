@@ -24,8 +24,7 @@ const (
 	// defaultWindow and defaultFrameSize are HTTP/2's initial values.
 	defaultWindow    = 65535
 	defaultFrameSize = 16384
-	// streamWindow is the per-stream window we grant: a whole request of
-	// the default size limit fits without a stream WINDOW_UPDATE.
+	// readBufSize is the connection reader's buffer.
 	readBufSize = 32 << 10
 )
 
@@ -88,6 +87,7 @@ type conn struct {
 	hdrEnd      bool    // the HEADERS frame ended the stream
 	hdrTooLarge bool
 	sentGoAway  bool // a connection error's GOAWAY went out
+	lingering   bool // mu: the connection is closing; nothing more is written
 	hdr         reqHeaders
 	lastID      uint32
 
@@ -117,6 +117,7 @@ type conn struct {
 	connSendWindow int64
 	// draining: a GOAWAY went out; new streams are refused and the
 	// connection closes once live is empty.
+	started  bool // our SETTINGS are queued: frames may follow them
 	draining bool
 	phase2   bool          // the GOAWAY naming the last stream went out
 	drainAck chan struct{} // closed when the drain's PING is answered
@@ -201,6 +202,7 @@ func (c *conn) read() error {
 	c.dec.SetMaxStringLength(int(o.MaxHeaderListSize))
 
 	c.mu.Lock()
+	c.started = true
 	c.out = appendSettings(c.out, []http2.Setting{
 		{ID: http2.SettingMaxConcurrentStreams, Val: o.MaxConcurrentStreams},
 		{ID: http2.SettingInitialWindowSize, Val: uint32(o.MaxRecvMsgSize + 5)},
@@ -480,7 +482,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	c.mu.Unlock()
 	if full {
-		c.fail(st, codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
+		c.fail(st, f.StreamEnded(), codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
 		return nil
 	}
 	if st.msg == nil {
@@ -491,11 +493,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if len(msg) >= 5 {
 		if msg[0] != 0 {
 			// A compressed message without an accepted grpc-encoding.
-			c.fail(st, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
+			c.fail(st, f.StreamEnded(), codes.Internal, "grpc: compressed flag set with identity or empty encoding")
 			return nil
 		}
 		if size := binary.BigEndian.Uint32(msg[1:5]); int64(size) > int64(o.MaxRecvMsgSize) {
-			c.fail(st, codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, o.MaxRecvMsgSize))
+			c.fail(st, f.StreamEnded(), codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, o.MaxRecvMsgSize))
 			return nil
 		}
 	}
@@ -503,7 +505,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return nil
 	}
 	if len(msg) < 5 || int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5 {
-		c.fail(st, codes.Internal, "grpc: the request is not one whole message")
+		c.fail(st, true, codes.Internal, "grpc: the request is not one whole message")
 		return nil
 	}
 	st.dispatched = true
@@ -514,11 +516,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 
 // fail answers st with a status before its method runs and drops its
 // request.
-func (c *conn) fail(st *stream, code codes.Code, msg string) {
+func (c *conn) fail(st *stream, ended bool, code codes.Code, msg string) {
 	c.release(st)
 	st.method, st.streaming = nil, nil
 	c.finish(st, nil, code, msg)
-	c.resetStream(st.id, http2.ErrCodeNo)
+	if !ended {
+		c.resetStream(st.id, http2.ErrCodeNo) // the rest is not needed
+	}
 }
 
 // release returns st's request buffer and its share of MaxRequestBytes.
@@ -589,14 +593,21 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	// costs no more than a frame naming it once.
 	window, frame := int64(-1), -1
 	if err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
 			window = int64(s.Val)
 		case http2.SettingMaxFrameSize:
-			frame = int(s.Val) // the framer checked its range
+			frame = int(s.Val) // Valid checked its range
 		}
 		return nil
 	}); err != nil {
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			return connError{http2.ErrCode(ce), "bad SETTINGS: " + err.Error()}
+		}
 		return connError{http2.ErrCodeProtocol, err.Error()}
 	}
 	if window > maxWindow {
@@ -636,6 +647,10 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		if st.sendWindow+inc > maxWindow {
 			c.out = appendRSTStream(c.out, st.id, http2.ErrCodeFlowControl)
 			st.reset = true
+			if st.cancel != nil {
+				st.cancel()
+				c.cond.Broadcast()
+			}
 		} else {
 			st.sendWindow += inc
 		}
@@ -700,7 +715,16 @@ func (c *conn) goAway(code http2.ErrCode, msg string) {
 // a second at most.
 func (c *conn) linger() {
 	cw, ok := c.nc.(interface{ CloseWrite() error })
-	if !ok || cw.CloseWrite() != nil {
+	if !ok {
+		return
+	}
+	// Answers still coming would write to a shut socket, fail, and close
+	// it with unread input after all: they are dropped instead.
+	c.mu.Lock()
+	c.lingering = true
+	writing := c.writing
+	c.mu.Unlock()
+	if writing || cw.CloseWrite() != nil {
 		return
 	}
 	if c.nc.SetReadDeadline(time.Now().Add(time.Second)) == nil {
@@ -714,6 +738,13 @@ func (c *conn) drain(grace time.Duration) {
 	c.mu.Lock()
 	if c.draining || c.dead {
 		c.mu.Unlock()
+		return
+	}
+	if !c.started {
+		// Our SETTINGS must be the first frame; a connection that has
+		// not sent its preface yet has no call to finish either.
+		c.mu.Unlock()
+		c.close(errors.New("stopping before the connection's preface"))
 		return
 	}
 	c.draining = true

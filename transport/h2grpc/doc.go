@@ -21,7 +21,7 @@
 //	connection error's GOAWAY, which it writes itself.
 //
 // Bounds a caller cannot lift: concurrent streams per connection (a reset
-// stream counts until its method returns), request bytes held per
+// unary call counts until its method returns), request bytes held per
 // connection (MaxRequestBytes; the connection window itself is given back
 // as bytes arrive, so interleaved large requests cannot starve each
 // other), frame size, header list size and header block frames, output

@@ -111,6 +111,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: message size (%d), output bound (%d) and workers (%d) must not be negative", o.MaxRecvMsgSize, o.MaxOutput, o.Workers)
 	case o.ConnWindow != 0 && (o.ConnWindow < 1<<16 || o.ConnWindow > maxWindow):
 		return fmt.Errorf("h2grpc: connection window %d is outside [65536, %d]", o.ConnWindow, maxWindow)
+	case bothKinds(o) != "":
+		return fmt.Errorf("h2grpc: %s is both a unary and a streaming method", bothKinds(o))
 	case o.MaxRecvMsgSize > maxWindow-5:
 		return fmt.Errorf("h2grpc: message size limit %d passes the largest HTTP/2 window", o.MaxRecvMsgSize)
 	case o.MaxRequestBytes < 0 || o.MaxRequestBytes > 0 && o.MaxRequestBytes < o.MaxRecvMsgSize+5:
@@ -121,6 +123,15 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: connection age (%v), grace (%v) and handshake timeout (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace, o.HandshakeTimeout)
 	}
 	return nil
+}
+
+func bothKinds(o *Options) string {
+	for name := range o.StreamMethods {
+		if _, ok := o.Methods[name]; ok {
+			return name
+		}
+	}
+	return ""
 }
 
 // ErrServerStopped is what Serve returns once the server is stopping.
@@ -236,6 +247,12 @@ func (s *Server) worker() {
 
 // dispatch runs st's method on a free worker or a goroutine of its own.
 func (s *Server) dispatch(st *stream) {
+	if st.streaming != nil {
+		// A stream may last as long as its connection: it would take a
+		// worker from the unary calls the pool is kept for.
+		go st.c.run(st)
+		return
+	}
 	select {
 	case s.work <- st:
 	default:

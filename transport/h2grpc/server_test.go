@@ -362,6 +362,7 @@ func TestConnectionErrors(t *testing.T) {
 		"stream id going back": func(r *raw) { r.headers(5, "/t.S/Echo", true); r.headers(3, "/t.S/Echo", true) },
 		"DATA on idle stream":  func(r *raw) { r.fr.WriteData(9, true, []byte{0, 0, 0, 0, 0}) },
 		"frame over 16 KiB":    func(r *raw) { r.fr.WriteRawFrame(0xf0, 0, 0, make([]byte, 20000)) },
+		"bad max frame size":   func(r *raw) { r.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := dialRaw(t, addr)
@@ -884,5 +885,42 @@ func TestStreamMethod(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("cancelling the call did not end the method's context")
+	}
+}
+
+// TestStopBeforePreface: a graceful stop closes a connection that has not
+// sent its preface without writing anything to it (our SETTINGS must come
+// first, and there is no call to wait for).
+func TestStopBeforePreface(t *testing.T) {
+	s, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.connList()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	s.GracefulStop()
+	b, err := io.ReadAll(nc)
+	if err != nil || len(b) != 0 {
+		t.Fatalf("read %q, %v; want nothing and a close", b, err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for name, o := range map[string]Options{
+		"both kinds":                    {Methods: map[string]Method{"/a/B": echo}, StreamMethods: map[string]StreamMethod{"/a/B": nil}},
+		"negative workers":              {Workers: -1},
+		"small window":                  {ConnWindow: 100},
+		"message over window":           {MaxRecvMsgSize: maxWindow},
+		"request bound below a message": {MaxRecvMsgSize: 1000, MaxRequestBytes: 10},
+		"negative write timeout":        {WriteTimeout: -time.Second},
+	} {
+		if _, err := NewServer(o); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
 }

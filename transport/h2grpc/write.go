@@ -137,7 +137,7 @@ func (c *conn) answerHTTPError(st *stream, code string) {
 // flushLocked makes the caller the writer if no write is in progress: it
 // writes until nothing is left. Called and returns with mu held.
 func (c *conn) flushLocked() {
-	if c.writing || c.dead || len(c.out) == 0 {
+	if c.writing || c.dead || c.lingering || len(c.out) == 0 {
 		return
 	}
 	c.writing = true
@@ -147,7 +147,7 @@ func (c *conn) flushLocked() {
 // flushAsyncLocked has a goroutine of its own do the writing, for the
 // reader, which must keep reading.
 func (c *conn) flushAsyncLocked() {
-	if c.writing || c.dead || len(c.out) == 0 {
+	if c.writing || c.dead || c.lingering || len(c.out) == 0 {
 		return
 	}
 	c.writing = true
