@@ -34,7 +34,7 @@ func render(rows []row, eng *engineResult, took time.Duration) string {
 		}
 	}
 	b.WriteString("\n\nHow to read it: decisions/s is ShouldRateLimit calls answered per second by a closed loop of callers over 4 gRPC connections; " +
-		"× no-op divides it by a server that answers OK without any work at the same workload, the ceiling of gRPC on this machine. " +
+		"× no-op divides it by a grpc-go server that answers OK without any work at the same workload, the ceiling of a grpc-go server on this machine (sluice's own gRPC server costs less per call, so sluice can pass 1.0). " +
 		"Latency percentiles are by nearest rank (internal/testenv.Percentile, the same definition the load-test scenarios report). " +
 		"CPU is what the server (and Redis) processes used per 1,000 decisions, from /proc. Round trips are the pipelines Redis read (INFO total_reads_processed): " +
 		"below 1 means the shards batched many decisions into one call. Driver CPU is what the load driver itself (this program) spent per 1,000 calls: " +
