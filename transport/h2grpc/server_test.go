@@ -45,7 +45,10 @@ func callOpt() grpc.CallOption                                { return grpc.Forc
 func echo(_ context.Context, req, out []byte) ([]byte, error) { return append(out, req...), nil }
 
 // serve starts a server on a loopback port; it stops with the test.
-func serve(t *testing.T, o Options) (*Server, string) {
+func serve(t *testing.T, o Options) (*Server, string) { return serveOn(t, o, nil) }
+
+// serveOn is serve on the listener wrap makes of the loopback one.
+func serveOn(t *testing.T, o Options, wrap func(net.Listener) net.Listener) (*Server, string) {
 	t.Helper()
 	s, err := NewServer(o)
 	if err != nil {
@@ -55,8 +58,12 @@ func serve(t *testing.T, o Options) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	served := ln
+	if wrap != nil {
+		served = wrap(ln)
+	}
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
+	go func() { done <- s.Serve(served) }()
 	t.Cleanup(func() {
 		s.Stop()
 		if err := <-done; !errors.Is(err, ErrServerStopped) {
@@ -561,18 +568,9 @@ func FuzzConnection(f *testing.F) {
 // no call fails for it.
 func TestConnectionAge(t *testing.T) {
 	var accepted atomic.Int64
-	s, err := NewServer(Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxConnectionAge: 30 * time.Millisecond, MaxConnectionAgeGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(countingListener{ln, &accepted}) }()
-	defer func() { s.Stop(); <-done }()
-	cc := dial(t, ln.Addr().String())
+	_, addr := serveOn(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxConnectionAge: 30 * time.Millisecond, MaxConnectionAgeGrace: time.Second},
+		func(ln net.Listener) net.Listener { return countingListener{ln, &accepted} })
+	cc := dial(t, addr)
 	deadline := time.Now().Add(10 * time.Second)
 	for calls := 0; accepted.Load() < 3; calls++ {
 		if time.Now().After(deadline) {
@@ -627,22 +625,13 @@ func TestTLS(t *testing.T) {
 	base := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
 	}}
-	s, err := NewServer(Options{Methods: map[string]Method{"/t.S/Echo": echo}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(tls.NewListener(ln, TLSConfig(base))) }()
-	defer func() { s.Stop(); <-done }()
+	_, addr := serveOn(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}},
+		func(ln net.Listener) net.Listener { return tls.NewListener(ln, TLSConfig(base)) })
 	ccfg, err := testenv.ClientTLSConfig(ca, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(ccfg)))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(ccfg)))
 	if err != nil {
 		t.Fatal(err)
 	}

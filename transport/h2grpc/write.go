@@ -320,26 +320,18 @@ func encodeGRPCMessage(msg string) string {
 	return string(b)
 }
 
+var timeoutUnits = map[byte]time.Duration{
+	'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+	'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond,
+}
+
 // parseTimeout reads a grpc-timeout value: at most 8 digits and a unit.
 func parseTimeout(s string) (time.Duration, error) {
 	if len(s) < 2 || len(s) > 9 {
 		return 0, fmt.Errorf("%q is not 1 to 8 digits and a unit", s)
 	}
-	var unit time.Duration
-	switch s[len(s)-1] {
-	case 'H':
-		unit = time.Hour
-	case 'M':
-		unit = time.Minute
-	case 'S':
-		unit = time.Second
-	case 'm':
-		unit = time.Millisecond
-	case 'u':
-		unit = time.Microsecond
-	case 'n':
-		unit = time.Nanosecond
-	default:
+	unit, ok := timeoutUnits[s[len(s)-1]]
+	if !ok {
 		return 0, fmt.Errorf("%q has no known unit", s)
 	}
 	v, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
