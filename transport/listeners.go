@@ -139,17 +139,19 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 // statsInterceptor counts ratelimit_server.<Method>.total_requests and
 // .response_time, as the reference's gRPC interceptor.
 func (n *listeners) statsInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := h(ctx, req)
-	ms := n.methodStats(info.FullMethod)
-	ms.total.Inc()
-	ms.time.Record(time.Since(start))
-	return resp, err
+	defer n.methodStats(info.FullMethod).observe(time.Now())
+	return h(ctx, req)
 }
 
 type methodStats struct {
 	total *stats.Counter
 	time  *stats.Timer
+}
+
+// observe counts a call that began at start.
+func (ms *methodStats) observe(start time.Time) {
+	ms.total.Inc()
+	ms.time.Record(time.Since(start))
 }
 
 // methodStats resolves a gRPC method's stats once (the names never change).

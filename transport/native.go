@@ -37,8 +37,8 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	rls := newRLSServer(s.decider(), s.log, s.errs)
 	o := h2grpc.Options{
 		Methods: map[string]h2grpc.Method{
-			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: rls.native(n.methodStats(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)),
-			healthCheckMethod: nativeHealthCheck(s.ghs, n.methodStats(healthCheckMethod)),
+			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: n.counted(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rls.native),
+			healthCheckMethod: n.counted(healthCheckMethod, nativeHealthCheck(s.ghs)),
 		},
 		StreamMethods: map[string]h2grpc.StreamMethod{
 			healthWatchMethod: nativeHealthWatch(s.ghs),
@@ -51,54 +51,47 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	return h2grpc.NewServer(o)
 }
 
-// native is ShouldRateLimit for h2grpc, with the statistics the gRPC
-// interceptor keeps for grpc-go.
-func (s *rlsServer) native(ms *methodStats) h2grpc.Method {
+// counted is m with the statistics the gRPC interceptor keeps for
+// grpc-go's server (statsInterceptor).
+func (n *listeners) counted(full string, m h2grpc.Method) h2grpc.Method {
+	ms := n.methodStats(full)
 	return func(ctx context.Context, req, out []byte) ([]byte, error) {
-		start := time.Now()
-		defer func() {
-			ms.total.Inc()
-			ms.time.Record(time.Since(start))
-		}()
-		// Not pooled: what the engine keeps of a request after a call
-		// that timed out is the garbage collector's to judge.
-		in := new(wireRequest)
-		if err := decodeRequestBuf(req, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
-			return nil, status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
-		}
-		resp, err := s.wireDecide(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		if w, ok := resp.(*wireResponse); ok {
-			return w.appendTo(out), nil
-		}
-		b, err := proto.MarshalOptions{}.MarshalAppend(out, resp.(proto.Message))
-		if err != nil {
-			return nil, status.Error(codes.Internal, "grpc: error while marshaling: "+err.Error())
-		}
-		return b, nil
+		defer ms.observe(time.Now())
+		return m(ctx, req, out)
 	}
+}
+
+// native is ShouldRateLimit for h2grpc.
+func (s *rlsServer) native(ctx context.Context, req, out []byte) ([]byte, error) {
+	// Not pooled: what the engine keeps of a request after a call that
+	// timed out is the garbage collector's to judge.
+	in := new(wireRequest)
+	if err := decodeRequestBuf(req, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
+		return nil, errUnmarshal(err)
+	}
+	resp, err := s.wireDecide(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if w, ok := resp.(*wireResponse); ok {
+		return w.appendTo(out), nil
+	}
+	return marshalAppend(out, resp.(proto.Message))
 }
 
 // nativeHealthCheck is grpc.health.v1.Health/Check on the same health
 // server grpc-go would use.
-func nativeHealthCheck(hs *health.Server, ms *methodStats) h2grpc.Method {
+func nativeHealthCheck(hs *health.Server) h2grpc.Method {
 	return func(ctx context.Context, req, out []byte) ([]byte, error) {
-		start := time.Now()
-		defer func() {
-			ms.total.Inc()
-			ms.time.Record(time.Since(start))
-		}()
 		var in healthpb.HealthCheckRequest
 		if err := proto.Unmarshal(req, &in); err != nil {
-			return nil, status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+			return nil, errUnmarshal(err)
 		}
 		resp, err := hs.Check(ctx, &in)
 		if err != nil {
 			return nil, err
 		}
-		return proto.MarshalOptions{}.MarshalAppend(out, resp)
+		return marshalAppend(out, resp)
 	}
 }
 
@@ -108,10 +101,23 @@ func nativeHealthWatch(hs *health.Server) h2grpc.StreamMethod {
 	return func(ctx context.Context, req []byte, send func([]byte) error) error {
 		var in healthpb.HealthCheckRequest
 		if err := proto.Unmarshal(req, &in); err != nil {
-			return status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+			return errUnmarshal(err)
 		}
 		return hs.Watch(&in, &watchStream{ctx: ctx, send: send})
 	}
+}
+
+// errUnmarshal and marshalAppend fail with grpc-go's statuses and texts.
+func errUnmarshal(err error) error {
+	return status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+}
+
+func marshalAppend(out []byte, m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(out, m)
+	if err != nil {
+		return nil, status.Error(codes.Internal, "grpc: error while marshaling: "+err.Error())
+	}
+	return b, nil
 }
 
 // watchStream is the grpc.ServerStreamingServer the health server's Watch
@@ -129,9 +135,9 @@ func (w *watchStream) SendMsg(m any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "grpc: cannot send a %T", m)
 	}
-	b, err := proto.MarshalOptions{}.MarshalAppend(w.buf[:0], msg)
+	b, err := marshalAppend(w.buf[:0], msg)
 	if err != nil {
-		return status.Error(codes.Internal, "grpc: error while marshaling: "+err.Error())
+		return err
 	}
 	w.buf = b
 	return w.send(b)

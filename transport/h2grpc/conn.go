@@ -44,10 +44,6 @@ type stream struct {
 	held int
 	// recvd counts DATA bytes against the stream window we granted.
 	recvd int64
-	// early is the status to answer without running a method (bad
-	// request), set while the headers are read.
-	early    codes.Code
-	earlyMsg string
 	// dispatched: the request is complete and a worker owns the stream.
 	dispatched bool
 	// streaming is the method of a server-streaming call (method is nil).
@@ -98,15 +94,12 @@ type conn struct {
 	spare   []byte
 	writing bool
 	dead    bool
-	err     error
 	// live counts the streams opened and not yet finished (answer written
 	// or dropped); it is what MaxConcurrentStreams bounds.
 	live map[uint32]*stream
-	// recvOutstanding is what the peer has sent and we have not yet
-	// granted again by WINDOW_UPDATE (it may not pass ConnWindow);
-	// recvUnacked is the part of it already given back, not yet sent.
-	recvOutstanding int64
-	recvUnacked     int
+	// recvUnacked is connection window received and not yet given back
+	// by WINDOW_UPDATE.
+	recvUnacked int
 	// buffered is the request bytes held by streams being received or
 	// served (bounded by MaxRequestBytes).
 	buffered int64
@@ -167,7 +160,6 @@ func (c *conn) close(err error) {
 		return
 	}
 	c.dead = true
-	c.err = err
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.cancel()
@@ -388,9 +380,11 @@ func (c *conn) open(st *stream) error {
 		c.resetStream(st.id, http2.ErrCodeRefusedStream)
 		return nil
 	}
+	// early is the status to answer without running a method.
+	early, earlyMsg := codes.OK, ""
 	switch {
 	case c.hdrTooLarge:
-		st.early, st.earlyMsg = codes.Internal, fmt.Sprintf("header list size exceeds the limit %d", o.MaxHeaderListSize)
+		early, earlyMsg = codes.Internal, fmt.Sprintf("header list size exceeds the limit %d", o.MaxHeaderListSize)
 	case h.bad || h.method != "POST" || h.path == "":
 		c.answerHTTPError(st, "400")
 		return nil
@@ -398,33 +392,31 @@ func (c *conn) open(st *stream) error {
 		c.answerHTTPError(st, "415")
 		return nil
 	case h.encoding != "" && h.encoding != "identity":
-		st.early, st.earlyMsg = codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", h.encoding)
+		early, earlyMsg = codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", h.encoding)
 	case c.hdrEnd:
-		st.early, st.earlyMsg = codes.Internal, "grpc: the request has no message"
+		early, earlyMsg = codes.Internal, "grpc: the request has no message"
 	}
-	if st.early == codes.OK {
-		if h.timeout != "" {
-			d, err := parseTimeout(h.timeout)
-			if err != nil {
-				st.early, st.earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
-			}
-			st.timeout = max(d, 1) // "0m" is a deadline already past, not none
+	if early == codes.OK && h.timeout != "" {
+		d, err := parseTimeout(h.timeout)
+		if err != nil {
+			early, earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
 		}
-		m, ok := o.Methods[h.path]
-		sm, sok := o.StreamMethods[h.path]
-		if !ok && !sok && st.early == codes.OK {
-			st.early, st.earlyMsg = codes.Unimplemented, unknownMethod(h.path)
-		}
-		st.method, st.streaming = m, sm
+		st.timeout = max(d, 1) // "0m" is a deadline already past, not none
 	}
-	if st.early != codes.OK {
+	if early == codes.OK {
+		st.method, st.streaming = o.Methods[h.path], o.StreamMethods[h.path]
+		if !st.served() {
+			early, earlyMsg = codes.Unimplemented, unknownMethod(h.path)
+		}
+	}
+	if early != codes.OK {
 		// Answered before any DATA: the rest of the request is not needed
 		// (unless the client has ended its side already).
-		c.finish(st, nil, st.early, st.earlyMsg)
+		st.method, st.streaming = nil, nil
+		c.finish(st, nil, early, earlyMsg)
 		if !c.hdrEnd {
 			c.resetStream(st.id, http2.ErrCodeNo)
 		}
-		return nil
 	}
 	return nil
 }
@@ -452,16 +444,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	n := int(f.Length) // padding counts against flow control too
 	c.mu.Lock()
 	st := c.live[id]
-	c.recvOutstanding += int64(n)
-	over := c.recvOutstanding > int64(c.s.o.ConnWindow)
 	// The connection window goes back as bytes arrive: holding it until a
 	// request is served let a few large requests in progress starve each
 	// other. Request memory is bounded by MaxRequestBytes instead.
 	c.giveBackLocked(n)
 	c.mu.Unlock()
-	if over {
-		return connError{http2.ErrCodeFlowControl, "the client sent past the connection window"}
-	}
 	if id > c.lastID {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
@@ -545,7 +532,6 @@ func (c *conn) giveBackLocked(n int) {
 	c.recvUnacked += n
 	if c.recvUnacked >= int(c.s.o.ConnWindow/4) {
 		c.out = appendWindowUpdate(c.out, 0, uint32(c.recvUnacked))
-		c.recvOutstanding -= int64(c.recvUnacked)
 		c.recvUnacked = 0
 		c.flushAsyncLocked()
 	}
@@ -646,11 +632,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	} else if st := c.live[f.StreamID]; st != nil {
 		if st.sendWindow+inc > maxWindow {
 			c.out = appendRSTStream(c.out, st.id, http2.ErrCodeFlowControl)
-			st.reset = true
-			if st.cancel != nil {
-				st.cancel()
-				c.cond.Broadcast()
-			}
+			c.resetLocked(st)
 		} else {
 			st.sendWindow += inc
 		}
@@ -666,11 +648,7 @@ func (c *conn) onReset(id uint32) {
 	c.mu.Lock()
 	st := c.live[id]
 	if st != nil {
-		st.reset = true
-		if st.cancel != nil {
-			st.cancel()
-			c.cond.Broadcast() // a send waiting for room gives up
-		}
+		c.resetLocked(st)
 		if len(c.blocked) > 0 {
 			c.sendBlockedLocked() // retires it if it waits for window
 		}
@@ -684,6 +662,16 @@ func (c *conn) onReset(id uint32) {
 		c.mu.Lock()
 		c.endLocked(st)
 		c.mu.Unlock()
+	}
+}
+
+// resetLocked marks st reset: its answer is dropped, and a streaming
+// call's context ends (and a send waiting for room gives up).
+func (c *conn) resetLocked(st *stream) {
+	st.reset = true
+	if st.cancel != nil {
+		st.cancel()
+		c.cond.Broadcast()
 	}
 }
 

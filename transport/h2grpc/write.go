@@ -39,29 +39,45 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 		c.endLocked(st)
 	} else {
 		c.out = appendHeaders(c.out, st.id, respHeaders, false)
+		c.queueDataLocked(st, resp)
 		tr := trailerOK
 		if code != codes.OK {
 			tr = trailers(code, msg)
 		}
-		n := int64(len(resp))
-		if len(c.blocked) == 0 && n <= st.sendWindow && n <= c.connSendWindow {
-			c.out = c.appendDataLocked(c.out, st, resp)
-			c.out = appendHeaders(c.out, st.id, tr, true)
-			c.endLocked(st)
-		} else {
-			// The peer's window is short: the answer waits for its
-			// WINDOW_UPDATE. resp is the worker's buffer, so keep a copy.
-			st.pending = append([]byte(nil), resp...)
-			st.trailer = tr
-			c.blocked = append(c.blocked, st)
-			c.sendBlockedLocked()
-		}
+		c.endStreamLocked(st, tr)
 	}
 	if fromReader {
 		c.flushAsyncLocked()
 	} else {
 		c.flushLocked()
 	}
+}
+
+// queueDataLocked sends p on st within the peer's windows, or keeps a copy
+// (p is the caller's buffer) to send, oldest first, when WINDOW_UPDATE
+// allows.
+func (c *conn) queueDataLocked(st *stream, p []byte) {
+	n := int64(len(p))
+	if len(c.blocked) == 0 && n <= st.sendWindow && n <= c.connSendWindow {
+		c.out = c.appendDataLocked(c.out, st, p)
+		return
+	}
+	if len(st.pending) == 0 { // not waiting yet
+		c.blocked = append(c.blocked, st)
+	}
+	st.pending = append(st.pending, p...)
+	c.sendBlockedLocked()
+}
+
+// endStreamLocked ends st with the trailers block tr, at once or after the
+// DATA that waits for window.
+func (c *conn) endStreamLocked(st *stream, tr []byte) {
+	if len(st.pending) > 0 {
+		st.trailer = tr
+		return
+	}
+	c.out = appendHeaders(c.out, st.id, tr, true)
+	c.endLocked(st)
 }
 
 // appendDataLocked appends p as DATA frames no larger than the peer allows
@@ -453,11 +469,8 @@ func (c *conn) runStream(st *stream) {
 	case !st.headerSent:
 		c.out = appendHeaders(c.out, st.id, trailersOnly(code, msg), true)
 		c.endLocked(st)
-	case len(st.pending) > 0:
-		st.trailer = trailers(code, msg) // sent after the waiting DATA
 	default:
-		c.out = appendHeaders(c.out, st.id, trailers(code, msg), true)
-		c.endLocked(st)
+		c.endStreamLocked(st, trailers(code, msg))
 	}
 	c.flushLocked()
 }
@@ -480,16 +493,7 @@ func (c *conn) send(ctx context.Context, st *stream, frame []byte) error {
 		st.headerSent = true
 		c.out = appendHeaders(c.out, st.id, respHeaders, false)
 	}
-	n := int64(len(frame))
-	if len(st.pending) == 0 && n <= st.sendWindow && n <= c.connSendWindow && !slices.Contains(c.blocked, st) {
-		c.out = c.appendDataLocked(c.out, st, frame)
-	} else {
-		st.pending = append(st.pending, frame...)
-		if !slices.Contains(c.blocked, st) {
-			c.blocked = append(c.blocked, st)
-		}
-		c.sendBlockedLocked()
-	}
+	c.queueDataLocked(st, frame)
 	c.flushLocked()
 	return nil
 }
