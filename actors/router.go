@@ -172,6 +172,10 @@ type Router struct {
 	closed   bool
 	stopping atomic.Bool
 
+	// holds: some lane makes network calls, so a Cohort's increments are
+	// worth holding until the cohort is complete.
+	holds bool
+
 	workers    sync.WaitGroup // the lanes' workers (shard.work)
 	callCtx    context.Context
 	cancelCall context.CancelFunc
@@ -199,6 +203,7 @@ func New(o Options) (*Router, error) {
 		for b, backend := range s.backends {
 			if backend != nil && !isInline(backend) {
 				s.work[b] = make(chan backendCall, o.MaxInFlight)
+				r.holds = true
 			}
 		}
 		r.shards = append(r.shards, s)
@@ -224,6 +229,10 @@ func New(o Options) (*Router, error) {
 	return r, nil
 }
 
+// HoldsCohorts reports whether a Cohort changes anything: some lane makes
+// network calls.
+func (r *Router) HoldsCohorts() bool { return r.holds }
+
 // Shards is the number of shards.
 func (r *Router) Shards() int { return len(r.pids) }
 
@@ -241,7 +250,13 @@ type item struct {
 	reply chan<- error
 }
 
-type incrementMsg struct{ items []item }
+// incrementMsg is one decision's items for one shard. held: the decision
+// belongs to a Cohort not yet complete, and its shard waits for the
+// cohort's releaseMsg before sending a call that nothing else opened.
+type incrementMsg struct {
+	items []item
+	held  bool
+}
 
 // call is what one Increment needs, pooled: a decision would otherwise
 // allocate a channel, its messages, their items and a timer. The messages
@@ -256,6 +271,7 @@ type call struct {
 	msgs  []incrementMsg
 	items []item
 	shard []int
+	sent  []int
 }
 
 var calls = sync.Pool{New: func() any { return &call{reply: make(chan error, 4)} }}
@@ -274,20 +290,32 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	if cap(c.reply) < len(ops) {
 		c.reply = make(chan error, len(ops))
 	}
+	var m *member
+	if r.holds {
+		m = memberOf(ctx)
+	}
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
 		calls.Put(c)
 		return ErrClosed
 	}
+	var one [1]int
+	var held []int
 	if len(ops) == 1 {
 		c.one[0] = item{&ops[0], c.reply}
 		c.msg.items = c.one[:]
-		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &c.msg)
+		c.msg.held = m != nil
+		one[0] = r.ShardOf(ops[0].Key)
+		held = one[:]
+		r.system.Root.Send(r.pids[one[0]], &c.msg)
 	} else {
-		r.sendGrouped(ops, c)
+		held = r.sendGrouped(ops, c, m != nil)
 	}
 	r.mu.RUnlock()
+	if m != nil {
+		m.sent(r, held)
+	}
 
 	var first error
 	armed := false
@@ -343,7 +371,8 @@ func (c *call) release() {
 
 // sendGrouped sends one message per shard touched by ops, each listing its
 // ops in request order, built in c's reusable buffers.
-func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
+// It returns the shards it sent to.
+func (r *Router) sendGrouped(ops []engine.Increment, c *call, held bool) []int {
 	shardOf := c.shard[:0]
 	for i := range ops {
 		shardOf = append(shardOf, r.ShardOf(ops[i].Key))
@@ -354,11 +383,13 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
 	// the first send: a sent message points into them.
 	items := slices.Grow(c.items[:0], len(ops))
 	msgs := slices.Grow(c.msgs[:0], len(ops))
+	sent := c.sent[:0]
 	for i := range ops {
 		sh := shardOf[i]
 		if sh < 0 {
 			continue // sent with an earlier op of the same shard
 		}
+		sent = append(sent, sh)
 		from := len(items)
 		for j := i; j < len(ops); j++ {
 			if shardOf[j] == sh {
@@ -366,10 +397,23 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
 				shardOf[j] = -1
 			}
 		}
-		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)]})
+		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)], held: held})
 		r.system.Root.Send(r.pids[sh], &msgs[len(msgs)-1])
 	}
-	c.items, c.msgs = items, msgs
+	c.items, c.msgs, c.sent = items, msgs, sent
+	return sent
+}
+
+// release sends one releaseMsg per held message of a complete cohort.
+func (r *Router) release(held []int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return // the shards answered everything they held
+	}
+	for _, sh := range held {
+		r.system.Root.Send(r.pids[sh], releaseMsg{})
+	}
 }
 
 // Close stops the shards. Queued increments are answered with ErrClosed;

@@ -52,11 +52,17 @@ type shard struct {
 	// pending mirrors the number of queued items for observers outside the
 	// actor (metrics, tests); the lanes remain the truth.
 	pending atomic.Int64
+	// holds counts held messages whose cohort is not complete: while there
+	// are any, the shard opens no call for new arrivals (see Cohort).
+	holds int
 }
 
 func (s *shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *incrementMsg:
+		if m.held {
+			s.holds++
+		}
 		var touched [2]bool
 		for _, it := range m.items {
 			b := 0
@@ -77,6 +83,15 @@ func (s *shard) Receive(ctx actor.Context) {
 			s.lanes[m.backend].inFlight--
 		}
 		s.maybeFlush(ctx, m.backend, true)
+	case releaseMsg:
+		if s.holds > 0 {
+			s.holds--
+		}
+		if s.holds == 0 {
+			for b := range s.lanes {
+				s.maybeFlush(ctx, b, false)
+			}
+		}
 	case windowElapsed:
 		s.lanes[m.backend].timer = nil
 		s.maybeFlush(ctx, m.backend, true)
@@ -89,6 +104,7 @@ func (s *shard) Receive(ctx actor.Context) {
 
 // failAll answers every waiter the shard still holds.
 func (s *shard) failAll(err error) {
+	s.holds = 0
 	for b := range s.lanes {
 		l := &s.lanes[b]
 		if l.timer != nil {
@@ -117,6 +133,9 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
 		full := p.full(len(l.pending))
+		if s.holds > 0 && !now && !full && s.work[b] != nil {
+			return // the cohort's release sends it
+		}
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
 			// A call is out: what arrives rides with the next one, sent
 			// as soon as a call returns (group commit). Opening another

@@ -1,0 +1,142 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
+)
+
+// TestCohortLeavesTogether: a cohort member's increments wait at the shard,
+// and hold back what else arrives there, until every member has sent or
+// left; then everything leaves in one call, counted exactly.
+func TestCohortLeavesTogether(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.HoldsCohorts() {
+		t.Fatal("a network backend's router must hold cohorts")
+	}
+
+	c := actors.NewCohort(3)
+	type answer struct {
+		ops []engine.Increment
+		err error
+	}
+	answers := make(chan answer, 3)
+	send := func(ctx context.Context, keys ...string) {
+		ops := make([]engine.Increment, len(keys))
+		for i, k := range keys {
+			ops[i] = engine.Increment{Key: k, Hits: 1, TTL: time.Minute}
+		}
+		err := r.Increment(ctx, ops)
+		answers <- answer{ops, err}
+	}
+	go send(c.Join(context.Background(), 0), "a")
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	// A decision outside the cohort waits too: were member 0's increment
+	// sent, the shard's queue would have emptied before this one arrived.
+	go send(context.Background(), "a")
+	waitFor(t, func() bool { return r.Pending(0) == 2 })
+	c.Leave(1) // member 1 sends nothing (a health check, say)
+	if n := b.calls.Load(); n != 0 {
+		t.Fatalf("%d backend calls before the cohort is complete", n)
+	}
+	go send(c.Join(context.Background(), 2), "a", "b")
+	got := map[string][]uint64{}
+	for range 3 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		for _, op := range a.ops {
+			got[op.Key] = append(got[op.Key], op.After)
+		}
+	}
+	c.Leave(0)
+	c.Leave(2) // after sending: harmless
+	if n := b.calls.Load(); n != 1 {
+		t.Errorf("%d backend calls, want the cohort's and the held decision's one", n)
+	}
+	if len(got["a"]) != 3 || len(got["b"]) != 1 || got["b"][0] != 1 {
+		t.Fatalf("counts %v", got)
+	}
+	seen := map[uint64]bool{}
+	for _, n := range got["a"] {
+		seen[n] = true
+	}
+	if !seen[1] || !seen[2] || !seen[3] {
+		t.Fatalf("counts of a %v, want 1, 2 and 3", got["a"])
+	}
+}
+
+// TestCohortMembersThatSendNothing: a cohort whose members all leave
+// without sending holds nothing, and a member that sends once the cohort is
+// complete is not held.
+func TestCohortMembersThatSendNothing(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 2, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := actors.NewCohort(2)
+	ctx := c.Join(context.Background(), 0)
+	c.Leave(1)
+	c.Leave(0)
+	if err := r.Increment(ctx, []engine.Increment{{Key: "k", Hits: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCohortIgnoredInline: with a backend that answers in place (memory)
+// nothing is held: a member is answered while its cohort is incomplete.
+func TestCohortIgnoredInline(t *testing.T) {
+	r, err := actors.New(actors.Options{Shards: 2, Backend: func(int) engine.Backend { return memory.New(nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.HoldsCohorts() {
+		t.Fatal("an inline backend's router must not hold cohorts")
+	}
+	c := actors.NewCohort(2)
+	ops := []engine.Increment{{Key: "k", Hits: 1}}
+	if err := r.Increment(c.Join(context.Background(), 0), ops); err != nil || ops[0].After != 1 {
+		t.Fatalf("after %d, %v", ops[0].After, err)
+	}
+}
+
+// TestCohortHeldAtClose: increments held for a cohort that never completes
+// are answered when the router closes, and a late release is harmless.
+func TestCohortHeldAtClose(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := actors.NewCohort(2)
+	errs := make(chan error, 1)
+	go func() { errs <- r.Increment(c.Join(context.Background(), 0), []engine.Increment{{Key: "k", Hits: 1}}) }()
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, actors.ErrClosed) {
+		t.Fatalf("held at close: %v", err)
+	}
+	c.Leave(1)
+	if n := b.calls.Load(); n != 0 {
+		t.Fatalf("%d calls after close", n)
+	}
+}
