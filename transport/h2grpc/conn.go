@@ -26,6 +26,9 @@ const (
 	defaultFrameSize = 16384
 	// readBufSize is the connection reader's buffer.
 	readBufSize = 32 << 10
+	// maxCohort bounds the calls dispatched as one cohort: the first of
+	// them waits for the reader to reach the last.
+	maxCohort = 64
 )
 
 var clientPreface = []byte(http2.ClientPreface)
@@ -48,6 +51,9 @@ type stream struct {
 	dispatched bool
 	// streaming is the method of a server-streaming call (method is nil).
 	streaming StreamMethod
+	// cohort and member: the call arrived with others (Options.Cohort).
+	cohort Cohort
+	member int
 
 	// mu: flow control of our DATA and the stream's end.
 	sendWindow int64              // the peer's stream window updates minus what we sent, plus its initial window at creation
@@ -86,6 +92,8 @@ type conn struct {
 	lingering   bool // mu: the connection is closing; nothing more is written
 	hdr         reqHeaders
 	lastID      uint32
+	ready       []*stream // complete unary calls not yet dispatched
+	ackOwed     bool      // a PING acknowledgement waits in out for a write
 
 	mu   sync.Mutex
 	cond sync.Cond // output drained below MaxOutput, or the connection died
@@ -177,6 +185,7 @@ func (c *conn) read() error {
 		return err
 	}
 	br := bufio.NewReaderSize(c.nc, readBufSize)
+	defer c.dispatchReady() // calls read before an error still run (and fail to write)
 	var pre [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(br, pre[:]); err != nil {
 		return fmt.Errorf("reading the client preface: %w", err)
@@ -240,6 +249,9 @@ func (c *conn) read() error {
 			}
 			return err
 		}
+		if (len(c.ready) > 0 || c.ackOwed) && (len(c.ready) >= maxCohort || !frameBuffered(br)) {
+			c.endOfRead()
+		}
 		c.waitOutput()
 	}
 }
@@ -271,10 +283,12 @@ func (c *conn) handle(f http2.Frame) error {
 			}
 			c.mu.Unlock()
 		} else {
+			// Written at the end of this read, or with the answers of
+			// the calls read with it (see endOfRead).
 			c.mu.Lock()
 			c.out = appendPing(c.out, f.Data)
-			c.flushAsyncLocked()
 			c.mu.Unlock()
+			c.ackOwed = true
 		}
 	case *http2.WindowUpdateFrame:
 		return c.onWindowUpdate(f)
@@ -497,8 +511,56 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	st.dispatched = true
 	c.calls.Add(1)
-	c.s.dispatch(st)
+	if st.streaming != nil {
+		c.s.dispatch(st)
+	} else {
+		c.ready = append(c.ready, st)
+	}
 	return nil
+}
+
+// frameBuffered reports whether a whole frame is already read: if not, the
+// next ReadFrame may wait for the peer.
+func frameBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n < 9 {
+		return false
+	}
+	h, _ := br.Peek(9)
+	return n >= 9+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
+}
+
+// endOfRead dispatches the calls read so far. A PING acknowledgement
+// queued since the last write goes out with their answers, one write
+// instead of two (grpc-go's clients send a PING with every batch of calls
+// once answers flow); with no calls to carry it, it is written now.
+func (c *conn) endOfRead() {
+	dispatched := len(c.ready) > 0
+	if dispatched {
+		c.dispatchReady()
+	}
+	if c.ackOwed && !dispatched {
+		c.ackOwed = false
+		c.mu.Lock()
+		c.flushAsyncLocked()
+		c.mu.Unlock()
+	}
+}
+
+// dispatchReady hands the complete unary calls read since the last time to
+// workers: two or more make a Cohort, when the server has one.
+func (c *conn) dispatchReady() {
+	if len(c.ready) > 1 && c.s.o.Cohort != nil {
+		co := c.s.o.Cohort(len(c.ready))
+		for i, st := range c.ready {
+			st.cohort, st.member = co, i
+		}
+	}
+	for i, st := range c.ready {
+		c.s.dispatch(st)
+		c.ready[i] = nil
+	}
+	c.ready = c.ready[:0]
 }
 
 // fail answers st with a status before its method runs and drops its
@@ -545,6 +607,10 @@ func (c *conn) run(st *stream) {
 		return
 	}
 	ctx := c.ctx
+	if st.cohort != nil {
+		ctx = st.cohort.Join(ctx, st.member)
+		defer st.cohort.Leave(st.member)
+	}
 	var cancel context.CancelFunc
 	if st.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, st.timeout)

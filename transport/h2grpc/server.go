@@ -27,6 +27,16 @@ type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
 // Method.
 type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) error) error
 
+// A Cohort is told which unary calls arrived together, in one read from a
+// connection, so that what serves them may treat them as a group (the rate
+// limit service sends their counter updates together). Join gives call i
+// its context before its method runs; Leave(i) is called when the method
+// has returned.
+type Cohort interface {
+	Join(ctx context.Context, i int) context.Context
+	Leave(i int)
+}
+
 // Options configure a Server. The zero value of each field takes its
 // default (see EnsureDefaults).
 type Options struct {
@@ -68,6 +78,9 @@ type Options struct {
 	// its preface and first SETTINGS (default 120 s, grpc-go's connection
 	// timeout), so that silent connections do not pile up.
 	HandshakeTimeout time.Duration
+	// Cohort, if set, is called with n for every n ≥ 2 unary calls read
+	// from a connection at once, before they are dispatched.
+	Cohort func(n int) Cohort
 	// Log receives connection errors at debug level (default: discarded).
 	Log *slog.Logger
 }

@@ -1,0 +1,237 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// testCohort records what the server tells a Cohort.
+type testCohort struct {
+	n      int
+	mu     sync.Mutex
+	joined []int
+	left   chan int
+}
+
+type memberKey struct{}
+
+func (c *testCohort) Join(ctx context.Context, i int) context.Context {
+	c.mu.Lock()
+	c.joined = append(c.joined, i)
+	c.mu.Unlock()
+	return context.WithValue(ctx, memberKey{}, c)
+}
+
+func (c *testCohort) Leave(i int) { c.left <- i }
+
+// recordingConn keeps a copy of every write the server makes.
+type recordingConn struct {
+	net.Conn
+	mu     *sync.Mutex
+	writes *[][]byte
+}
+
+func (c recordingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	*c.writes = append(*c.writes, bytes.Clone(p))
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+type recordingListener struct {
+	net.Listener
+	mu     *sync.Mutex
+	writes *[][]byte
+}
+
+func (l recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return recordingConn{c, l.mu, l.writes}, nil
+}
+
+// TestCallsReadTogether: calls that arrive in one read are dispatched as a
+// cohort (every member joins before its method runs and leaves after it),
+// and a PING read with them is acknowledged in the write of an answer, not
+// in a write of its own.
+func TestCallsReadTogether(t *testing.T) {
+	cohorts := make(chan *testCohort, 4)
+	started := make(chan struct{}, 3)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var writes [][]byte
+	_, addr := serveOn(t, Options{
+		Methods: map[string]Method{"/t.S/Echo": func(ctx context.Context, req, out []byte) ([]byte, error) {
+			if ctx.Value(memberKey{}) == nil {
+				t.Error("a call read with others runs without its cohort's context")
+			}
+			started <- struct{}{}
+			<-release
+			return append(out, req...), nil
+		}},
+		Cohort: func(n int) Cohort {
+			c := &testCohort{n: n, left: make(chan int, n)}
+			cohorts <- c
+			return c
+		},
+	}, func(ln net.Listener) net.Listener { return recordingListener{ln, &mu, &writes} })
+
+	r := dialRaw(t, addr)
+	// The server's SETTINGS and our acknowledgement first, so that only
+	// the calls and the PING remain to be read together.
+	r.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && !sf.IsAck() })
+	if err := r.fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	r.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && sf.IsAck() })
+
+	// Three calls and a PING in one write, so that one read gets them.
+	var buf bytes.Buffer
+	fr := http2.NewFramer(&buf, nil)
+	ping := [8]byte{9, 8, 7, 6, 5, 4, 3, 2}
+	ids := []uint32{1, 3, 5}
+	for _, id := range ids {
+		r.hb.Reset()
+		saved := r.fr
+		r.fr = fr
+		r.headers(id, "/t.S/Echo", false)
+		r.message(id, []byte{byte(id)})
+		r.fr = saved
+	}
+	if err := fr.WritePing(false, ping); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := len(writes)
+	mu.Unlock()
+	if _, err := r.nc.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for range ids {
+		<-started
+	}
+	// Every call is running, so the PING has been read. An acknowledgement
+	// written on its own would be written now, with nothing to wait for:
+	// give it the time to show before the answers can carry it.
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+		mu.Lock()
+		n := len(writes)
+		mu.Unlock()
+		if n > before {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+
+	answered := map[uint32]bool{}
+	acked := false
+	for len(answered) < len(ids) || !acked {
+		switch f := r.next(func(http2.Frame) bool { return true }).(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				answered[f.StreamID] = true
+			}
+		case *http2.PingFrame:
+			acked = f.IsAck() && f.Data == ping
+		}
+	}
+
+	var c *testCohort
+	select {
+	case c = <-cohorts:
+	default:
+		t.Fatal("no cohort for three calls read together")
+	}
+	if c.n != len(ids) {
+		t.Fatalf("cohort of %d, want %d", c.n, len(ids))
+	}
+	var left []int
+	for range ids {
+		select {
+		case i := <-c.left:
+			left = append(left, i)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("members left: %v", left)
+		}
+	}
+	slices.Sort(left)
+	c.mu.Lock()
+	joined := slices.Sorted(slices.Values(c.joined))
+	c.mu.Unlock()
+	if want := []int{0, 1, 2}; !slices.Equal(joined, want) || !slices.Equal(left, want) {
+		t.Errorf("joined %v, left %v; want each of %v once", joined, left, want)
+	}
+	if len(cohorts) > 0 {
+		t.Errorf("%d more cohorts", len(cohorts))
+	}
+
+	// The acknowledgement rode with an answer.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, w := range writes[before:] {
+		var ack, answer bool
+		rd := http2.NewFramer(nil, bytes.NewReader(w))
+		for {
+			f, err := rd.ReadFrame()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("a write that is not whole frames: %v", err)
+			}
+			switch f.(type) {
+			case *http2.PingFrame:
+				ack = true
+			case *http2.HeadersFrame, *http2.DataFrame:
+				answer = true
+			}
+		}
+		if ack && !answer {
+			t.Errorf("the PING read with calls was acknowledged in a write of its own (%d bytes)", len(w))
+		}
+	}
+}
+
+func TestFrameBuffered(t *testing.T) {
+	frame := func(payload int) []byte {
+		b := []byte{byte(payload >> 16), byte(payload >> 8), byte(payload), 0, 0, 0, 0, 0, 1}
+		return append(b, make([]byte, payload)...)
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want bool
+	}{
+		{"nothing", nil, false},
+		{"part of a header", frame(0)[:5], false},
+		{"an empty frame", frame(0), true},
+		{"part of a payload", frame(10)[:15], false},
+		{"a whole frame", frame(10), true},
+		{"a frame and part of the next", append(frame(10), frame(4)[:3]...), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			br := bufio.NewReaderSize(bytes.NewReader(tc.in), 64)
+			if len(tc.in) > 0 {
+				if _, err := br.Peek(len(tc.in)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := frameBuffered(br); got != tc.want {
+				t.Fatalf("frameBuffered = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
