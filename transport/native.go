@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
@@ -47,6 +48,11 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		MaxConnectionAge:      l.MaxConnectionAge,
 		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		Log:                   s.log,
+	}
+	if s.counters != nil && s.counters.router.HoldsCohorts() {
+		// Calls read together send their counter updates together: one
+		// backend call, and their answers in one write.
+		o.Cohort = func(n int) h2grpc.Cohort { return actors.NewCohort(n) }
 	}
 	return h2grpc.NewServer(o)
 }

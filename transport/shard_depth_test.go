@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,8 +16,8 @@ import (
 )
 
 // While Redis holds every write (CLIENT PAUSE), the first decision's call is
-// in flight (one call per shard: SLUICE_MAX_IN_FLIGHT=1) and the next ones
-// queue at the shard: the pull metrics show them
+// in flight (one call per shard: SLUICE_MAX_IN_FLIGHT=1) and the ones sent
+// after it queue at the shard: the pull metrics show them
 // as sluice_shard_queue_depth, and the gauge falls back to 0 once Redis
 // answers again.
 func TestShardQueueDepthMetric(t *testing.T) {
@@ -72,9 +73,19 @@ func TestShardQueueDepthMetric(t *testing.T) {
 		_, err := c.ShouldRateLimit(ctx, rlsReq("probe", "near", fmt.Sprint(i)))
 		errs <- err
 	}
-	// Each decision is one message to the shard: the first one's call blocks
-	// in Redis, every later one waits in the shard's queue behind it.
-	for i := 0; i < n; i++ {
+	// The first decision's call blocks in Redis; every later one waits in
+	// the shard's queue behind it. (Sent together, they could be read as
+	// one cohort and leave in one call.)
+	wg.Add(1)
+	go send(0)
+	waitFor(t, "the first call blocked in Redis", func() bool {
+		info, err := admin.Info(ctx, "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(info, "blocked_clients:1\r\n")
+	})
+	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go send(i)
 	}
