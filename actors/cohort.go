@@ -19,7 +19,7 @@ import (
 // read. Only network lanes hold: an inline backend answers at once anyway.
 type Cohort struct {
 	mu      sync.Mutex
-	left    int  // members that have neither sent nor left
+	left    int // members that have neither sent nor left
 	members []member
 	// r and held are set by the members that sent held increments: each
 	// entry of held is one held message to that shard, released once the

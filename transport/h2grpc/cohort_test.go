@@ -234,4 +234,3 @@ func TestFrameBuffered(t *testing.T) {
 		})
 	}
 }
-
