@@ -140,3 +140,35 @@ func TestCohortHeldAtClose(t *testing.T) {
 		t.Fatalf("%d calls after close", n)
 	}
 }
+
+// TestOverlappingCohorts: a shard held by cohorts sends once ParallelMin
+// keys are pending, even if no cohort is complete, so cohorts that keep
+// overlapping under load never hold a shard for good.
+func TestOverlappingCohorts(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, ParallelMin: 2, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	a, c := actors.NewCohort(2), actors.NewCohort(2)
+	errs := make(chan error, 2)
+	go func() { errs <- r.Increment(a.Join(context.Background(), 0), []engine.Increment{{Key: "a", Hits: 1}}) }()
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	go func() { errs <- r.Increment(c.Join(context.Background(), 0), []engine.Increment{{Key: "c", Hits: 1}}) }()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("held with ParallelMin keys pending")
+		}
+	}
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("%d backend calls, want one with both cohorts' increments", n)
+	}
+	a.Leave(1)
+	c.Leave(1)
+}

@@ -17,6 +17,10 @@ package actors
 //     in parallel (up to MaxInFlight) leaves only for a batch of ParallelMin
 //     keys or more. So the batch size follows the load, with no timer on the
 //     hot path.
+//     Decisions that arrived together (a Cohort: the gRPC server read them
+//     in one go) are held, unsent, until the last of them is in, so that
+//     they leave in one call instead of the first alone and the rest
+//     after its round trip.
 //  3. A flush coalesces equal keys of one kind (N hits on one key = one
 //     INCRBY N; N reads of one key = one GET; token bucket steps are never
 //     merged, they keep their arrival order) and makes ONE backend call.

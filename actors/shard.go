@@ -75,26 +75,24 @@ func (s *shard) Receive(ctx actor.Context) {
 		s.pending.Add(int64(len(m.items)))
 		for b := range touched {
 			if touched[b] {
-				s.maybeFlush(ctx, b, false)
+				s.maybeFlush(ctx, b, false, true)
 			}
 		}
 	case flushDone:
 		if s.lanes[m.backend].inFlight > 0 {
 			s.lanes[m.backend].inFlight--
 		}
-		s.maybeFlush(ctx, m.backend, true)
+		s.maybeFlush(ctx, m.backend, true, false)
 	case releaseMsg:
 		if s.holds > 0 {
 			s.holds--
 		}
-		if s.holds == 0 {
-			for b := range s.lanes {
-				s.maybeFlush(ctx, b, false)
-			}
+		for b := range s.lanes {
+			s.maybeFlush(ctx, b, false, true)
 		}
 	case windowElapsed:
 		s.lanes[m.backend].timer = nil
-		s.maybeFlush(ctx, m.backend, true)
+		s.maybeFlush(ctx, m.backend, true, false)
 	case *actor.Stopping:
 		s.failAll(ErrClosed)
 	case *actor.Restarting:
@@ -124,17 +122,21 @@ func (s *shard) failAll(err error) {
 
 // maybeFlush sends the lane's batch if the backend may take another call.
 // now says a call has just returned or a window elapsed: what waited leaves.
-// Otherwise (new arrivals) a batch leaves at once only if no call is out or
-// it has ParallelMin keys; with a pipeline window a new batch waits for the
-// window first, unless it is already full.
-func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
+// Otherwise (new arrivals, or a cohort complete) a batch leaves at once
+// only if no call is out or it has ParallelMin keys; with a pipeline window
+// a new batch waits for the window first, unless it is already full. hold:
+// a batch smaller than ParallelMin waits while a cohort holds the shard.
+func (s *shard) maybeFlush(ctx actor.Context, b int, now, hold bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
 	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
 		full := p.full(len(l.pending))
-		if s.holds > 0 && !now && !full && s.work[b] != nil {
-			return // the cohort's release sends it
+		if hold && s.holds > 0 && !now && !full && s.work[b] != nil && len(l.pending) < o.ParallelMin {
+			// The cohort's release sends it. A batch worth a call of its
+			// own does not wait: cohorts that keep overlapping under load
+			// must not hold a shard for good.
+			return
 		}
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
 			// A call is out: what arrives rides with the next one, sent

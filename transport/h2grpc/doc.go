@@ -8,7 +8,11 @@
 //
 //	reader goroutine ── owns the frame reader and HPACK decoder; opens
 //	   │                streams, collects request bytes, answers SETTINGS
-//	   │                and PING, applies WINDOW_UPDATE
+//	   │                and PING, applies WINDOW_UPDATE; the calls complete
+//	   │                when it has used up what one read brought are
+//	   │                dispatched together, as a Cohort (Options.Cohort)
+//	   │                when there are several, and a PING read with them
+//	   │                is acknowledged in the write of their answers
 //	   ▼
 //	worker (pooled goroutine) ── runs the method, then appends HEADERS,
 //	   │                         DATA and trailers to the connection's
@@ -16,9 +20,18 @@
 //	   ▼
 //	whoever appends while no write is in progress writes the whole buffer
 //	(one syscall for every answer that piled up meanwhile); the reader
-//	starts a goroutine to write what it queues (SETTINGS and PING acks,
-//	WINDOW_UPDATE), so it keeps reading, except its first SETTINGS and a
-//	connection error's GOAWAY, which it writes itself.
+//	starts a goroutine to write what it queues (SETTINGS and PING acks
+//	with no calls to carry them, WINDOW_UPDATE), so it keeps reading,
+//	except its first SETTINGS and a connection error's GOAWAY, which it
+//	writes itself.
+//
+// Why cohorts: a gateway's client sends the calls of all its waiting
+// callers in one write. Served one by one, the first call's backend round
+// trip leaves alone, the rest wait for it, and every answer costs a write
+// of its own (plus one for the PING grpc-go's client sends with them). As
+// a cohort they share one backend call and their answers come back
+// together: at 10 callers on Redis, writes per decision fell from 1.38 to
+// 0.70 and Redis round trips from 0.44 to 0.26.
 //
 // Bounds a caller cannot lift: concurrent streams per connection (a reset
 // unary call counts until its method returns), request bytes held per
