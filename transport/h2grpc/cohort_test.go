@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // testCohort records what the server tells a Cohort.
@@ -232,5 +233,65 @@ func TestFrameBuffered(t *testing.T) {
 				t.Fatalf("frameBuffered = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPingFlood: a peer that sends PINGs faster than it reads, with calls
+// among them, gets every acknowledgement and every answer, in order, even
+// when the acknowledgements pass the connection's output bound.
+func TestPingFlood(t *testing.T) {
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxOutput: 1024})
+	r := dialRaw(t, addr)
+	const rounds, pings = 10, 2000
+	done := make(chan error, 1)
+	go func() {
+		// Its own framer and encoder: the test reads r.fr meanwhile.
+		var buf, hb bytes.Buffer
+		fr := http2.NewFramer(&buf, nil)
+		enc := hpack.NewEncoder(&hb)
+		for i := range rounds {
+			buf.Reset()
+			hb.Reset()
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/t.S/Echo"}, {":authority", "x"}, {"content-type", "application/grpc"}} {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			id := uint32(2*i + 1)
+			err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+			if err == nil {
+				err = fr.WriteData(id, true, []byte{0, 0, 0, 0, 1, byte(i)})
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+			for n := range pings {
+				if err := fr.WritePing(false, [8]byte{byte(i), byte(n >> 8), byte(n)}); err != nil {
+					done <- err
+					return
+				}
+			}
+			if _, err := r.nc.Write(buf.Bytes()); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	acks, answers := 0, 0
+	for acks < rounds*pings || answers < rounds {
+		switch f := r.next(func(http2.Frame) bool { return true }).(type) {
+		case *http2.PingFrame:
+			if want := [8]byte{byte(acks / pings), byte(acks % pings >> 8), byte(acks % pings)}; !f.IsAck() || f.Data != want {
+				t.Fatalf("PING answer %d: %v, want an acknowledgement of %v", acks, f, want)
+			}
+			acks++
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				answers++
+			}
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -26,8 +26,10 @@ const (
 	defaultFrameSize = 16384
 	// readBufSize is the connection reader's buffer.
 	readBufSize = 32 << 10
-	// maxCohort bounds the calls dispatched as one cohort: the first of
-	// them waits for the reader to reach the last.
+	// maxCohort bounds the frames read while calls (or a PING
+	// acknowledgement) wait for the end of a read, and so the calls of
+	// one cohort: the first of them waits for the reader to reach the
+	// last.
 	maxCohort = 64
 )
 
@@ -94,6 +96,7 @@ type conn struct {
 	lastID      uint32
 	ready       []*stream // complete unary calls not yet dispatched
 	ackOwed     bool      // a PING acknowledgement waits in out for a write
+	heldFrames  int       // frames read since ready or ackOwed became non-empty
 
 	mu   sync.Mutex
 	cond sync.Cond // output drained below MaxOutput, or the connection died
@@ -249,8 +252,14 @@ func (c *conn) read() error {
 			}
 			return err
 		}
-		if (len(c.ready) > 0 || c.ackOwed) && (len(c.ready) >= maxCohort || !frameBuffered(br)) {
-			c.endOfRead()
+		if len(c.ready) > 0 || c.ackOwed {
+			// A peer that keeps the buffer full must not hold back the
+			// calls and the acknowledgement read first: at most
+			// maxCohort frames wait for the end of a read.
+			c.heldFrames++
+			if c.heldFrames >= maxCohort || !frameBuffered(br) {
+				c.endOfRead()
+			}
 		}
 		c.waitOutput()
 	}
@@ -535,6 +544,7 @@ func frameBuffered(br *bufio.Reader) bool {
 // instead of two (grpc-go's clients send a PING with every batch of calls
 // once answers flow); with no calls to carry it, it is written now.
 func (c *conn) endOfRead() {
+	c.heldFrames = 0
 	dispatched := len(c.ready) > 0
 	if dispatched {
 		c.dispatchReady()

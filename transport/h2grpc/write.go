@@ -228,6 +228,11 @@ const yieldBelow = 4 << 10
 // that does not read stops being read.
 func (c *conn) waitOutput() {
 	c.mu.Lock()
+	if len(c.out) > c.s.o.MaxOutput {
+		// What the reader queued without writing (PING acknowledgements
+		// waiting for answers) must not be what it waits for.
+		c.flushAsyncLocked()
+	}
 	for !c.dead && len(c.out) > c.s.o.MaxOutput {
 		c.cond.Wait()
 	}
