@@ -16,8 +16,9 @@ import (
 //
 // A member is held only until the last member arrives, which is no longer
 // than its cohort takes to decode and match requests that are already
-// read, and a shard stops holding once ParallelMin keys wait (cohorts of
-// many connections may overlap without a gap for as long as load lasts).
+// read; a shard that cohorts keep holding (those of many connections may
+// overlap without a gap for as long as load lasts) sends anyway once it
+// has held for 250µs.
 // Only network lanes hold: an inline backend answers at once anyway.
 type Cohort struct {
 	mu      sync.Mutex

@@ -84,6 +84,13 @@ type Options struct {
 	// decision instead of 0.2) and no latency was won; at 200 callers the
 	// batches pass it and keep MaxInFlight calls busy.
 	ParallelMin int
+	// CohortHold bounds how long a shard holds new arrivals for cohorts
+	// not yet complete (see Cohort); default 250µs. A cohort completes in
+	// microseconds, but those of many connections may overlap without a
+	// gap for as long as load lasts. At 50 callers with 3 descriptors,
+	// letting a shard send after every 8 cohort completions instead made
+	// 1.7 times the round trips.
+	CohortHold time.Duration
 	// CallTimeout bounds one backend call; default 1s.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
@@ -96,8 +103,8 @@ func (o Options) Validate() error {
 		return errors.New("actors: a Backend is required")
 	case o.Shards < 0 || o.MaxInFlight < 0 || o.ParallelMin < 0:
 		return fmt.Errorf("actors: shards (%d), max in flight (%d) and parallel minimum (%d) must not be negative", o.Shards, o.MaxInFlight, o.ParallelMin)
-	case o.CallTimeout < 0:
-		return fmt.Errorf("actors: call timeout (%v) must not be negative", o.CallTimeout)
+	case o.CallTimeout < 0 || o.CohortHold < 0:
+		return fmt.Errorf("actors: call timeout (%v) and cohort hold (%v) must not be negative", o.CallTimeout, o.CohortHold)
 	}
 	if err := o.Pipeline.validate(); err != nil {
 		return fmt.Errorf("actors: pipeline: %w", err)
@@ -138,7 +145,7 @@ func (o *Options) pipeline(b int) Pipeline {
 }
 
 // EnsureDefaults fills the fields left zero (shards, calls in flight, call
-// timeout, logger) and returns o.
+// timeout, cohort hold, logger) and returns o.
 func (o *Options) EnsureDefaults() *Options {
 	if o.Shards == 0 {
 		o.Shards = 4 * runtime.GOMAXPROCS(0)
@@ -151,6 +158,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.ParallelMin == 0 {
 		o.ParallelMin = 16
+	}
+	if o.CohortHold == 0 {
+		o.CohortHold = 250 * time.Microsecond
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

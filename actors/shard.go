@@ -53,14 +53,20 @@ type shard struct {
 	// actor (metrics, tests); the lanes remain the truth.
 	pending atomic.Int64
 	// holds counts held messages whose cohort is not complete: while there
-	// are any, the shard opens no call for new arrivals (see Cohort).
-	holds int
+	// are any, the shard opens no call for new arrivals (see Cohort), for
+	// at most CohortHold since holdStart (the first hold, or the last call
+	// opened while held).
+	holds     int
+	holdStart time.Time
 }
 
 func (s *shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *incrementMsg:
 		if m.held {
+			if s.holds == 0 {
+				s.holdStart = time.Now()
+			}
 			s.holds++
 		}
 		var touched [2]bool
@@ -87,6 +93,7 @@ func (s *shard) Receive(ctx actor.Context) {
 		if s.holds > 0 {
 			s.holds--
 		}
+
 		for b := range s.lanes {
 			s.maybeFlush(ctx, b, false, true)
 		}
@@ -125,18 +132,15 @@ func (s *shard) failAll(err error) {
 // Otherwise (new arrivals, or a cohort complete) a batch leaves at once
 // only if no call is out or it has ParallelMin keys; with a pipeline window
 // a new batch waits for the window first, unless it is already full. hold:
-// a batch smaller than ParallelMin waits while a cohort holds the shard.
+// new arrivals wait while a cohort holds the shard.
 func (s *shard) maybeFlush(ctx actor.Context, b int, now, hold bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
 	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
 		full := p.full(len(l.pending))
-		if hold && s.holds > 0 && !now && !full && s.work[b] != nil && len(l.pending) < o.ParallelMin {
-			// The cohort's release sends it. A batch worth a call of its
-			// own does not wait: cohorts that keep overlapping under load
-			// must not hold a shard for good.
-			return
+		if hold && s.holds > 0 && !now && !full && s.work[b] != nil && time.Since(s.holdStart) < o.CohortHold {
+			return // the cohort's release sends it
 		}
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
 			// A call is out: what arrives rides with the next one, sent
@@ -184,6 +188,9 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now, hold bool) {
 // flush makes one backend call for batch: inline for a backend without I/O,
 // otherwise on one of the lane's workers.
 func (s *shard) flush(b int, batch []item) {
+	if s.holds > 0 {
+		s.holdStart = time.Now()
+	}
 	uniq, slot := coalesce(batch)
 	if s.work[b] == nil {
 		l := &s.lanes[b]
