@@ -14,12 +14,15 @@ import (
 // increment leaves alone, the others wait for its round trip, and each
 // answer costs the client connection a write of its own.
 //
-// A member is held only until the last member arrives, which is no longer
-// than its cohort takes to decode and match requests that are already
-// read; a shard that cohorts keep holding (those of many connections may
-// overlap without a gap for as long as load lasts) sends anyway once it
-// has held for 250µs.
-// Only network lanes hold: an inline backend answers at once anyway.
+// A cohort is complete once every member has sent its increments or its
+// method has returned without sending any: for the rate limit call, the
+// time its members take to decode and match requests already read.
+// Decisions outside the cohort that reach a held shard wait too. A call
+// returning sends everything pending, hold or not, and a shard that
+// cohorts keep holding (those of many connections may overlap without a
+// gap for as long as load lasts) sends with the first message that finds
+// it held for longer than Options.CohortHold. Only routers with a network
+// lane hold: an inline backend answers at once anyway.
 type Cohort struct {
 	mu      sync.Mutex
 	left    int // members that have neither sent nor left
@@ -54,33 +57,39 @@ func (c *Cohort) Join(ctx context.Context, i int) context.Context {
 }
 
 // Leave tells the cohort that member i is done: its decision has returned,
-// whether or not it sent increments. Leaving twice is harmless.
+// whether or not it sent increments. Leaving twice, or after sending, is
+// harmless.
 func (c *Cohort) Leave(i int) { c.members[i].leave() }
 
+// memberOf claims the member ctx carries, if it has neither sent nor left:
+// only one Increment per member is held, even if a caller sent two at once.
 func memberOf(ctx context.Context) *member {
 	m, _ := ctx.Value(cohortKey{}).(*member)
-	if m == nil || m.gone.Load() {
+	if m == nil || !m.gone.CompareAndSwap(false, true) {
 		return nil
 	}
 	return m
 }
 
-// sent records that the member held one message at each of shards, then
-// leaves.
+// sent records that the claimed member held one message at each of shards;
+// the member is then in.
 func (m *member) sent(r *Router, shards []int) {
 	c := m.c
 	c.mu.Lock()
 	c.r = r
 	c.held = append(c.held, shards...)
 	c.mu.Unlock()
-	m.leave()
+	c.in()
 }
 
 func (m *member) leave() {
-	if m.gone.Swap(true) {
-		return
+	if !m.gone.Swap(true) {
+		m.c.in()
 	}
-	c := m.c
+}
+
+// in counts one more member in; the last one releases what was held.
+func (c *Cohort) in() {
 	c.mu.Lock()
 	c.left--
 	last := c.left == 0

@@ -90,6 +90,8 @@ func (s *shard) Receive(ctx actor.Context) {
 		}
 		s.maybeFlush(ctx, m.backend, true, false)
 	case releaseMsg:
+		// After a restart (failAll) a release of a cohort held before it
+		// may end a newer cohort's hold early: a smaller batch, no more.
 		if s.holds > 0 {
 			s.holds--
 		}

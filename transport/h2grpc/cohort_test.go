@@ -62,6 +62,20 @@ func (l recordingListener) Accept() (net.Conn, error) {
 	return recordingConn{c, l.mu, l.writes}, nil
 }
 
+// dialSettled is dialRaw once both sides' SETTINGS are acknowledged, so
+// that what a test sends next is not read together with them (a SETTINGS
+// acknowledgement is written at once, with whatever waits).
+func dialSettled(t *testing.T, addr string) *raw {
+	t.Helper()
+	r := dialRaw(t, addr)
+	r.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && !sf.IsAck() })
+	if err := r.fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	r.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && sf.IsAck() })
+	return r
+}
+
 // TestCallsReadTogether: calls that arrive in one read are dispatched as a
 // cohort (every member joins before its method runs and leaves after it),
 // and a PING read with them is acknowledged in the write of an answer, not
@@ -88,14 +102,7 @@ func TestCallsReadTogether(t *testing.T) {
 		},
 	}, func(ln net.Listener) net.Listener { return recordingListener{ln, &mu, &writes} })
 
-	r := dialRaw(t, addr)
-	// The server's SETTINGS and our acknowledgement first, so that only
-	// the calls and the PING remain to be read together.
-	r.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && !sf.IsAck() })
-	if err := r.fr.WriteSettingsAck(); err != nil {
-		t.Fatal(err)
-	}
-	r.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && sf.IsAck() })
+	r := dialSettled(t, addr)
 
 	// Three calls and a PING in one write, so that one read gets them.
 	var buf bytes.Buffer
@@ -293,5 +300,41 @@ func TestPingFlood(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPingAckAfterResetCall: a PING read with a call is acknowledged even
+// when that call is reset, so its answer, which would have carried the
+// acknowledgement, is never written.
+func TestPingAckAfterResetCall(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": func(_ context.Context, req, out []byte) ([]byte, error) {
+		close(started)
+		<-release
+		return append(out, req...), nil
+	}}})
+	r := dialSettled(t, addr)
+	var buf bytes.Buffer
+	fr := http2.NewFramer(&buf, nil)
+	saved := r.fr
+	r.fr = fr
+	r.headers(1, "/t.S/Echo", false)
+	r.message(1, []byte("x"))
+	r.fr = saved
+	ping := [8]byte{7, 7, 7}
+	if err := fr.WritePing(false, ping); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.nc.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	close(release)
+	r.nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if f := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() }).(*http2.PingFrame); f.Data != ping {
+		t.Fatalf("acknowledged %v, want %v", f.Data, ping)
 	}
 }

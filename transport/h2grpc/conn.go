@@ -540,9 +540,10 @@ func frameBuffered(br *bufio.Reader) bool {
 }
 
 // endOfRead dispatches the calls read so far. A PING acknowledgement
-// queued since the last write goes out with their answers, one write
-// instead of two (grpc-go's clients send a PING with every batch of calls
-// once answers flow); with no calls to carry it, it is written now.
+// queued since the last write goes out in the next write, which the first
+// of their answers makes: one write instead of two (grpc-go's clients send
+// a PING with every batch of calls once answers flow). With no calls to
+// carry it, it is written now.
 func (c *conn) endOfRead() {
 	c.heldFrames = 0
 	dispatched := len(c.ready) > 0
@@ -619,7 +620,6 @@ func (c *conn) run(st *stream) {
 	ctx := c.ctx
 	if st.cohort != nil {
 		ctx = st.cohort.Join(ctx, st.member)
-		defer st.cohort.Leave(st.member)
 	}
 	var cancel context.CancelFunc
 	if st.timeout > 0 {
@@ -629,6 +629,10 @@ func (c *conn) run(st *stream) {
 	resp, err := st.method(ctx, (*st.msg)[5:], append((*out)[:0], 0, 0, 0, 0, 0))
 	if cancel != nil {
 		cancel()
+	}
+	if st.cohort != nil {
+		// Before the answer is queued: writing may wait for the peer.
+		st.cohort.Leave(st.member)
 	}
 	c.release(st)
 	switch {

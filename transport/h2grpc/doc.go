@@ -9,10 +9,11 @@
 //	reader goroutine ── owns the frame reader and HPACK decoder; opens
 //	   │                streams, collects request bytes, answers SETTINGS
 //	   │                and PING, applies WINDOW_UPDATE; the calls complete
-//	   │                when it has used up what one read brought are
-//	   │                dispatched together, as a Cohort (Options.Cohort)
-//	   │                when there are several, and a PING read with them
-//	   │                is acknowledged in the write of their answers
+//	   │                when it has used up what one read brought (or after
+//	   │                64 frames) are dispatched together, as a Cohort
+//	   │                (Options.Cohort) when there are several, and a PING
+//	   │                read with them is acknowledged in the next write,
+//	   │                which the first of their answers makes
 //	   ▼
 //	worker (pooled goroutine) ── runs the method, then appends HEADERS,
 //	   │                         DATA and trailers to the connection's

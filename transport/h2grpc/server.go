@@ -30,8 +30,8 @@ type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) er
 // A Cohort is told which unary calls arrived together, in one read from a
 // connection, so that what serves them may treat them as a group (the rate
 // limit service sends their counter updates together). Join gives call i
-// its context before its method runs; Leave(i) is called when the method
-// has returned.
+// its context before its method runs; Leave(i) is called as soon as the
+// method returns, before its answer is queued.
 type Cohort interface {
 	Join(ctx context.Context, i int) context.Context
 	Leave(i int)

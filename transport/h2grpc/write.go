@@ -32,6 +32,10 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 	}
 	if c.dead || st.reset {
 		c.endLocked(st)
+		// A PING acknowledgement may have waited for this answer.
+		if !fromReader {
+			c.flushLocked()
+		}
 		return
 	}
 	if resp == nil {
@@ -228,11 +232,16 @@ const yieldBelow = 4 << 10
 // that does not read stops being read.
 func (c *conn) waitOutput() {
 	c.mu.Lock()
-	if len(c.out) > c.s.o.MaxOutput {
-		// What the reader queued without writing (PING acknowledgements
-		// waiting for answers) must not be what it waits for.
-		c.flushAsyncLocked()
+	over := len(c.out) > c.s.o.MaxOutput
+	c.mu.Unlock()
+	if !over {
+		return
 	}
+	// Calls and acknowledgements read so far must not wait behind the
+	// peer, nor what the reader queued unwritten be what it waits for.
+	c.endOfRead()
+	c.mu.Lock()
+	c.flushAsyncLocked()
 	for !c.dead && len(c.out) > c.s.o.MaxOutput {
 		c.cond.Wait()
 	}
