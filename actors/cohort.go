@@ -71,26 +71,21 @@ func memberOf(ctx context.Context) *member {
 	return m
 }
 
-// sent records that the claimed member held one message at each of shards;
-// the member is then in.
-func (m *member) sent(r *Router, shards []int) {
-	c := m.c
-	c.mu.Lock()
-	c.r = r
-	c.held = append(c.held, shards...)
-	c.mu.Unlock()
-	c.in()
-}
-
 func (m *member) leave() {
 	if !m.gone.Swap(true) {
-		m.c.in()
+		m.c.in(nil, nil)
 	}
 }
 
-// in counts one more member in; the last one releases what was held.
-func (c *Cohort) in() {
+// in counts one more member in, with the shards at which it held one
+// message each (none if it left without sending); the last one in releases
+// what the cohort held.
+func (c *Cohort) in(r *Router, shards []int) {
 	c.mu.Lock()
+	if len(shards) > 0 {
+		c.r = r
+		c.held = append(c.held, shards...)
+	}
 	c.left--
 	last := c.left == 0
 	r, held := c.r, c.held

@@ -332,7 +332,7 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	}
 	r.mu.RUnlock()
 	if m != nil {
-		m.sent(r, held)
+		m.c.in(r, held) // the claimed member is in
 	}
 
 	var first error

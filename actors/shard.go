@@ -81,27 +81,26 @@ func (s *shard) Receive(ctx actor.Context) {
 		s.pending.Add(int64(len(m.items)))
 		for b := range touched {
 			if touched[b] {
-				s.maybeFlush(ctx, b, false, true)
+				s.maybeFlush(ctx, b, false)
 			}
 		}
 	case flushDone:
 		if s.lanes[m.backend].inFlight > 0 {
 			s.lanes[m.backend].inFlight--
 		}
-		s.maybeFlush(ctx, m.backend, true, false)
+		s.maybeFlush(ctx, m.backend, true)
 	case releaseMsg:
 		// After a restart (failAll) a release of a cohort held before it
 		// may end a newer cohort's hold early: a smaller batch, no more.
 		if s.holds > 0 {
 			s.holds--
 		}
-
 		for b := range s.lanes {
-			s.maybeFlush(ctx, b, false, true)
+			s.maybeFlush(ctx, b, false)
 		}
 	case windowElapsed:
 		s.lanes[m.backend].timer = nil
-		s.maybeFlush(ctx, m.backend, true, false)
+		s.maybeFlush(ctx, m.backend, true)
 	case *actor.Stopping:
 		s.failAll(ErrClosed)
 	case *actor.Restarting:
@@ -133,15 +132,15 @@ func (s *shard) failAll(err error) {
 // now says a call has just returned or a window elapsed: what waited leaves.
 // Otherwise (new arrivals, or a cohort complete) a batch leaves at once
 // only if no call is out or it has ParallelMin keys; with a pipeline window
-// a new batch waits for the window first, unless it is already full. hold:
-// new arrivals wait while a cohort holds the shard.
-func (s *shard) maybeFlush(ctx actor.Context, b int, now, hold bool) {
+// a new batch waits for the window first, unless it is already full, and
+// nothing new leaves while a cohort holds the shard.
+func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
 	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
 		full := p.full(len(l.pending))
-		if hold && s.holds > 0 && !now && !full && s.work[b] != nil && time.Since(s.holdStart) < o.CohortHold {
+		if s.holds > 0 && !now && !full && s.work[b] != nil && time.Since(s.holdStart) < o.CohortHold {
 			return // the cohort's release sends it
 		}
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {

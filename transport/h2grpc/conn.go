@@ -546,12 +546,13 @@ func frameBuffered(br *bufio.Reader) bool {
 // carry it, it is written now.
 func (c *conn) endOfRead() {
 	c.heldFrames = 0
-	dispatched := len(c.ready) > 0
-	if dispatched {
-		c.dispatchReady()
+	owed := c.ackOwed
+	c.ackOwed = false
+	if len(c.ready) > 0 {
+		c.dispatchReady() // every answer's finish writes, reset or not
+		return
 	}
-	if c.ackOwed && !dispatched {
-		c.ackOwed = false
+	if owed {
 		c.mu.Lock()
 		c.flushAsyncLocked()
 		c.mu.Unlock()

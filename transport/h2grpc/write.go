@@ -30,18 +30,15 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 			c.cond.Wait()
 		}
 	}
-	if c.dead || st.reset {
+	switch {
+	case c.dead || st.reset:
+		// Dropped; the write below still carries what waited for it (a
+		// PING acknowledgement).
 		c.endLocked(st)
-		// A PING acknowledgement may have waited for this answer.
-		if !fromReader {
-			c.flushLocked()
-		}
-		return
-	}
-	if resp == nil {
+	case resp == nil:
 		c.out = appendHeaders(c.out, st.id, trailersOnly(code, msg), true)
 		c.endLocked(st)
-	} else {
+	default:
 		c.out = appendHeaders(c.out, st.id, respHeaders, false)
 		c.queueDataLocked(st, resp)
 		tr := trailerOK
