@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -212,6 +213,137 @@ type decision struct {
 
 // ShouldRateLimit decides one request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
+	cfg, err := s.check(req)
+	if err != nil {
+		return nil, err
+	}
+	// A typical request has one to three descriptors: its working state lives
+	// on the stack, and its response and counter operations share one allocation.
+	var infoBuf [4]limitInfo
+	var infos []limitInfo
+	if len(req.Descriptors) <= len(infoBuf) {
+		infos = infoBuf[:len(req.Descriptors)]
+	} else {
+		infos = make([]limitInfo, len(req.Descriptors))
+	}
+	var d *decision
+	var ops []Increment
+	if len(infos) <= len(d.ops) {
+		d = new(decision)
+		ops = d.ops[:0:len(infos)]
+	} else {
+		ops = make([]Increment, 0, len(infos))
+	}
+	now := s.o.Clock()
+	if ops, err = s.prepare(cfg, req, infos, ops, now); err != nil {
+		return nil, err
+	}
+	if len(ops) > 0 {
+		if err := s.count(ctx, infos, ops, now); err != nil {
+			s.backendError.Inc()
+			return nil, BackendError(err)
+		}
+	}
+	var resp *Response
+	if d != nil {
+		resp = &d.resp
+		resp.Statuses = d.statuses[:len(infos):len(infos)]
+	}
+	return s.respond(req, infos, resp, now), nil
+}
+
+// BatchItem is one request of ShouldRateLimitBatch: Req in, and Resp or Err
+// out.
+type BatchItem struct {
+	Req  *Request
+	Resp *Response
+	Err  error
+}
+
+// ShouldRateLimitBatch decides requests that arrived together (the calls a
+// gRPC server read from one connection at once) as ShouldRateLimit decides
+// each, with one Counter.Increment for the operations of them all: one
+// message per shard, one wait, instead of one of each per request. Counts
+// are as if the requests had come one after another in items' order. A
+// request's own error (a bad request, an invalid key) is its alone; a
+// counter failure fails every request that had operations. With
+// StopIncrementOnLimit each request reads before it counts, so the requests
+// are decided one per goroutine instead.
+func (s *Service) ShouldRateLimitBatch(ctx context.Context, items []BatchItem) {
+	if s.o.StopIncrementOnLimit {
+		var wg sync.WaitGroup
+		for i := range items {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				items[i].Resp, items[i].Err = s.ShouldRateLimit(ctx, items[i].Req)
+			}()
+		}
+		wg.Wait()
+		return
+	}
+	type part struct {
+		infos  []limitInfo
+		lo, hi int // the request's ops
+	}
+	parts := make([]part, len(items))
+	n := 0
+	for i := range items {
+		n += len(items[i].Req.Descriptors)
+	}
+	infos := make([]limitInfo, n)
+	ops := make([]Increment, 0, n)
+	now := s.o.Clock()
+	for i := range items {
+		req := items[i].Req
+		cfg, err := s.check(req)
+		if err != nil {
+			items[i].Err = err
+			continue
+		}
+		in := infos[:len(req.Descriptors):len(req.Descriptors)]
+		infos = infos[len(req.Descriptors):]
+		lo := len(ops)
+		// The ops' indexes in limitInfo count from the batch's first op.
+		if ops, err = s.prepare(cfg, req, in, ops, now); err != nil {
+			items[i].Err = err
+			ops = ops[:lo]
+			continue
+		}
+		parts[i] = part{infos: in, lo: lo, hi: len(ops)}
+	}
+	var err error
+	if len(ops) > 0 {
+		err = s.increment(ctx, ops)
+	}
+	// One allocation holds the responses of the requests with up to three
+	// descriptors.
+	ds := make([]decision, len(items))
+	for i := range items {
+		p := &parts[i]
+		if items[i].Err != nil {
+			continue
+		}
+		if p.hi > p.lo {
+			if err != nil {
+				s.backendError.Inc()
+				items[i].Err = BackendError(err)
+				continue
+			}
+			s.fill(p.infos, ops, nil)
+		}
+		var resp *Response
+		if len(p.infos) <= len(ds[i].statuses) {
+			resp = &ds[i].resp
+			resp.Statuses = ds[i].statuses[:len(p.infos):len(p.infos)]
+		}
+		items[i].Resp = s.respond(items[i].Req, p.infos, resp, now)
+	}
+}
+
+// check validates what can be judged of req without its rules, and returns
+// the configuration to judge it by.
+func (s *Service) check(req *Request) (*Config, error) {
 	if req.Domain == "" {
 		s.serviceError.Inc()
 		return nil, invalidRequest("rate limit domain must not be empty")
@@ -231,20 +363,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 			return nil, invalidRequest(fmt.Sprintf("descriptor %d: limit override has an unknown unit (%d)", i, l.Unit))
 		}
 	}
+	return cfg, nil
+}
 
-	// A typical request has one to three descriptors: its working state lives
-	// on the stack, and its response and counter operations share one allocation.
-	var infoBuf [4]limitInfo
-	var infos []limitInfo
-	if len(req.Descriptors) <= len(infoBuf) {
-		infos = infoBuf[:len(req.Descriptors)]
-	} else {
-		infos = make([]limitInfo, len(req.Descriptors))
-	}
-	var d *decision
-	if len(infos) <= len(d.ops) {
-		d = new(decision)
-	}
+// prepare matches req's descriptors into infos (one each), counts their
+// hits, and appends their counter operations to ops; each info's op and
+// prevOp index ops as returned.
+func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []Increment, now time.Time) ([]Increment, error) {
 	for i := range req.Descriptors {
 		m, found := cfg.getLimit(req.Domain, &req.Descriptors[i])
 		if !found {
@@ -262,19 +387,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		if l := infos[i].m.limit; l != nil && !l.Unlimited {
 			if h := hitsAddend(req, i); h > MaxHitsAddend {
 				s.serviceError.Inc()
-				return nil, invalidRequest(fmt.Sprintf("descriptor %d: hits_addend %d is larger than %d, the most a counter can take", i, h, uint64(MaxHitsAddend)))
+				return ops, invalidRequest(fmt.Sprintf("descriptor %d: hits_addend %d is larger than %d, the most a counter can take", i, h, uint64(MaxHitsAddend)))
 			}
 		}
 	}
 
-	now := s.o.Clock()
 	unix := now.Unix()
-	var ops []Increment
-	if d != nil {
-		ops = d.ops[:0:len(infos)]
-	} else {
-		ops = make([]Increment, 0, len(infos))
-	}
 	for i := range infos {
 		in := &infos[i]
 		l := in.m.limit
@@ -291,7 +409,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		if v := s.o.KeyValidator; v != nil {
 			if err := v.ValidateKey(in.key); err != nil {
 				s.serviceError.Inc()
-				return nil, &requestError{kind: ErrInvalidRequest, msg: err.Error(), err: err}
+				return ops, &requestError{kind: ErrInvalidRequest, msg: err.Error(), err: err}
 			}
 		}
 		in.stats().TotalHits.Add(in.hits)
@@ -319,19 +437,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 			ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: perSecond})
 		}
 	}
+	return ops, nil
+}
 
-	if len(ops) > 0 {
-		if err := s.count(ctx, infos, ops, now); err != nil {
-			s.backendError.Inc()
-			return nil, BackendError(err)
-		}
-	}
-
-	var resp *Response
-	if d != nil {
-		resp = &d.resp
-		resp.Statuses = d.statuses[:len(infos):len(infos)]
-	} else {
+// respond judges the counted infos of req into resp (allocated if nil).
+func (s *Service) respond(req *Request, infos []limitInfo, resp *Response, now time.Time) *Response {
+	if resp == nil {
 		resp = &Response{Statuses: make([]DescriptorStatus, len(infos))}
 	}
 	var failedRL, failedQuota, totalQuota int
@@ -366,7 +477,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 	if s.o.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, infos, resp.Statuses)
 	}
-	return resp, nil
+	return resp
 }
 
 // count runs the increments. With StopIncrementOnLimit it follows the
@@ -375,24 +486,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 // OpGet, a GET that changes nothing), and if any key would go over its
 // limit, only those keys are incremented and the others are sent with 0 hits.
 func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment, now time.Time) error {
-	// Envoy sends its own (shorter) deadline with every call; only bound the
-	// wait ourselves when the caller did not, which saves a timer per decision.
-	bounded := false
-	if wb, ok := s.o.Counter.(WaitBounder); ok {
-		bounded = wb.WaitBound() <= s.o.Timeout
-	}
-	if dl, ok := ctx.Deadline(); !bounded && (!ok || time.Until(dl) > s.o.Timeout) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
-		defer cancel()
-	}
 	if !s.o.StopIncrementOnLimit {
-		if err := s.o.Counter.Increment(ctx, ops); err != nil {
+		if err := s.increment(ctx, ops); err != nil {
 			return err
 		}
 		s.fill(infos, ops, nil)
 		return nil
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	anyLocal := false
 	for i := range infos {
 		anyLocal = anyLocal || infos[i].localOver
@@ -413,6 +515,28 @@ func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment,
 	}
 	s.fill(infos, ops, hits)
 	return nil
+}
+
+// increment runs ops through the Counter within the decision timeout.
+func (s *Service) increment(ctx context.Context, ops []Increment) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.o.Counter.Increment(ctx, ops)
+}
+
+// bound is ctx with the decision timeout as its deadline, unless the caller's
+// is sooner or the Counter bounds its own wait within it. Envoy sends its own
+// (shorter) deadline with every call; bounding the wait only when it did not
+// saves a timer per decision.
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	bounded := false
+	if wb, ok := s.o.Counter.(WaitBounder); ok {
+		bounded = wb.WaitBound() <= s.o.Timeout
+	}
+	if dl, ok := ctx.Deadline(); !bounded && (!ok || time.Until(dl) > s.o.Timeout) {
+		return context.WithTimeout(ctx, s.o.Timeout)
+	}
+	return ctx, func() {}
 }
 
 // readFirst reads every counter of ops (a fixed window's with OpGet, other

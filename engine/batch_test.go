@@ -1,0 +1,127 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// batchRequests are requests a gateway might send together: repeated keys
+// (each must see the count of those before it), a key pushed over its
+// limit, bad requests among good ones, unlimited and unmatched descriptors,
+// other algorithms, and more descriptors than a decision keeps inline.
+func batchRequests() []*engine.Request {
+	return []*engine.Request{
+		req("probe", kv("k", "two")),
+		req("probe", kv("k", "two"), kv("near", "s")),
+		req("", kv("k", "two")), // no domain: its own error
+		req("probe", kv("k", "two")),
+		req("probe", kv("free", "x"), kv("zzz", "y")), // nothing to count
+		req("probe"), // no descriptors
+		req("algo", kv("sw", "a")),
+		req("algo", kv("tb", "a")),
+		req("algo", kv("tb", "a"), kv("fw", "a")),
+		req("probe", kv("near", "1"), kv("near", "2"), kv("near", "3"), kv("near", "4"), kv("k", "hour5")),
+		{Domain: "probe", Descriptors: []engine.Descriptor{{Entries: kv("near", "h"), HitsAddend: u64(4)}}},
+		{Domain: "probe", Descriptors: []engine.Descriptor{{Entries: kv("near", "h"), HitsAddend: u64(7)}}},
+		req("probe", kv("k", "two")),
+	}
+}
+
+func outcome(resp *engine.Response, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return showAll(resp)
+}
+
+func statsOf(s *stats.Store) string {
+	var b strings.Builder
+	s.Each(func(v stats.Value) {
+		if v.Counter != nil && v.Counter.Value() != 0 {
+			fmt.Fprintf(&b, "%s=%d\n", v.Name, v.Counter.Value())
+		}
+	})
+	return b.String()
+}
+
+// TestBatchDecidesAsOneByOne: a batch answers, counts and keeps statistics
+// exactly as the same requests sent one after another, with one counter call
+// for all of them.
+func TestBatchDecidesAsOneByOne(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop increment on limit %v", stop), func(t *testing.T) {
+			mutate := func(o *engine.Options) { o.StopIncrementOnLimit = stop }
+			one := newFixture(t, mutate, "probe.yaml", "algorithms.yaml")
+			batch := newFixture(t, mutate, "probe.yaml", "algorithms.yaml")
+			reqs := batchRequests()
+			items := make([]engine.BatchItem, len(reqs))
+			for i, r := range reqs {
+				items[i].Req = r
+			}
+			if stop {
+				// Each request is decided on its own goroutine: their order
+				// among themselves is not kept, so no two share a key.
+				items = items[:0]
+				for i, r := range reqs {
+					switch {
+					case r.Domain == "probe" && len(r.Descriptors) == 1:
+						r = req("probe", kv("near", fmt.Sprint("solo", i)))
+					case r.Domain == "algo" && len(r.Descriptors) == 2:
+						r = req("algo", kv("tb", "b"), kv("fw", "a"))
+					}
+					items = append(items, engine.BatchItem{Req: r})
+				}
+			}
+			batch.svc.ShouldRateLimitBatch(context.Background(), items)
+			for i, it := range items {
+				want := outcome(one.svc.ShouldRateLimit(context.Background(), it.Req))
+				if got := outcome(it.Resp, it.Err); got != want {
+					t.Errorf("request %d: batch %q, one by one %q", i, got, want)
+				}
+			}
+			if got, want := statsOf(batch.stats), statsOf(one.stats); got != want {
+				t.Errorf("stats differ:\nbatch:\n%s\none by one:\n%s", got, want)
+			}
+			if !stop && batch.counter.calls != 1 {
+				t.Errorf("%d counter calls for the batch, want 1", batch.counter.calls)
+			}
+		})
+	}
+}
+
+// TestBatchBackendError: a counter failure fails the requests that had
+// something to count, and only those; their own errors stay theirs.
+func TestBatchBackendError(t *testing.T) {
+	f := newFixture(t, nil, "probe.yaml")
+	f.counter.err = errors.New("connection refused")
+	items := []engine.BatchItem{
+		{Req: req("probe", kv("k", "two"))},
+		{Req: req("probe", kv("free", "x"), kv("zzz", "y"))},
+		{Req: req("", kv("k", "two"))},
+		{Req: req("probe", kv("near", "a"), kv("free", "x"))},
+	}
+	f.svc.ShouldRateLimitBatch(context.Background(), items)
+	for _, i := range []int{0, 3} {
+		if !errors.Is(items[i].Err, engine.ErrBackend) || !strings.Contains(items[i].Err.Error(), "connection refused") {
+			t.Errorf("request %d: got %v, want the backend's error", i, items[i].Err)
+		}
+	}
+	if got := outcome(items[1].Resp, items[1].Err); got != "OK | OK rem=4294967295 | OK" {
+		t.Errorf("request 1: %s", got)
+	}
+	if !errors.Is(items[2].Err, engine.ErrInvalidRequest) {
+		t.Errorf("request 2: got %v, want its own invalid request", items[2].Err)
+	}
+	if got := f.stats.CounterValue("ratelimit.service.call.should_rate_limit.redis_error"); got != 2 {
+		t.Errorf("redis_error = %d, want 2 (one per failed request)", got)
+	}
+	if got := f.stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != 1 {
+		t.Errorf("service_error = %d, want 1", got)
+	}
+}
