@@ -56,6 +56,15 @@ type stream struct {
 	// cohort and member: the call arrived with others (Options.Cohort).
 	cohort Cohort
 	member int
+	// batch and path: the method may serve calls read together
+	// (Options.Batches). group is the calls of a batch, this one first,
+	// on the stream a worker is given, with the context and done of
+	// Options.Announce.
+	batch     BatchMethod
+	path      string
+	group     []*stream
+	batchCtx  context.Context
+	batchDone func()
 
 	// mu: flow control of our DATA and the stream's end.
 	sendWindow int64              // the peer's stream window updates minus what we sent, plus its initial window at creation
@@ -428,6 +437,9 @@ func (c *conn) open(st *stream) error {
 	}
 	if early == codes.OK {
 		st.method, st.streaming = o.Methods[h.path], o.StreamMethods[h.path]
+		if st.batch = o.Batches[h.path]; st.batch != nil {
+			st.path = h.path
+		}
 		if !st.served() {
 			early, earlyMsg = codes.Unimplemented, unknownMethod(h.path)
 		}
@@ -560,8 +572,12 @@ func (c *conn) endOfRead() {
 }
 
 // dispatchReady hands the complete unary calls read since the last time to
-// workers: two or more make a Cohort, when the server has one.
+// workers: two or more of a batch method go to one worker as a batch; two
+// or more others make a Cohort, when the server has one.
 func (c *conn) dispatchReady() {
+	if len(c.ready) > 1 {
+		c.dispatchBatch()
+	}
 	if len(c.ready) > 1 && c.s.o.Cohort != nil {
 		co := c.s.o.Cohort(len(c.ready))
 		for i, st := range c.ready {
@@ -573,6 +589,39 @@ func (c *conn) dispatchReady() {
 		c.ready[i] = nil
 	}
 	c.ready = c.ready[:0]
+}
+
+// dispatchBatch takes out of ready the calls of the first batch method
+// among them, if it has two or more, and gives them to one worker.
+func (c *conn) dispatchBatch() {
+	path := ""
+	n := 0
+	for _, st := range c.ready {
+		if st.batch != nil && (path == "" || st.path == path) {
+			path = st.path
+			n++
+		}
+	}
+	if n < 2 {
+		return
+	}
+	group := make([]*stream, 0, n)
+	rest := c.ready[:0]
+	for _, st := range c.ready {
+		if st.batch != nil && st.path == path {
+			group = append(group, st)
+		} else {
+			rest = append(rest, st)
+		}
+	}
+	clear(c.ready[len(rest):])
+	c.ready = rest
+	st := group[0]
+	st.group, st.batchCtx = group, c.ctx
+	if c.s.o.Announce != nil {
+		st.batchCtx, st.batchDone = c.s.o.Announce(c.ctx)
+	}
+	c.s.dispatch(st)
 }
 
 // fail answers st with a status before its method runs and drops its
@@ -613,6 +662,10 @@ func (c *conn) giveBackLocked(n int) {
 
 // run is a worker running st's method and answering it.
 func (c *conn) run(st *stream) {
+	if st.group != nil {
+		c.runBatch(st.group)
+		return
+	}
 	defer c.calls.Done()
 	if st.streaming != nil {
 		c.runStream(st)
@@ -636,20 +689,69 @@ func (c *conn) run(st *stream) {
 		st.cohort.Leave(st.member)
 	}
 	c.release(st)
-	switch {
-	case err != nil:
-		code, msg := statusOf(err)
-		c.finish(st, nil, code, msg)
-	case len(resp) < 5:
-		c.finish(st, nil, codes.Internal, "h2grpc: the method dropped its output buffer")
-	default:
-		binary.BigEndian.PutUint32(resp[1:5], uint32(len(resp)-5))
-		c.finish(st, resp, codes.OK, "")
-	}
+	answer, code, desc := answerOf(resp, err)
+	c.finish(st, answer, code, desc)
 	if cap(resp) > 0 {
 		*out = resp[:0]
 	}
 	putBuf(out)
+}
+
+// runBatch is a worker running a batch method for sts and answering them
+// in one write.
+func (c *conn) runBatch(sts []*stream) {
+	defer c.calls.Add(-len(sts))
+	ctx := sts[0].batchCtx
+	if done := sts[0].batchDone; done != nil {
+		defer done()
+	}
+	var longest time.Duration
+	for _, st := range sts {
+		if st.timeout == 0 {
+			longest = 0
+			break
+		}
+		longest = max(longest, st.timeout)
+	}
+	var cancel context.CancelFunc
+	if longest > 0 {
+		ctx, cancel = context.WithTimeout(ctx, longest)
+	}
+	calls := make([]Call, len(sts))
+	outs := make([]*[]byte, len(sts))
+	for i, st := range sts {
+		outs[i] = getBuf(256)
+		calls[i] = Call{In: (*st.msg)[5:], Out: append((*outs[i])[:0], 0, 0, 0, 0, 0)}
+	}
+	sts[0].batch(ctx, calls)
+	if cancel != nil {
+		cancel()
+	}
+	for _, st := range sts {
+		c.release(st)
+	}
+	c.mu.Lock()
+	for i, st := range sts {
+		// Nothing is written until every answer is queued: one write
+		// carries them all, unless they pass the output bound.
+		for !c.dead && len(c.out) > c.s.o.MaxOutput {
+			if !c.writing && !c.lingering {
+				c.flushLocked()
+				continue
+			}
+			c.cond.Wait()
+		}
+		resp, code, msg := answerOf(calls[i].Out, calls[i].Err)
+		c.answerLocked(st, resp, code, msg)
+	}
+	c.flushLocked()
+	c.mu.Unlock()
+	for i, call := range calls {
+		if cap(call.Out) > 0 {
+			*outs[i] = call.Out[:0]
+		}
+		putBuf(outs[i])
+	}
 }
 
 func (c *conn) onSettings(f *http2.SettingsFrame) error {

@@ -10,14 +10,18 @@
 //	   │                streams, collects request bytes, answers SETTINGS
 //	   │                and PING, applies WINDOW_UPDATE; the calls complete
 //	   │                when it has used up what one read brought (or after
-//	   │                64 frames) are dispatched together, as a Cohort
-//	   │                (Options.Cohort) when there are several, and a PING
-//	   │                read with them is acknowledged in the next write,
-//	   │                which the first of their answers makes
+//	   │                64 frames) are dispatched together: two or more of
+//	   │                a method with a BatchMethod (Options.Batches) to
+//	   │                one worker as a batch, announced first
+//	   │                (Options.Announce); other calls one per worker, as
+//	   │                a Cohort (Options.Cohort) when there are several. A
+//	   │                PING read with them is acknowledged in the next
+//	   │                write, which the first of their answers makes
 //	   ▼
-//	worker (pooled goroutine) ── runs the method, then appends HEADERS,
-//	   │                         DATA and trailers to the connection's
-//	   │                         output buffer
+//	worker (pooled goroutine) ── runs the method (or the batch), then
+//	   │                         appends HEADERS, DATA and trailers to the
+//	   │                         connection's output buffer (a batch's
+//	   │                         answers all before it writes)
 //	   ▼
 //	whoever appends while no write is in progress writes the whole buffer
 //	(one syscall for every answer that piled up meanwhile); the reader
@@ -26,13 +30,15 @@
 //	except its first SETTINGS and a connection error's GOAWAY, which it
 //	writes itself.
 //
-// Why cohorts: a gateway's client sends the calls of all its waiting
-// callers in one write. Served one by one, the first call's backend round
-// trip leaves alone, the rest wait for it, and every answer costs a write
-// of its own (plus one for the PING grpc-go's client sends with them). As
-// a cohort they share one backend call and their answers come back
-// together: at 10 callers on Redis, writes per decision fell from 1.38 to
-// 0.70 and Redis round trips from 0.44 to 0.26.
+// Why batches and cohorts: a gateway's client sends the calls of all its
+// waiting callers in one write. Served one by one, the first call's backend
+// round trip leaves alone, the rest wait for it, and every answer costs a
+// write of its own (plus one for the PING grpc-go's client sends with
+// them). As a cohort they share one backend call and their answers come
+// back together: at 10 callers on Redis, writes per decision fell from
+// 1.38 to 0.70 and Redis round trips from 0.44 to 0.26. As a batch they
+// also share one goroutine, one wait for the backend and one write: a
+// worker's wakeup and a waiter's per call fewer.
 //
 // Bounds a caller cannot lift: concurrent streams per connection (a reset
 // unary call counts until its method returns), request bytes held per

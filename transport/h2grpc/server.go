@@ -27,6 +27,24 @@ type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
 // Method.
 type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) error) error
 
+// A Call is one unary call of a batch. In is its request message, valid
+// until the BatchMethod returns. Out holds a buffer with 5 bytes reserved,
+// as Method's out, and receives the answer as Method would return it; or
+// Err receives the call's error, as Method's.
+type Call struct {
+	In  []byte
+	Out []byte
+	Err error
+}
+
+// A BatchMethod serves calls of one method that were read together from one
+// connection, on one goroutine, as its Method would serve each: what serves
+// them may do once what it would do per call (the rate limit service sends
+// their counter updates in one go). ctx ends when the connection closes or
+// when the last of the calls' deadlines passes (none if one has none).
+// Their answers are written together once it returns.
+type BatchMethod func(ctx context.Context, calls []Call)
+
 // A Cohort is told which unary calls arrived together, in one read from a
 // connection, so that what serves them may treat them as a group (the rate
 // limit service sends their counter updates together). Join gives call i
@@ -78,8 +96,19 @@ type Options struct {
 	// its preface and first SETTINGS (default 120 s, grpc-go's connection
 	// timeout), so that silent connections do not pile up.
 	HandshakeTimeout time.Duration
+	// Batches are the unary methods, by full name, that may serve calls
+	// read together as one batch; each must also be in Methods, which
+	// serves a call read alone.
+	Batches map[string]BatchMethod
+	// Announce, if set, is called as a batch is dispatched, before its
+	// calls are decoded; the batch method runs with the context it
+	// returns, and done is called once the batch method has returned. The
+	// rate limit service uses it to hold its backend calls for the batch
+	// (actors.Router.Expect).
+	Announce func(ctx context.Context) (_ context.Context, done func())
 	// Cohort, if set, is called with n for every n ≥ 2 unary calls read
-	// from a connection at once, before they are dispatched.
+	// from a connection at once (other than those served as a batch),
+	// before they are dispatched.
 	Cohort func(n int) Cohort
 	// Log receives connection errors at debug level (default: discarded).
 	Log *slog.Logger
@@ -126,6 +155,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: connection window %d is outside [65536, %d]", o.ConnWindow, maxWindow)
 	case bothKinds(o) != "":
 		return fmt.Errorf("h2grpc: %s is both a unary and a streaming method", bothKinds(o))
+	case batchOnly(o) != "":
+		return fmt.Errorf("h2grpc: batch method %s is not a unary method", batchOnly(o))
 	case o.MaxRecvMsgSize > maxWindow-5:
 		return fmt.Errorf("h2grpc: message size limit %d passes the largest HTTP/2 window", o.MaxRecvMsgSize)
 	case o.MaxRequestBytes < 0 || o.MaxRequestBytes > 0 && o.MaxRequestBytes < o.MaxRecvMsgSize+5:
@@ -141,6 +172,15 @@ func (o *Options) Validate() error {
 func bothKinds(o *Options) string {
 	for name := range o.StreamMethods {
 		if _, ok := o.Methods[name]; ok {
+			return name
+		}
+	}
+	return ""
+}
+
+func batchOnly(o *Options) string {
+	for name := range o.Batches {
+		if _, ok := o.Methods[name]; !ok {
 			return name
 		}
 	}

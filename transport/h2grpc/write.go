@@ -30,6 +30,16 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 			c.cond.Wait()
 		}
 	}
+	c.answerLocked(st, resp, code, msg)
+	if fromReader {
+		c.flushAsyncLocked()
+	} else {
+		c.flushLocked()
+	}
+}
+
+// answerLocked queues st's answer (see finish) without writing it.
+func (c *conn) answerLocked(st *stream, resp []byte, code codes.Code, msg string) {
 	switch {
 	case c.dead || st.reset:
 		// Dropped; the write below still carries what waited for it (a
@@ -47,11 +57,20 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 		}
 		c.endStreamLocked(st, tr)
 	}
-	if fromReader {
-		c.flushAsyncLocked()
-	} else {
-		c.flushLocked()
+}
+
+// answerOf is what a method's return makes of a call's answer: the message
+// (its length written into the 5 bytes reserved) or none, and the status.
+func answerOf(resp []byte, err error) ([]byte, codes.Code, string) {
+	switch {
+	case err != nil:
+		code, msg := statusOf(err)
+		return nil, code, msg
+	case len(resp) < 5:
+		return nil, codes.Internal, "h2grpc: the method dropped its output buffer"
 	}
+	binary.BigEndian.PutUint32(resp[1:5], uint32(len(resp)-5))
+	return resp, codes.OK, ""
 }
 
 // queueDataLocked sends p on st within the peer's windows, or keeps a copy
