@@ -176,3 +176,62 @@ func TestOverlappingCohorts(t *testing.T) {
 	}
 	slow.Leave(1)
 }
+
+// TestExpectHoldsUntilSent: while a decision announced by Expect has not
+// sent its increments, others wait at the shard; its Increment sends them
+// all in one call. done without an Increment lets them go too.
+func TestExpectHoldsUntilSent(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, CohortHold: time.Hour, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	errs := make(chan error, 3)
+	send := func(ctx context.Context, key string) {
+		errs <- r.Increment(ctx, []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}})
+	}
+
+	ctx, done := r.Expect(context.Background())
+	go send(context.Background(), "a")
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	if n := b.calls.Load(); n != 0 {
+		t.Fatalf("%d backend calls while a decision is expected", n)
+	}
+	go send(ctx, "b")
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	done() // after its Increment: harmless
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("%d backend calls, want 1 for the held and the expected decision", n)
+	}
+
+	_, done = r.Expect(context.Background())
+	go send(context.Background(), "c")
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	done() // the expected decision sends nothing
+	done()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.calls.Load(); n != 2 {
+		t.Fatalf("%d backend calls, want 2", n)
+	}
+}
+
+// TestExpectInlineChangesNothing: without a network lane nothing is held.
+func TestExpectInlineChangesNothing(t *testing.T) {
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return memory.New(nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, done := r.Expect(context.Background())
+	defer done()
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "a", Hits: 1, TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -20,7 +20,9 @@ package actors
 //     Decisions that arrived together (a Cohort: the gRPC server read them
 //     in one go) are held, unsent, until the last of them is in, so that
 //     they leave in one call instead of the first alone and the rest
-//     after its round trip. Other arrivals at a held shard wait with
+//     after its round trip. The same holds while a decision announced by
+//     Expect (a batch of requests the server read together, being
+//     decoded) has not sent. Other arrivals at a held shard wait with
 //     them; a call returning sends everything regardless, and a shard
 //     held for longer than CohortHold sends with the next message.
 //  3. A flush coalesces equal keys of one kind (N hits on one key = one
@@ -193,6 +195,9 @@ type Router struct {
 	// holds: some lane makes network calls, so a Cohort's increments are
 	// worth holding until the cohort is complete.
 	holds bool
+	// expecting counts the decisions announced by Expect that have not
+	// sent their increments yet.
+	expecting atomic.Int32
 
 	workers    sync.WaitGroup // the lanes' workers (shard.work)
 	callCtx    context.Context
@@ -315,8 +320,10 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 		return ErrClosed
 	}
 	var m *member
+	var e *expected
 	if r.holds {
 		m = memberOf(ctx)
+		e, _ = ctx.Value(expectKey{}).(*expected)
 	}
 	var one [1]int
 	var held []int
@@ -333,6 +340,9 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	r.mu.RUnlock()
 	if m != nil {
 		m.c.in(r, held) // the claimed member is in
+	}
+	if e != nil {
+		e.done()
 	}
 
 	var first error
@@ -421,6 +431,53 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call, held bool) []int {
 	c.items, c.msgs, c.sent = items, msgs, sent
 	return sent
 }
+
+// Expect announces a decision whose increments are on their way: a batch
+// of requests read together from one connection, still being decoded and
+// matched. Until its Increment (called with the returned context) has sent
+// them, or done is called, shards with a network lane open no call for new
+// arrivals, for at most CohortHold: decisions of other connections read
+// meanwhile leave in the same call instead of the next one. done may be
+// called more than once, and must be called if Increment may not be.
+// Without a network lane Expect changes nothing.
+func (r *Router) Expect(ctx context.Context) (context.Context, func()) {
+	if !r.holds {
+		return ctx, func() {}
+	}
+	e := &expected{r: r}
+	r.expecting.Add(1)
+	return context.WithValue(ctx, expectKey{}, e), e.done
+}
+
+type expectKey struct{}
+
+// expected is one decision announced by Expect.
+type expected struct {
+	r    *Router
+	gone atomic.Bool
+}
+
+// done counts the decision as sent; the last one lets the shards that
+// waited for it send.
+func (e *expected) done() {
+	if e.gone.Swap(true) || e.r.expecting.Add(-1) > 0 {
+		return
+	}
+	r := e.r
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return
+	}
+	for i, s := range r.shards {
+		if s.pending.Load() > 0 {
+			r.system.Root.Send(r.pids[i], expectDone{})
+		}
+	}
+}
+
+// expectDone tells a shard that no announced decision is on its way.
+type expectDone struct{}
 
 // release sends one releaseMsg per held message of a complete cohort.
 func (r *Router) release(held []int) {

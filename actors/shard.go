@@ -58,6 +58,9 @@ type shard struct {
 	// opened while held).
 	holds     int
 	holdStart time.Time
+	// waitSince is when the shard first held new arrivals for decisions
+	// announced by Router.Expect, since its last call; zero when it has not.
+	waitSince time.Time
 }
 
 func (s *shard) Receive(ctx actor.Context) {
@@ -98,6 +101,10 @@ func (s *shard) Receive(ctx actor.Context) {
 		for b := range s.lanes {
 			s.maybeFlush(ctx, b, false)
 		}
+	case expectDone:
+		for b := range s.lanes {
+			s.maybeFlush(ctx, b, false)
+		}
 	case windowElapsed:
 		s.lanes[m.backend].timer = nil
 		s.maybeFlush(ctx, m.backend, true)
@@ -111,6 +118,7 @@ func (s *shard) Receive(ctx actor.Context) {
 // failAll answers every waiter the shard still holds.
 func (s *shard) failAll(err error) {
 	s.holds = 0
+	s.waitSince = time.Time{}
 	for b := range s.lanes {
 		l := &s.lanes[b]
 		if l.timer != nil {
@@ -140,8 +148,8 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	p := o.pipeline(b)
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
 		full := p.full(len(l.pending))
-		if s.holds > 0 && !now && !full && s.work[b] != nil && time.Since(s.holdStart) < o.CohortHold {
-			return // the cohort's release sends it
+		if !now && !full && s.work[b] != nil && s.held() {
+			return // the cohort's release, or the expected decision, sends it
 		}
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
 			// A call is out: what arrives rides with the next one, sent
@@ -186,12 +194,31 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	}
 }
 
+// held reports whether cohorts not yet complete, or decisions announced
+// by Router.Expect, hold the shard's network lanes, each for at most
+// CohortHold since it began (or since the shard's last call).
+func (s *shard) held() bool {
+	hold := s.r.o.CohortHold
+	if s.holds > 0 && time.Since(s.holdStart) < hold {
+		return true
+	}
+	if s.r.expecting.Load() == 0 {
+		return false
+	}
+	if s.waitSince.IsZero() {
+		s.waitSince = time.Now()
+		return true
+	}
+	return time.Since(s.waitSince) < hold
+}
+
 // flush makes one backend call for batch: inline for a backend without I/O,
 // otherwise on one of the lane's workers.
 func (s *shard) flush(b int, batch []item) {
 	if s.holds > 0 {
 		s.holdStart = time.Now()
 	}
+	s.waitSince = time.Time{}
 	uniq, slot := coalesce(batch)
 	if s.work[b] == nil {
 		l := &s.lanes[b]
