@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 func rlsReq(domain string, pairs ...string) *rlsv3.RateLimitRequest {
@@ -362,4 +364,63 @@ func TestGRPCOnUnixSocket(t *testing.T) {
 			t.Fatalf("%v %v", resp, err)
 		}
 	})
+}
+
+// TestCallsTogetherKeepTheirOwnAnswers: calls a connection carries at once
+// (the native server decides those read together as one batch) are each
+// answered as if alone: bad requests get their own status, the others are
+// counted exactly, and every call counts in the server's statistics.
+func TestCallsTogetherKeepTheirOwnAnswers(t *testing.T) {
+	forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
+		t.Run("memory", func(t *testing.T) { callsTogether(t, srv) })
+		t.Run("redis", func(t *testing.T) {
+			r := testenv.StartRedis(t, testenv.RedisOptions{})
+			callsTogether(t, with(with(with(srv, "BACKEND_TYPE", "redis"), "REDIS_SOCKET_TYPE", "tcp"), "REDIS_URL", r.Addr))
+		})
+	})
+}
+
+func callsTogether(t *testing.T, env map[string]string) {
+	h := start(t, env, exactRules(10)) // a limit of 1,000
+	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+	const callers, rounds = 40, 50
+	var ok, over, bad atomic.Int64
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range rounds {
+				req := rlsReq("x", "k", "0")
+				if (i+n)%7 == 0 {
+					req = rlsReq("", "k", "0")
+				}
+				resp, err := c.ShouldRateLimit(context.Background(), req)
+				switch {
+				case req.Domain == "":
+					if s, _ := status.FromError(err); s.Code() != codes.InvalidArgument || s.Message() != "rate limit domain must not be empty" {
+						t.Errorf("a bad request got %v", err)
+					}
+					bad.Add(1)
+				case err != nil:
+					t.Error(err)
+				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+					ok.Add(1)
+				default:
+					over.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	good := int64(callers*rounds) - bad.Load()
+	if want := min(good, 1000); ok.Load() != want || over.Load() != good-want {
+		t.Errorf("%d OK and %d over of %d, want %d OK", ok.Load(), over.Load(), good, want)
+	}
+	if got := h.stats.CounterValue("ratelimit_server.ShouldRateLimit.total_requests"); got != callers*rounds {
+		t.Errorf("total_requests = %d, want %d", got, callers*rounds)
+	}
+	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != uint64(bad.Load()) {
+		t.Errorf("service_error = %d, want %d", got, bad.Load())
+	}
 }

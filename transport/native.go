@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
@@ -49,6 +50,19 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		Log:                   s.log,
 	}
+	if bd, ok := rls.decider.(BatchDecider); ok {
+		// Calls read together are decided together: one goroutine, one
+		// counter update for them all, one write of their answers.
+		o.Batches = map[string]h2grpc.BatchMethod{
+			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: n.countedBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rls.nativeBatch(bd)),
+		}
+		if s.counters != nil && s.counters.router.HoldsCohorts() {
+			// From the moment a batch is read until its increments are
+			// sent, the counters hold their backend calls for it, so that
+			// calls other connections sent meanwhile share one.
+			o.Announce = s.counters.router.Expect
+		}
+	}
 	if s.counters != nil && s.counters.router.HoldsCohorts() {
 		// Calls read together send their counter updates together: one
 		// backend call, and their answers in one write.
@@ -67,6 +81,55 @@ func (n *listeners) counted(full string, m h2grpc.Method) h2grpc.Method {
 	}
 }
 
+// countedBatch is b with the statistics counted keeps, per call.
+func (n *listeners) countedBatch(full string, b h2grpc.BatchMethod) h2grpc.BatchMethod {
+	ms := n.methodStats(full)
+	return func(ctx context.Context, calls []h2grpc.Call) {
+		start := time.Now()
+		b(ctx, calls)
+		for range calls {
+			ms.observe(start)
+		}
+	}
+}
+
+// BatchDecider is a Decider that decides requests read together in one go
+// (engine.Service; not the tracing wrapper, whose spans are per call).
+type BatchDecider interface {
+	ShouldRateLimitBatch(ctx context.Context, items []engine.BatchItem)
+}
+
+// nativeBatch is ShouldRateLimit for calls h2grpc read together: each is
+// answered as native would answer it alone.
+func (s *rlsServer) nativeBatch(bd BatchDecider) h2grpc.BatchMethod {
+	return func(ctx context.Context, calls []h2grpc.Call) {
+		reqs := make([]wireRequest, len(calls))
+		items := make([]engine.BatchItem, 0, len(calls))
+		of := make([]int, 0, len(calls)) // the call of each item
+		for i := range calls {
+			in := &reqs[i]
+			if err := decodeRequestBuf(calls[i].In, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
+				calls[i].Err = errUnmarshal(err)
+				continue
+			}
+			items = append(items, engine.BatchItem{Req: &in.Request})
+			of = append(of, i)
+		}
+		if len(items) > 0 {
+			bd.ShouldRateLimitBatch(ctx, items)
+		}
+		for j, it := range items {
+			c := &calls[of[j]]
+			resp, err := s.wireAnswer(it.Resp, it.Err)
+			if err != nil {
+				c.Err = err
+				continue
+			}
+			c.Out, c.Err = appendAnswer(c.Out, resp)
+		}
+	}
+}
+
 // native is ShouldRateLimit for h2grpc.
 func (s *rlsServer) native(ctx context.Context, req, out []byte) ([]byte, error) {
 	// Not pooled: what the engine keeps of a request after a call that
@@ -79,6 +142,11 @@ func (s *rlsServer) native(ctx context.Context, req, out []byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
+	return appendAnswer(out, resp)
+}
+
+// appendAnswer encodes wireDecide's answer after out.
+func appendAnswer(out []byte, resp any) ([]byte, error) {
 	if w, ok := resp.(*wireResponse); ok {
 		return w.appendTo(out), nil
 	}

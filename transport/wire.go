@@ -462,7 +462,12 @@ func rlsHandler(srv any, ctx context.Context, dec func(any) error, interceptor g
 
 // wireDecide is ShouldRateLimit on the hand-coded messages.
 func (s *rlsServer) wireDecide(ctx context.Context, in *wireRequest) (any, error) {
-	r, err := s.decider.ShouldRateLimit(ctx, &in.Request)
+	return s.wireAnswer(s.decider.ShouldRateLimit(ctx, &in.Request))
+}
+
+// wireAnswer is the gRPC answer to a decision: the response to encode, or
+// the call's status.
+func (s *rlsServer) wireAnswer(r *engine.Response, err error) (any, error) {
 	if err != nil {
 		s.errs.warn(err)
 		return nil, status.Error(grpcCode(err), err.Error())
