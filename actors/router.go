@@ -464,6 +464,10 @@ func (e *expected) done() {
 		return
 	}
 	r := e.r
+	runtime.Gosched()
+	if r.expecting.Load() > 0 {
+		return
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed {
