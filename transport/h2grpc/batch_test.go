@@ -3,7 +3,6 @@ package h2grpc
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -140,15 +139,7 @@ func TestBatchReadTogether(t *testing.T) {
 	defer mu.Unlock()
 	inWrite := map[uint32]int{}
 	for i, w := range writes[before:] {
-		rd := http2.NewFramer(nil, bytes.NewReader(w))
-		for {
-			f, err := rd.ReadFrame()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("a write that is not whole frames: %v", err)
-			}
+		for _, f := range frames(t, w) {
 			if _, ok := f.(*http2.HeadersFrame); ok {
 				inWrite[f.Header().StreamID] = i
 			}

@@ -190,15 +190,7 @@ func TestCallsReadTogether(t *testing.T) {
 	defer mu.Unlock()
 	for _, w := range writes[before:] {
 		var ack, answer bool
-		rd := http2.NewFramer(nil, bytes.NewReader(w))
-		for {
-			f, err := rd.ReadFrame()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("a write that is not whole frames: %v", err)
-			}
+		for _, f := range frames(t, w) {
 			switch f.(type) {
 			case *http2.PingFrame:
 				ack = true
@@ -209,6 +201,23 @@ func TestCallsReadTogether(t *testing.T) {
 		if ack && !answer {
 			t.Errorf("the PING read with calls was acknowledged in a write of its own (%d bytes)", len(w))
 		}
+	}
+}
+
+// frames parses one recorded write, which must be whole frames.
+func frames(t *testing.T, w []byte) []http2.Frame {
+	t.Helper()
+	var out []http2.Frame
+	rd := http2.NewFramer(nil, bytes.NewReader(w))
+	for {
+		f, err := rd.ReadFrame()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("a write that is not whole frames: %v", err)
+		}
+		out = append(out, f)
 	}
 }
 
