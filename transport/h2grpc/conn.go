@@ -744,7 +744,7 @@ func (c *conn) runBatch(sts []*stream) {
 		resp, code, msg := answerOf(calls[i].Out, calls[i].Err)
 		c.answerLocked(st, resp, code, msg)
 	}
-	c.flushLocked()
+	c.flushNowLocked()
 	c.mu.Unlock()
 	for i, call := range calls {
 		if cap(call.Out) > 0 {

@@ -177,7 +177,17 @@ func (c *conn) flushLocked() {
 		return
 	}
 	c.writing = true
-	c.writeLocked()
+	c.writeLocked(false)
+}
+
+// flushNowLocked is flushLocked for a caller that queued everything it
+// had: its write need not wait for others' answers.
+func (c *conn) flushNowLocked() {
+	if c.writing || c.dead || c.lingering || len(c.out) == 0 {
+		return
+	}
+	c.writing = true
+	c.writeLocked(true)
 }
 
 // flushAsyncLocked has a goroutine of its own do the writing, for the
@@ -191,15 +201,14 @@ func (c *conn) flushAsyncLocked() {
 	go func() {
 		defer c.writers.Done()
 		c.mu.Lock()
-		c.writeLocked()
+		c.writeLocked(false)
 		c.mu.Unlock()
 	}()
 }
 
 // writeLocked is the writer's loop: swap the buffers, write without the
 // lock, repeat while more piled up.
-func (c *conn) writeLocked() {
-	yielded := false
+func (c *conn) writeLocked(yielded bool) {
 	for len(c.out) > 0 && !c.dead {
 		if !yielded && len(c.out) < yieldBelow {
 			// Answers of one backend batch become ready together: let the
