@@ -17,14 +17,12 @@ package actors
 //     in parallel (up to MaxInFlight) leaves only for a batch of ParallelMin
 //     keys or more. So the batch size follows the load, with no timer on the
 //     hot path.
-//     Decisions that arrived together (a Cohort: the gRPC server read them
-//     in one go) are held, unsent, until the last of them is in, so that
-//     they leave in one call instead of the first alone and the rest
-//     after its round trip. The same holds while a decision announced by
-//     Expect (a batch of requests the server read together, being
-//     decoded) has not sent. Other arrivals at a held shard wait with
-//     them; a call returning sends everything regardless, and a shard
-//     held for longer than CohortHold sends with the next message.
+//     While a decision announced by Expect (a batch of requests the gRPC
+//     server read together, being decoded) has not sent, new arrivals
+//     wait, so that batches read at about the same time leave in one
+//     call instead of the first alone and the rest after its round trip.
+//     A call returning sends everything regardless, and a shard held for
+//     longer than Hold sends with the next message.
 //  3. A flush coalesces equal keys of one kind (N hits on one key = one
 //     INCRBY N; N reads of one key = one GET; token bucket steps are never
 //     merged, they keep their arrival order) and makes ONE backend call.
@@ -88,15 +86,14 @@ type Options struct {
 	// decision instead of 0.2) and no latency was won; at 200 callers the
 	// batches pass it and keep MaxInFlight calls busy.
 	ParallelMin int
-	// CohortHold bounds how long a shard holds new arrivals for cohorts
-	// not yet complete (see Cohort); default 250µs. A cohort completes in
+	// Hold bounds how long a shard holds new arrivals for decisions
+	// announced by Expect; default 250µs. A batch sends within
 	// microseconds, but those of many connections may overlap without a
 	// gap for as long as load lasts. It is checked when a message reaches
 	// the shard, which under such load is all the time. At 50 callers
-	// with 3 descriptors, bounding the hold instead by 8 cohort
-	// completions made 1.7 times the round trips, and by ParallelMin keys
-	// waiting 2.4 times.
-	CohortHold time.Duration
+	// with 3 descriptors, bounding the hold instead by 8 completions made
+	// 1.7 times the round trips, and by ParallelMin keys waiting 2.4 times.
+	Hold time.Duration
 	// CallTimeout bounds one backend call; default 1s.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
@@ -109,8 +106,8 @@ func (o Options) Validate() error {
 		return errors.New("actors: a Backend is required")
 	case o.Shards < 0 || o.MaxInFlight < 0 || o.ParallelMin < 0:
 		return fmt.Errorf("actors: shards (%d), max in flight (%d) and parallel minimum (%d) must not be negative", o.Shards, o.MaxInFlight, o.ParallelMin)
-	case o.CallTimeout < 0 || o.CohortHold < 0:
-		return fmt.Errorf("actors: call timeout (%v) and cohort hold (%v) must not be negative", o.CallTimeout, o.CohortHold)
+	case o.CallTimeout < 0 || o.Hold < 0:
+		return fmt.Errorf("actors: call timeout (%v) and hold (%v) must not be negative", o.CallTimeout, o.Hold)
 	}
 	if err := o.Pipeline.validate(); err != nil {
 		return fmt.Errorf("actors: pipeline: %w", err)
@@ -151,7 +148,7 @@ func (o *Options) pipeline(b int) Pipeline {
 }
 
 // EnsureDefaults fills the fields left zero (shards, calls in flight, call
-// timeout, cohort hold, logger) and returns o.
+// timeout, hold, logger) and returns o.
 func (o *Options) EnsureDefaults() *Options {
 	if o.Shards == 0 {
 		o.Shards = 4 * runtime.GOMAXPROCS(0)
@@ -165,8 +162,8 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.ParallelMin == 0 {
 		o.ParallelMin = 16
 	}
-	if o.CohortHold == 0 {
-		o.CohortHold = 250 * time.Microsecond
+	if o.Hold == 0 {
+		o.Hold = 250 * time.Microsecond
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -192,8 +189,8 @@ type Router struct {
 	closed   bool
 	stopping atomic.Bool
 
-	// holds: some lane makes network calls, so a Cohort's increments are
-	// worth holding until the cohort is complete.
+	// holds: some lane makes network calls, so decisions announced by
+	// Expect are worth waiting for.
 	holds bool
 	// expecting counts the decisions announced by Expect that have not
 	// sent their increments yet.
@@ -252,9 +249,9 @@ func New(o Options) (*Router, error) {
 	return r, nil
 }
 
-// HoldsCohorts reports whether a Cohort changes anything: some lane makes
-// network calls.
-func (r *Router) HoldsCohorts() bool { return r.holds }
+// Holds reports whether Expect changes anything: some lane makes network
+// calls.
+func (r *Router) Holds() bool { return r.holds }
 
 // Shards is the number of shards.
 func (r *Router) Shards() int { return len(r.pids) }
@@ -273,13 +270,7 @@ type item struct {
 	reply chan<- error
 }
 
-// incrementMsg is one decision's items for one shard. held: the decision
-// belongs to a Cohort not yet complete, and its shard waits for the
-// cohort's releaseMsg before sending a call that nothing else opened.
-type incrementMsg struct {
-	items []item
-	held  bool
-}
+type incrementMsg struct{ items []item }
 
 // call is what one Increment needs, pooled: a decision would otherwise
 // allocate a channel, its messages, their items and a timer. The messages
@@ -294,7 +285,6 @@ type call struct {
 	msgs  []incrementMsg
 	items []item
 	shard []int
-	sent  []int
 }
 
 var calls = sync.Pool{New: func() any { return &call{reply: make(chan error, 4)} }}
@@ -319,30 +309,18 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 		calls.Put(c)
 		return ErrClosed
 	}
-	var m *member
-	var e *expected
-	if r.holds {
-		m = memberOf(ctx)
-		e, _ = ctx.Value(expectKey{}).(*expected)
-	}
-	var one [1]int
-	var held []int
 	if len(ops) == 1 {
 		c.one[0] = item{&ops[0], c.reply}
 		c.msg.items = c.one[:]
-		c.msg.held = m != nil
-		one[0] = r.ShardOf(ops[0].Key)
-		held = one[:]
-		r.system.Root.Send(r.pids[one[0]], &c.msg)
+		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &c.msg)
 	} else {
-		held = r.sendGrouped(ops, c, m != nil)
+		r.sendGrouped(ops, c)
 	}
 	r.mu.RUnlock()
-	if m != nil {
-		m.c.in(r, held) // the claimed member is in
-	}
-	if e != nil {
-		e.done()
+	if r.holds {
+		if e, ok := ctx.Value(expectKey{}).(*expected); ok {
+			e.done()
+		}
 	}
 
 	var first error
@@ -399,8 +377,7 @@ func (c *call) release() {
 
 // sendGrouped sends one message per shard touched by ops, each listing its
 // ops in request order, built in c's reusable buffers.
-// It returns the shards it sent to.
-func (r *Router) sendGrouped(ops []engine.Increment, c *call, held bool) []int {
+func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
 	shardOf := c.shard[:0]
 	for i := range ops {
 		shardOf = append(shardOf, r.ShardOf(ops[i].Key))
@@ -411,13 +388,11 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call, held bool) []int {
 	// the first send: a sent message points into them.
 	items := slices.Grow(c.items[:0], len(ops))
 	msgs := slices.Grow(c.msgs[:0], len(ops))
-	sent := c.sent[:0]
 	for i := range ops {
 		sh := shardOf[i]
 		if sh < 0 {
 			continue // sent with an earlier op of the same shard
 		}
-		sent = append(sent, sh)
 		from := len(items)
 		for j := i; j < len(ops); j++ {
 			if shardOf[j] == sh {
@@ -425,18 +400,17 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call, held bool) []int {
 				shardOf[j] = -1
 			}
 		}
-		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)], held: held})
+		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)]})
 		r.system.Root.Send(r.pids[sh], &msgs[len(msgs)-1])
 	}
-	c.items, c.msgs, c.sent = items, msgs, sent
-	return sent
+	c.items, c.msgs = items, msgs
 }
 
 // Expect announces a decision whose increments are on their way: a batch
 // of requests read together from one connection, still being decoded and
 // matched. Until its Increment (called with the returned context) has sent
 // them, or done is called, shards with a network lane open no call for new
-// arrivals, for at most CohortHold: decisions of other connections read
+// arrivals, for at most Hold: decisions of other connections read
 // meanwhile leave in the same call instead of the next one. done may be
 // called more than once, and must be called if Increment may not be.
 // Without a network lane Expect changes nothing.
@@ -482,18 +456,6 @@ func (e *expected) done() {
 
 // expectDone tells a shard that no announced decision is on its way.
 type expectDone struct{}
-
-// release sends one releaseMsg per held message of a complete cohort.
-func (r *Router) release(held []int) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.closed {
-		return // the shards answered everything they held
-	}
-	for _, sh := range held {
-		r.system.Root.Send(r.pids[sh], releaseMsg{})
-	}
-}
 
 // Close stops the shards. Queued increments are answered with ErrClosed;
 // calls in flight finish (or are cancelled after the call timeout) and answer

@@ -492,7 +492,7 @@ func TestOptionsValidate(t *testing.T) {
 		{},
 		{Backend: func(int) engine.Backend { return nil }, Shards: -1},
 		{Backend: func(int) engine.Backend { return nil }, Pipeline: actors.Pipeline{Window: -time.Second}},
-		{Backend: func(int) engine.Backend { return nil }, CohortHold: -time.Second},
+		{Backend: func(int) engine.Backend { return nil }, Hold: -time.Second},
 	} {
 		if _, err := actors.New(o); err == nil {
 			t.Errorf("%+v: no error", o)

@@ -52,12 +52,6 @@ type shard struct {
 	// pending mirrors the number of queued items for observers outside the
 	// actor (metrics, tests); the lanes remain the truth.
 	pending atomic.Int64
-	// holds counts held messages whose cohort is not complete: while there
-	// are any, the shard opens no call for new arrivals (see Cohort), for
-	// at most CohortHold since holdStart (the first hold, or the last call
-	// opened while held).
-	holds     int
-	holdStart time.Time
 	// waitSince is when the shard first held new arrivals for decisions
 	// announced by Router.Expect, since its last call; zero when it has not.
 	waitSince time.Time
@@ -66,12 +60,6 @@ type shard struct {
 func (s *shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *incrementMsg:
-		if m.held {
-			if s.holds == 0 {
-				s.holdStart = time.Now()
-			}
-			s.holds++
-		}
 		var touched [2]bool
 		for _, it := range m.items {
 			b := 0
@@ -92,15 +80,6 @@ func (s *shard) Receive(ctx actor.Context) {
 			s.lanes[m.backend].inFlight--
 		}
 		s.maybeFlush(ctx, m.backend, true)
-	case releaseMsg:
-		// After a restart (failAll) a release of a cohort held before it
-		// may end a newer cohort's hold early: a smaller batch, no more.
-		if s.holds > 0 {
-			s.holds--
-		}
-		for b := range s.lanes {
-			s.maybeFlush(ctx, b, false)
-		}
 	case expectDone:
 		for b := range s.lanes {
 			s.maybeFlush(ctx, b, false)
@@ -117,7 +96,6 @@ func (s *shard) Receive(ctx actor.Context) {
 
 // failAll answers every waiter the shard still holds.
 func (s *shard) failAll(err error) {
-	s.holds = 0
 	s.waitSince = time.Time{}
 	for b := range s.lanes {
 		l := &s.lanes[b]
@@ -138,10 +116,10 @@ func (s *shard) failAll(err error) {
 
 // maybeFlush sends the lane's batch if the backend may take another call.
 // now says a call has just returned or a window elapsed: what waited leaves.
-// Otherwise (new arrivals, or a cohort complete) a batch leaves at once
-// only if no call is out or it has ParallelMin keys; with a pipeline window
-// a new batch waits for the window first, unless it is already full, and
-// nothing new leaves while a cohort holds the shard.
+// Otherwise (new arrivals, or an expected decision sent) a batch leaves at
+// once only if no call is out or it has ParallelMin keys; with a pipeline
+// window a new batch waits for the window first, unless it is already full,
+// and nothing new leaves while an expected decision holds the shard.
 func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	l := &s.lanes[b]
 	o := &s.r.o
@@ -149,7 +127,7 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
 		full := p.full(len(l.pending))
 		if !now && !full && s.work[b] != nil && s.held() {
-			return // the cohort's release, or the expected decision, sends it
+			return // the expected decision sends it
 		}
 		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
 			// A call is out: what arrives rides with the next one, sent
@@ -194,14 +172,10 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 	}
 }
 
-// held reports whether cohorts not yet complete, or decisions announced
-// by Router.Expect, hold the shard's network lanes, each for at most
-// CohortHold since it began (or since the shard's last call).
+// held reports whether decisions announced by Router.Expect hold the
+// shard's network lanes: for at most Hold since the shard first waited for
+// them after its last call.
 func (s *shard) held() bool {
-	hold := s.r.o.CohortHold
-	if s.holds > 0 && time.Since(s.holdStart) < hold {
-		return true
-	}
 	if s.r.expecting.Load() == 0 {
 		return false
 	}
@@ -209,15 +183,12 @@ func (s *shard) held() bool {
 		s.waitSince = time.Now()
 		return true
 	}
-	return time.Since(s.waitSince) < hold
+	return time.Since(s.waitSince) < s.r.o.Hold
 }
 
 // flush makes one backend call for batch: inline for a backend without I/O,
 // otherwise on one of the lane's workers.
 func (s *shard) flush(b int, batch []item) {
-	if s.holds > 0 {
-		s.holdStart = time.Now()
-	}
 	s.waitSince = time.Time{}
 	uniq, slot := coalesce(batch)
 	if s.work[b] == nil {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
@@ -56,17 +55,12 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		o.Batches = map[string]h2grpc.BatchMethod{
 			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: n.countedBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rls.nativeBatch(bd)),
 		}
-		if s.counters != nil && s.counters.router.HoldsCohorts() {
+		if s.counters != nil && s.counters.router.Holds() {
 			// From the moment a batch is read until its increments are
 			// sent, the counters hold their backend calls for it, so that
 			// calls other connections sent meanwhile share one.
 			o.Announce = s.counters.router.Expect
 		}
-	}
-	if s.counters != nil && s.counters.router.HoldsCohorts() {
-		// Calls read together send their counter updates together: one
-		// backend call, and their answers in one write.
-		o.Cohort = func(n int) h2grpc.Cohort { return actors.NewCohort(n) }
 	}
 	return h2grpc.NewServer(o)
 }
@@ -93,8 +87,8 @@ func (n *listeners) countedBatch(full string, b h2grpc.BatchMethod) h2grpc.Batch
 	}
 }
 
-// BatchDecider is a Decider that decides requests read together in one go
-// (engine.Service; not the tracing wrapper, whose spans are per call).
+// BatchDecider is a Decider that decides requests read together in one go,
+// as engine.Service does.
 type BatchDecider interface {
 	ShouldRateLimitBatch(ctx context.Context, items []engine.BatchItem)
 }

@@ -75,7 +75,7 @@ func TestShardQueueDepthMetric(t *testing.T) {
 	}
 	// The first decision's call blocks in Redis; every later one waits in
 	// the shard's queue behind it. (Sent together, they could be read as
-	// one cohort and leave in one call.)
+	// one batch and leave in one call.)
 	wg.Add(1)
 	go send(0)
 	waitFor(t, "the first call blocked in Redis", func() bool {

@@ -26,11 +26,11 @@ const (
 	defaultFrameSize = 16384
 	// readBufSize is the connection reader's buffer.
 	readBufSize = 32 << 10
-	// maxCohort bounds the frames read while calls (or a PING
+	// maxHeld bounds the frames read while calls (or a PING
 	// acknowledgement) wait for the end of a read, and so the calls of
-	// one cohort: the first of them waits for the reader to reach the
+	// one batch: the first of them waits for the reader to reach the
 	// last.
-	maxCohort = 64
+	maxHeld = 64
 )
 
 var clientPreface = []byte(http2.ClientPreface)
@@ -53,9 +53,6 @@ type stream struct {
 	dispatched bool
 	// streaming is the method of a server-streaming call (method is nil).
 	streaming StreamMethod
-	// cohort and member: the call arrived with others (Options.Cohort).
-	cohort Cohort
-	member int
 	// batch and path: the method may serve calls read together
 	// (Options.Batches). group is the calls of a batch, this one first,
 	// on the stream a worker is given, with the context and done of
@@ -264,9 +261,9 @@ func (c *conn) read() error {
 		if len(c.ready) > 0 || c.ackOwed {
 			// A peer that keeps the buffer full must not hold back the
 			// calls and the acknowledgement read first: at most
-			// maxCohort frames wait for the end of a read.
+			// maxHeld frames wait for the end of a read.
 			c.heldFrames++
-			if c.heldFrames >= maxCohort || !frameBuffered(br) {
+			if c.heldFrames >= maxHeld || !frameBuffered(br) {
 				c.endOfRead()
 			}
 		}
@@ -572,17 +569,11 @@ func (c *conn) endOfRead() {
 }
 
 // dispatchReady hands the complete unary calls read since the last time to
-// workers: two or more of a batch method go to one worker as a batch; two
-// or more others make a Cohort, when the server has one.
+// workers: two or more of a batch method go to one worker as a batch, the
+// others one per worker.
 func (c *conn) dispatchReady() {
 	if len(c.ready) > 1 {
 		c.dispatchBatch()
-	}
-	if len(c.ready) > 1 && c.s.o.Cohort != nil {
-		co := c.s.o.Cohort(len(c.ready))
-		for i, st := range c.ready {
-			st.cohort, st.member = co, i
-		}
 	}
 	for i, st := range c.ready {
 		c.s.dispatch(st)
@@ -672,9 +663,6 @@ func (c *conn) run(st *stream) {
 		return
 	}
 	ctx := c.ctx
-	if st.cohort != nil {
-		ctx = st.cohort.Join(ctx, st.member)
-	}
 	var cancel context.CancelFunc
 	if st.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, st.timeout)
@@ -683,10 +671,6 @@ func (c *conn) run(st *stream) {
 	resp, err := st.method(ctx, (*st.msg)[5:], append((*out)[:0], 0, 0, 0, 0, 0))
 	if cancel != nil {
 		cancel()
-	}
-	if st.cohort != nil {
-		// Before the answer is queued: writing may wait for the peer.
-		st.cohort.Leave(st.member)
 	}
 	c.release(st)
 	answer, code, desc := answerOf(resp, err)

@@ -45,16 +45,6 @@ type Call struct {
 // Their answers are written together once it returns.
 type BatchMethod func(ctx context.Context, calls []Call)
 
-// A Cohort is told which unary calls arrived together, in one read from a
-// connection, so that what serves them may treat them as a group (the rate
-// limit service sends their counter updates together). Join gives call i
-// its context before its method runs; Leave(i) is called as soon as the
-// method returns, before its answer is queued.
-type Cohort interface {
-	Join(ctx context.Context, i int) context.Context
-	Leave(i int)
-}
-
 // Options configure a Server. The zero value of each field takes its
 // default (see EnsureDefaults).
 type Options struct {
@@ -106,10 +96,6 @@ type Options struct {
 	// rate limit service uses it to hold its backend calls for the batch
 	// (actors.Router.Expect).
 	Announce func(ctx context.Context) (_ context.Context, done func())
-	// Cohort, if set, is called with n for every n ≥ 2 unary calls read
-	// from a connection at once (other than those served as a batch),
-	// before they are dispatched.
-	Cohort func(n int) Cohort
 	// Log receives connection errors at debug level (default: discarded).
 	Log *slog.Logger
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,25 +13,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
-
-// testCohort records what the server tells a Cohort.
-type testCohort struct {
-	n      int
-	mu     sync.Mutex
-	joined []int
-	left   chan int
-}
-
-type memberKey struct{}
-
-func (c *testCohort) Join(ctx context.Context, i int) context.Context {
-	c.mu.Lock()
-	c.joined = append(c.joined, i)
-	c.mu.Unlock()
-	return context.WithValue(ctx, memberKey{}, c)
-}
-
-func (c *testCohort) Leave(i int) { c.left <- i }
 
 // recordingConn keeps a copy of every write the server makes.
 type recordingConn struct {
@@ -76,30 +56,20 @@ func dialSettled(t *testing.T, addr string) *raw {
 	return r
 }
 
-// TestCallsReadTogether: calls that arrive in one read are dispatched as a
-// cohort (every member joins before its method runs and leaves after it),
-// and a PING read with them is acknowledged in the write of an answer, not
-// in a write of its own.
+// TestCallsReadTogether: calls that arrive in one read all run, and a PING
+// read with them is acknowledged in the write of an answer, not in a write
+// of its own.
 func TestCallsReadTogether(t *testing.T) {
-	cohorts := make(chan *testCohort, 4)
 	started := make(chan struct{}, 3)
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var writes [][]byte
 	_, addr := serveOn(t, Options{
 		Methods: map[string]Method{"/t.S/Echo": func(ctx context.Context, req, out []byte) ([]byte, error) {
-			if ctx.Value(memberKey{}) == nil {
-				t.Error("a call read with others runs without its cohort's context")
-			}
 			started <- struct{}{}
 			<-release
 			return append(out, req...), nil
 		}},
-		Cohort: func(n int) Cohort {
-			c := &testCohort{n: n, left: make(chan int, n)}
-			cohorts <- c
-			return c
-		},
 	}, func(ln net.Listener) net.Listener { return recordingListener{ln, &mu, &writes} })
 
 	r := dialSettled(t, addr)
@@ -154,35 +124,6 @@ func TestCallsReadTogether(t *testing.T) {
 		case *http2.PingFrame:
 			acked = f.IsAck() && f.Data == ping
 		}
-	}
-
-	var c *testCohort
-	select {
-	case c = <-cohorts:
-	default:
-		t.Fatal("no cohort for three calls read together")
-	}
-	if c.n != len(ids) {
-		t.Fatalf("cohort of %d, want %d", c.n, len(ids))
-	}
-	var left []int
-	for range ids {
-		select {
-		case i := <-c.left:
-			left = append(left, i)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("members left: %v", left)
-		}
-	}
-	slices.Sort(left)
-	c.mu.Lock()
-	joined := slices.Sorted(slices.Values(c.joined))
-	c.mu.Unlock()
-	if want := []int{0, 1, 2}; !slices.Equal(joined, want) || !slices.Equal(left, want) {
-		t.Errorf("joined %v, left %v; want each of %v once", joined, left, want)
-	}
-	if len(cohorts) > 0 {
-		t.Errorf("%d more cohorts", len(cohorts))
 	}
 
 	// The acknowledgement rode with an answer.

@@ -1,0 +1,129 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
+)
+
+// TestExpectHoldsUntilSent: while a decision announced by Expect has not
+// sent its increments, others wait at the shard; its Increment sends them
+// all in one call. done without an Increment lets them go too.
+func TestExpectHoldsUntilSent(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Hold: time.Hour, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	errs := make(chan error, 3)
+	send := func(ctx context.Context, key string) {
+		errs <- r.Increment(ctx, []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}})
+	}
+
+	ctx, done := r.Expect(context.Background())
+	go send(context.Background(), "a")
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	if n := b.calls.Load(); n != 0 {
+		t.Fatalf("%d backend calls while a decision is expected", n)
+	}
+	go send(ctx, "b")
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	done() // after its Increment: harmless
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("%d backend calls, want 1 for the held and the expected decision", n)
+	}
+
+	_, done = r.Expect(context.Background())
+	go send(context.Background(), "c")
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	done() // the expected decision sends nothing
+	done()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.calls.Load(); n != 2 {
+		t.Fatalf("%d backend calls, want 2", n)
+	}
+}
+
+// TestExpectInlineChangesNothing: without a network lane nothing is held.
+func TestExpectInlineChangesNothing(t *testing.T) {
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return memory.New(nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, done := r.Expect(context.Background())
+	defer done()
+	if err := r.Increment(context.Background(), []engine.Increment{{Key: "a", Hits: 1, TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExpectHeldAtClose: increments held for an expected decision that
+// never sends are answered when the router closes, and a late done is
+// harmless.
+func TestExpectHeldAtClose(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Hold: time.Hour, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, done := r.Expect(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}) }()
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, actors.ErrClosed) {
+		t.Fatalf("held at close: %v", err)
+	}
+	done()
+	if n := b.calls.Load(); n != 0 {
+		t.Fatalf("%d calls after close", n)
+	}
+}
+
+// TestExpectHoldBounded: a shard that expected decisions keep holding sends
+// what waits once it has held for long enough, so batches that keep
+// overlapping under load never hold a shard for good.
+func TestExpectHoldBounded(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Hold: time.Millisecond, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, done := r.Expect(context.Background())
+	defer done()
+	errs := make(chan error, 2)
+	go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "slow", Hits: 1}}) }()
+	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	// Longer than the shard holds: the next arrival sends both.
+	time.Sleep(5 * time.Millisecond)
+	go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "c", Hits: 1}}) }()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("held for good while a decision is expected")
+		}
+	}
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("%d backend calls, want one with both increments", n)
+	}
+}
