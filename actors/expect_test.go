@@ -15,11 +15,7 @@ import (
 // sent its increments, others wait at the shard; its Increment sends them
 // all in one call. done without an Increment lets them go too.
 func TestExpectHoldsUntilSent(t *testing.T) {
-	b := &slowBackend{mem: memory.New(nil)}
-	r, err := actors.New(actors.Options{Shards: 1, Hold: time.Hour, Backend: func(int) engine.Backend { return b }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, b := heldRouter(t, time.Hour)
 	defer r.Close()
 	errs := make(chan error, 3)
 	send := func(ctx context.Context, key string) {
@@ -74,11 +70,7 @@ func TestExpectInlineChangesNothing(t *testing.T) {
 // never sends are answered when the router closes, and a late done is
 // harmless.
 func TestExpectHeldAtClose(t *testing.T) {
-	b := &slowBackend{mem: memory.New(nil)}
-	r, err := actors.New(actors.Options{Shards: 1, Hold: time.Hour, Backend: func(int) engine.Backend { return b }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, b := heldRouter(t, time.Hour)
 	_, done := r.Expect(context.Background())
 	errs := make(chan error, 1)
 	go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}) }()
@@ -99,11 +91,7 @@ func TestExpectHeldAtClose(t *testing.T) {
 // what waits once it has held for long enough, so batches that keep
 // overlapping under load never hold a shard for good.
 func TestExpectHoldBounded(t *testing.T) {
-	b := &slowBackend{mem: memory.New(nil)}
-	r, err := actors.New(actors.Options{Shards: 1, Hold: time.Millisecond, Backend: func(int) engine.Backend { return b }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, b := heldRouter(t, time.Millisecond)
 	defer r.Close()
 	_, done := r.Expect(context.Background())
 	defer done()
@@ -126,4 +114,16 @@ func TestExpectHoldBounded(t *testing.T) {
 	if n := b.calls.Load(); n != 1 {
 		t.Fatalf("%d backend calls, want one with both increments", n)
 	}
+}
+
+// heldRouter is a router of one shard with a network lane that holds for
+// at most hold; the caller closes it.
+func heldRouter(t *testing.T, hold time.Duration) (*actors.Router, *slowBackend) {
+	t.Helper()
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Hold: hold, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, b
 }
