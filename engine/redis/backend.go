@@ -29,6 +29,9 @@ type Backend struct {
 	masked string // URL without credentials, for messages
 	client goredis.UniversalClient
 	conns  connCounter
+	// pipes keeps client's pipelines for reuse: one is three allocations,
+	// and Exec leaves it empty.
+	pipes sync.Pool
 
 	closed     atomic.Bool
 	closeOnce  sync.Once
@@ -183,29 +186,40 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 			return fmt.Errorf("redis: increment %q: TTL %s must be positive (EXPIRE 0 deletes the key)", batch[i].Key, batch[i].TTL)
 		}
 	}
-	cmds := make([]goredis.Cmder, len(batch))
-	pipe := b.client.Pipeline()
-	// The arguments of every INCRBY and EXPIRE share one array, and each
-	// key is boxed once for both: go-redis would allocate an argument slice
-	// per command and box the key twice.
-	args := make([]any, 0, 6*len(batch))
+	c := getCall(len(batch))
+	defer putCall(c)
+	cmds := c.cmds
+	pipe, _ := b.pipes.Get().(goredis.Pipeliner)
+	if pipe == nil {
+		pipe = b.client.Pipeline()
+	}
+	defer func() {
+		pipe.Discard()
+		b.pipes.Put(pipe)
+	}()
 	for i := range batch {
 		op := &batch[i]
 		switch op.Kind {
 		case engine.OpGet:
+			c.queueOn(ctx, pipe)
 			cmds[i] = pipe.Get(ctx, op.Key)
 		case engine.OpTokenBucket:
+			c.queueOn(ctx, pipe)
 			cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
 		default:
-			n := len(args)
-			key := any(op.Key)
-			args = append(args, "incrby", key, int64(op.Hits), "expire", key, engine.CeilSeconds(op.TTL))
-			incr := goredis.NewIntCmd(ctx, args[n:n+3:n+3]...)
-			_ = pipe.Process(ctx, incr)
-			_ = pipe.Process(ctx, goredis.NewBoolCmd(ctx, args[n+3:n+6:n+6]...))
+			// INCRBY and EXPIRE of every key live in the call's arrays and
+			// point at the key and hits in the batch: no allocation per key.
+			n := len(c.args)
+			c.ttls = append(c.ttls, engine.CeilSeconds(op.TTL))
+			c.args = append(c.args, "incrby", &op.Key, &op.Hits, "expire", &op.Key, &c.ttls[len(c.ttls)-1])
+			c.ints = append(c.ints, *goredis.NewIntCmd(ctx, c.args[n:n+3:n+3]...))
+			c.bools = append(c.bools, *goredis.NewBoolCmd(ctx, c.args[n+3:n+6:n+6]...))
+			incr := &c.ints[len(c.ints)-1]
 			cmds[i] = incr
+			c.queue = append(c.queue, incr, &c.bools[len(c.bools)-1])
 		}
 	}
+	c.queueOn(ctx, pipe)
 	_, err := pipe.Exec(ctx)
 	if err != nil && (!expected(err) || !onlyExpectedErrors(cmds)) {
 		return fmt.Errorf("redis: pipeline of %d keys: %w", len(batch), err)
@@ -233,6 +247,69 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 		batch[i].After = uint64(max(v, 0))
 	}
 	return nil
+}
+
+// call is the working memory of one IncrementBatch, pooled: the INCRBY and
+// EXPIRE commands of a whole batch and their arguments live in a few arrays
+// instead of three or four objects per key, and the arguments point at the
+// batch's keys and hits instead of boxing copies. It costs 3 allocations per
+// key otherwise, the most of any step of a decision on Redis.
+type call struct {
+	cmds  []goredis.Cmder // per batch entry, the command whose reply answers it
+	ints  []goredis.IntCmd
+	bools []goredis.BoolCmd
+	ttls  []int64
+	args  []any
+	queue []goredis.Cmder // commands not yet handed to the pipeline, in order
+}
+
+var calls sync.Pool
+
+// maxPooledKeys bounds the batches whose memory is kept for the next call:
+// a rare huge batch should not pin its arrays.
+const maxPooledKeys = 4096
+
+// getCall returns a call for a batch of n entries, with arrays big enough
+// that no append in IncrementBatch reallocates.
+func getCall(n int) *call {
+	c, _ := calls.Get().(*call)
+	if c == nil {
+		c = &call{}
+	}
+	if cap(c.cmds) < n {
+		c.cmds = make([]goredis.Cmder, n)
+		c.ints = make([]goredis.IntCmd, 0, n)
+		c.bools = make([]goredis.BoolCmd, 0, n)
+		c.ttls = make([]int64, 0, n)
+		c.args = make([]any, 0, 6*n)
+		c.queue = make([]goredis.Cmder, 0, 2*n)
+	}
+	c.cmds = c.cmds[:n]
+	return c
+}
+
+// putCall clears c, so that it holds on to no batch, and pools it.
+func putCall(c *call) {
+	if cap(c.cmds) > maxPooledKeys {
+		return
+	}
+	clear(c.cmds)
+	clear(c.ints)
+	clear(c.bools)
+	clear(c.args)
+	clear(c.queue)
+	c.ints, c.bools, c.ttls, c.args, c.queue = c.ints[:0], c.bools[:0], c.ttls[:0], c.args[:0], c.queue[:0]
+	calls.Put(c)
+}
+
+// queueOn hands the queued commands to pipe, keeping their order with the
+// commands that pipe's own methods queue.
+func (c *call) queueOn(ctx context.Context, pipe goredis.Pipeliner) {
+	if len(c.queue) > 0 {
+		_ = pipe.BatchProcess(ctx, c.queue...)
+		clear(c.queue)
+		c.queue = c.queue[:0]
+	}
 }
 
 // bucketScript is one GCRA step, engine.TokenBucketStep in Lua: KEYS[1] holds

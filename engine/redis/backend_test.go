@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -609,5 +610,87 @@ func TestReadsAndBucketSteps(t *testing.T) {
 	ttl := c.PTTL(ctx, "bucket").Val()
 	if least := time.Minute + 2*time.Millisecond - time.Since(sent) - time.Millisecond; ttl < least || ttl > time.Minute+time.Second {
 		t.Fatalf("bucket PTTL %v, want the 2 ms owed + a minute (at least %v after the time passed)", ttl, least)
+	}
+}
+
+// Commands are built in pooled arrays (see call): a batch must go out in
+// its own order, reads between increments included, and concurrent batches
+// of every size must not see each other's keys, hits or TTLs.
+func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
+	ctx := testCtx(t)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	b := newBackend(t, singleOptions(r))
+	c := r.Client(t)
+
+	batch := []engine.Increment{
+		{Key: "ordered", Kind: engine.OpGet},
+		{Key: "ordered", Hits: 2, TTL: time.Minute},
+		{Key: "other", Hits: 1, TTL: time.Hour},
+		{Key: "ordered", Kind: engine.OpGet},
+		{Key: "other", Kind: engine.OpGet},
+	}
+	if err := b.IncrementBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, op := range batch {
+		got = append(got, op.After)
+	}
+	if want := []uint64{0, 2, 1, 2, 1}; !slices.Equal(got, want) {
+		t.Fatalf("answers %v, want %v (each read sees the increments before it)", got, want)
+	}
+	if ttl := c.TTL(ctx, "other").Val(); ttl != time.Hour {
+		t.Fatalf("TTL of other = %v, want 1h", ttl)
+	}
+
+	const workers, rounds = 6, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 1; n <= rounds; n++ {
+				// Sizes vary so pooled arrays are reused at other lengths.
+				size := 1 + (n*7+w)%23
+				batch := make([]engine.Increment, size)
+				for i := range batch {
+					batch[i] = engine.Increment{Key: fmt.Sprintf("w%d_k%d", w, i), Hits: uint64(w + 1), TTL: time.Duration(100+w) * time.Second}
+				}
+				if err := b.IncrementBatch(ctx, batch); err != nil {
+					errs <- err
+					return
+				}
+				for i, op := range batch {
+					if op.After%uint64(w+1) != 0 || op.After == 0 {
+						errs <- fmt.Errorf("worker %d key %d: After %d is not its own count", w, i, op.After)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w := 0; w < workers; w++ {
+		for i := 0; i < 23; i++ {
+			// Key i is in every batch of size > i.
+			var want int
+			for n := 1; n <= rounds; n++ {
+				if 1+(n*7+w)%23 > i {
+					want += w + 1
+				}
+			}
+			key := fmt.Sprintf("w%d_k%d", w, i)
+			if v, _ := c.Get(ctx, key).Int(); v != want {
+				t.Fatalf("%s = %d, want %d", key, v, want)
+			}
+			if ttl := c.TTL(ctx, key).Val(); want > 0 && ttl != time.Duration(100+w)*time.Second {
+				t.Fatalf("TTL of %s = %v, want %ds", key, ttl, 100+w)
+			}
+		}
 	}
 }
