@@ -165,7 +165,10 @@ func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
 				clear(batch)
 				l.pending = batch[:0]
 			} else {
-				l.pending = nil // the call out keeps batch; let the array go with it
+				// The call out keeps batch. The next batch is likely about
+				// as big: one array of that size instead of a doubling
+				// series as it arrives.
+				l.pending = make([]item, 0, n)
 			}
 		}
 		now = true
