@@ -260,7 +260,10 @@ type call struct {
 	bools []goredis.BoolCmd
 	ttls  []int64
 	args  []any
-	queue []goredis.Cmder // commands not yet handed to the pipeline, in order
+	// queue is the commands not yet handed to the pipeline, in order: one
+	// BatchProcess appends them at once, where one per key would grow the
+	// pipeline's own slice (empty after every Exec) by doubling.
+	queue []goredis.Cmder
 }
 
 var calls sync.Pool
@@ -297,8 +300,8 @@ func putCall(c *call) {
 	clear(c.ints)
 	clear(c.bools)
 	clear(c.args)
-	clear(c.queue)
-	c.ints, c.bools, c.ttls, c.args, c.queue = c.ints[:0], c.bools[:0], c.ttls[:0], c.args[:0], c.queue[:0]
+	// The queue is empty: IncrementBatch ends by handing it to the pipeline.
+	c.ints, c.bools, c.ttls, c.args = c.ints[:0], c.bools[:0], c.ttls[:0], c.args[:0]
 	calls.Put(c)
 }
 

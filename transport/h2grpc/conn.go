@@ -719,7 +719,7 @@ func (c *conn) runBatch(sts []*stream) {
 		// Nothing is written until every answer is queued: one write
 		// carries them all, unless they pass the output bound.
 		for !c.dead && len(c.out) > c.s.o.MaxOutput {
-			if !c.writing && !c.lingering {
+			if c.mayWriteLocked() {
 				c.flushLocked()
 				continue
 			}

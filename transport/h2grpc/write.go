@@ -173,27 +173,31 @@ func (c *conn) answerHTTPError(st *stream, code string) {
 // flushLocked makes the caller the writer if no write is in progress: it
 // writes until nothing is left. Called and returns with mu held.
 func (c *conn) flushLocked() {
-	if c.writing || c.dead || c.lingering || len(c.out) == 0 {
-		return
+	if c.mayWriteLocked() {
+		c.writing = true
+		c.writeLocked(false)
 	}
-	c.writing = true
-	c.writeLocked(false)
 }
 
 // flushNowLocked is flushLocked for a caller that queued everything it
 // had: its write need not wait for others' answers.
 func (c *conn) flushNowLocked() {
-	if c.writing || c.dead || c.lingering || len(c.out) == 0 {
-		return
+	if c.mayWriteLocked() {
+		c.writing = true
+		c.writeLocked(true)
 	}
-	c.writing = true
-	c.writeLocked(true)
+}
+
+// mayWriteLocked reports whether a write may start: there is output, the
+// connection takes it, and nobody is writing.
+func (c *conn) mayWriteLocked() bool {
+	return !c.writing && !c.dead && !c.lingering && len(c.out) > 0
 }
 
 // flushAsyncLocked has a goroutine of its own do the writing, for the
 // reader, which must keep reading.
 func (c *conn) flushAsyncLocked() {
-	if c.writing || c.dead || c.lingering || len(c.out) == 0 {
+	if !c.mayWriteLocked() {
 		return
 	}
 	c.writing = true
