@@ -17,4 +17,12 @@
 // Processes are started, awaited and measured through internal/testenv, as
 // the load-test scenarios do; latency percentiles are testenv.Percentile
 // (nearest rank). bench/odatabench is the OData measurement it runs.
+//
+// The generator is light on purpose, since it shares the machine with what it
+// measures. By default (-driver h2) it calls as a proxy's worker thread does:
+// one event loop per HTTP/2 connection, the requests' bytes built before the
+// run, no goroutine woken per call, so its CPU per call stays low and does not
+// grow with the server's latency. -driver grpc drives through grpc-go's
+// client instead, as a cross-check (and as ../shared/tools/rlload does).
+// -load drives one already running service, for profiles and traces.
 package main

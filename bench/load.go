@@ -68,6 +68,10 @@ type loadResult struct {
 
 func (r loadResult) rate() float64 { return float64(r.Decisions) / r.Elapsed.Seconds() }
 
+// driveGrace is how long a run waits for the calls in flight at its end
+// before it ends them by closing the connections.
+var driveGrace = 10 * time.Second
+
 // requestsPerCaller is how many distinct requests a caller cycles through;
 // they are built before the run so the driver spends its CPU on calls only.
 const requestsPerCaller = 256
@@ -87,6 +91,20 @@ func requests(w workload, i int) []*rlsv3.RateLimitRequest {
 		reqs[n] = r
 	}
 	return reqs
+}
+
+// driveFunc runs a closed loop of w.Callers against addrs for d after warmup.
+type driveFunc func(addrs []string, w workload, warmup, d time.Duration) (loadResult, error)
+
+// driverNamed is the -driver flag's load driver.
+func driverNamed(name string) (driveFunc, error) {
+	switch name {
+	case "grpc":
+		return drive, nil
+	case "h2":
+		return driveH2, nil
+	}
+	return nil, fmt.Errorf("-driver %q: want grpc or h2", name)
 }
 
 // drive runs a closed loop of w.Callers against addrs (connection i to
@@ -157,7 +175,7 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 	go func() { wg.Wait(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(10 * time.Second):
+	case <-time.After(driveGrace):
 		// A server that stopped answering must not hang the bench: closing
 		// the connections ends the calls in flight.
 		for _, c := range conns {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +39,8 @@ type flags struct {
 	compare   string
 	only      string
 	rounds    int
+	driver    string
+	load      string
 }
 
 func main() {
@@ -55,6 +58,8 @@ func main() {
 	flag.IntVar(&f.rounds, "rounds", 0, "measure every workload on every system this many times, interleaved, and report the medians (default 3 quick, 2 full)")
 	flag.StringVar(&f.only, "only", "", "measure only the workloads whose name contains this text (e.g. \"10 callers\"), and skip the in-process engine run")
 	flag.StringVar(&f.readme, "readme", "", "only put the -out results into this README's benchmark section (make bench-readme)")
+	flag.StringVar(&f.driver, "driver", "h2", "load driver: h2 (one event loop per connection, as a proxy's worker thread calls) or grpc (grpc-go's client, a goroutine per caller)")
+	flag.StringVar(&f.load, "load", "", "only drive the rate limit service already running at this gRPC address (rules for domain \"bench\" loaded) with the -only workloads, one -duration each, and print one JSON line per workload")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")
 	flag.StringVar(&f.noopDebug, "noop-debug", "", "internal: serve the no-op's memory statistics (/stats) on this address")
 	flag.Parse()
@@ -78,6 +83,12 @@ func main() {
 		if f.quick {
 			f.duration = 2 * time.Second
 		}
+	}
+	if f.load != "" {
+		if err := loadOnly(f); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	if f.rounds == 0 {
 		f.rounds = 2
@@ -178,4 +189,30 @@ func startProcess(name string, argv []string, env []string, addr, dir string) (*
 		return nil, fmt.Errorf("%w; log:\n%s", err, sp.LogTail(20))
 	}
 	return &process{name: name, addr: addr, p: sp}, nil
+}
+
+// loadOnly drives a running service: the bench's drivers on any server, to
+// look at one system under load (profiles, traces) without the whole run.
+func loadOnly(f flags) error {
+	ws, err := benchWorkloads(f.only)
+	if err != nil {
+		return err
+	}
+	driveFn, err := driverNamed(f.driver)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		res, err := driveFn([]string{f.load}, w, 500*time.Millisecond, f.duration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+		b, _ := json.Marshal(map[string]any{
+			"workload": w.String(), "driver": f.driver, "decisions_per_s": math.Round(res.rate()),
+			"errors": res.Errors, "first_error": res.FirstErr,
+			"p50_us": res.P50.Microseconds(), "p99_us": res.P99.Microseconds(), "driver_cpu_ms_per_1k": math.Round(res.DriverMs*10) / 10,
+		})
+		fmt.Println(string(b))
+	}
+	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func render(rows []row, eng *engineResult, took time.Duration) string {
+func render(rows []row, eng *engineResult, took time.Duration, driver string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Rate limit benchmark\n\n")
 	fmt.Fprintf(&b, "Machine: %s · commit %s · %s · %s per run · whole run %s\n\n",
@@ -33,13 +33,20 @@ func render(rows []row, eng *engineResult, took time.Duration) string {
 			fmt.Fprintf(&b, "\n- %s/%s %s: %s", r.system, r.backend, r.w, r.note)
 		}
 	}
-	b.WriteString("\n\nHow to read it: decisions/s is ShouldRateLimit calls answered per second by a closed loop of callers over 4 gRPC connections; " +
+	b.WriteString("\n\nHow to read it: decisions/s is ShouldRateLimit calls answered per second by a closed loop of callers over 4 gRPC connections, " + driverText[driver] + "; " +
 		"× no-op divides it by a grpc-go server that answers OK without any work at the same workload, the ceiling of a grpc-go server on this machine (sluice's own gRPC server costs less per call, so sluice can pass 1.0). " +
 		"Latency percentiles are by nearest rank (internal/testenv.Percentile, the same definition the load-test scenarios report). " +
 		"CPU is what the server (and Redis) processes used per 1,000 decisions, from /proc. Round trips are the pipelines Redis read (INFO total_reads_processed): " +
 		"below 1 means the shards batched many decisions into one call. Driver CPU is what the load driver itself (this program) spent per 1,000 calls: " +
 		"it shares the machine with the server, so the lighter it is the more the figures are the server's.\n")
 	return b.String()
+}
+
+// driverText says how each -driver calls.
+var driverText = map[string]string{
+	"h2": "driven the way a proxy's worker thread calls (-driver h2): one event loop per connection keeps its callers' calls in flight as HTTP/2 streams, " +
+		"writes the calls that are ready together and reads the answers as they come, with no goroutine woken per call",
+	"grpc": "driven by grpc-go's client (-driver grpc): a goroutine per caller, and the client's reader and writer goroutines per connection",
 }
 
 func fmtRate(r float64) string {

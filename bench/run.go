@@ -75,30 +75,13 @@ func run(ctx context.Context, f flags) error {
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
-	var workloads []workload
-	for _, callers := range []int{10, 50, 200} {
-		for _, shape := range []struct{ keys, desc int }{{1000, 1}, {1, 1}, {1000, 3}} {
-			workloads = append(workloads, workload{Callers: callers, Conns: 4, Keys: shape.keys, Descriptors: shape.desc})
-		}
+	workloads, err := benchWorkloads(f.only)
+	if err != nil {
+		return err
 	}
-	// The same load as the 200-caller, 1,000-key row, per algorithm; and
-	// the hot key for the bucket, whose steps are never merged.
-	workloads = append(workloads,
-		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "sliding_window"},
-		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "token_bucket"},
-		workload{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1, Algo: "token_bucket"},
-	)
-	if f.only != "" {
-		kept := workloads[:0]
-		for _, w := range workloads {
-			if strings.Contains(w.String(), f.only) {
-				kept = append(kept, w)
-			}
-		}
-		if len(kept) == 0 {
-			return fmt.Errorf("-only %q matches no workload", f.only)
-		}
-		workloads = kept
+	driveFn, err := driverNamed(f.driver)
+	if err != nil {
+		return err
 	}
 	warmup := time.Second
 	if f.quick {
@@ -197,7 +180,7 @@ func run(ctx context.Context, f flags) error {
 					_ = rc.FlushAll(ctx).Err()
 					redisOf = rc
 				}
-				r, err := measure(procs[i], redisOf, w, warmup, f.duration)
+				r, err := measure(procs[i], redisOf, w, warmup, f.duration, driveFn)
 				if err != nil {
 					return fmt.Errorf("%s %s, %s: %w", tg.system, tg.backend, w, err)
 				}
@@ -226,7 +209,7 @@ func run(ctx context.Context, f flags) error {
 	}
 	var scaleTable string
 	if f.scaleOut {
-		rows, err := scaleOut(ctx, tb, f.sluice, work, runtimeRoot, warmup, f.duration)
+		rows, err := scaleOut(ctx, tb, f.sluice, work, runtimeRoot, warmup, f.duration, driveFn)
 		if err != nil {
 			return fmt.Errorf("scale-out: %w", err)
 		}
@@ -242,7 +225,7 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("odata: %w", err)
 		}
 	}
-	table := render(rows, eng, time.Since(start)) + "\n" + scaleTable + odataTable
+	table := render(rows, eng, time.Since(start), f.driver) + "\n" + scaleTable + odataTable
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
@@ -310,8 +293,39 @@ func startPeer(command, extra, work, runtimeRoot, redisAddr string) (*process, e
 	return startProcess("peer", []string{"/bin/sh", "-c", command}, env, fmt.Sprintf("127.0.0.1:%d", port), work)
 }
 
+// benchWorkloads are the rate limit workloads, those whose name contains
+// only if it is not empty.
+func benchWorkloads(only string) ([]workload, error) {
+	var workloads []workload
+	for _, callers := range []int{10, 50, 200} {
+		for _, shape := range []struct{ keys, desc int }{{1000, 1}, {1, 1}, {1000, 3}} {
+			workloads = append(workloads, workload{Callers: callers, Conns: 4, Keys: shape.keys, Descriptors: shape.desc})
+		}
+	}
+	// The same load as the 200-caller, 1,000-key row, per algorithm; and
+	// the hot key for the bucket, whose steps are never merged.
+	workloads = append(workloads,
+		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "sliding_window"},
+		workload{Callers: 200, Conns: 4, Keys: 1000, Descriptors: 1, Algo: "token_bucket"},
+		workload{Callers: 200, Conns: 4, Keys: 1, Descriptors: 1, Algo: "token_bucket"},
+	)
+	if only == "" {
+		return workloads, nil
+	}
+	kept := workloads[:0]
+	for _, w := range workloads {
+		if strings.Contains(w.String(), only) {
+			kept = append(kept, w)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("-only %q matches no workload", only)
+	}
+	return kept, nil
+}
+
 // measure drives one workload and reads the process and Redis counters around it.
-func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration) (row, error) {
+func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration, driveFn driveFunc) (row, error) {
 	log.Printf("%s: %s", p.name, w)
 	var redisPID int
 	var before redisCounters
@@ -335,7 +349,7 @@ func measure(p *process, rc *goredis.Client, w workload, warmup, d time.Duration
 			s0.mallocs, _ = mallocs(p.debug)
 		}
 	})
-	res, err := drive([]string{p.addr}, w, warmup, d)
+	res, err := driveFn([]string{p.addr}, w, warmup, d)
 	timer.Stop()
 	if err != nil {
 		return row{}, err

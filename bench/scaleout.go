@@ -33,7 +33,7 @@ const exactTotal, exactLimit = 20000, 10000
 
 // scaleOut runs sluice replicas that share their counters: two on one Redis,
 // three on a 3-primary Redis Cluster.
-func scaleOut(ctx context.Context, tb *testenv.ProgramTB, bin, work, runtimeRoot string, warmup, d time.Duration) ([]scaleRow, error) {
+func scaleOut(ctx context.Context, tb *testenv.ProgramTB, bin, work, runtimeRoot string, warmup, d time.Duration, driveFn driveFunc) ([]scaleRow, error) {
 	var rows []scaleRow
 	for _, tp := range []struct {
 		name     string
@@ -60,7 +60,7 @@ func scaleOut(ctx context.Context, tb *testenv.ProgramTB, bin, work, runtimeRoot
 		if err != nil {
 			return nil, err
 		}
-		row, err := scaleOutOne(tp.name, tp.replicas, bin, work, runtimeRoot, urls, env, warmup, d)
+		row, err := scaleOutOne(tp.name, tp.replicas, bin, work, runtimeRoot, urls, env, warmup, d, driveFn)
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +69,7 @@ func scaleOut(ctx context.Context, tb *testenv.ProgramTB, bin, work, runtimeRoot
 	return rows, nil
 }
 
-func scaleOutOne(name string, replicas int, bin, work, runtimeRoot string, redisAddrs, env []string, warmup, d time.Duration) (scaleRow, error) {
+func scaleOutOne(name string, replicas int, bin, work, runtimeRoot string, redisAddrs, env []string, warmup, d time.Duration, driveFn driveFunc) (scaleRow, error) {
 	var procs []*process
 	defer func() {
 		for _, p := range procs {
@@ -97,7 +97,7 @@ func scaleOutOne(name string, replicas int, bin, work, runtimeRoot string, redis
 	w := workload{Callers: 200, Conns: 2 * replicas, Keys: 1000, Descriptors: 1}
 	var cpu0 float64
 	timer := time.AfterFunc(warmup, func() { cpu0 = cpuOf(pids) })
-	res, err := drive(addrs, w, warmup, d)
+	res, err := driveFn(addrs, w, warmup, d)
 	timer.Stop()
 	if err != nil {
 		return scaleRow{}, err
