@@ -213,10 +213,11 @@ func (c *counters) Close() error {
 	return errors.Join(c.router.Close(), c.back.Close())
 }
 
-// defaultInFlight caps the default calls in flight per shard. Beyond the
-// first, a call leaves only with a batch of actors' ParallelMin keys, so more
-// calls do not mean more round trips at low load; at 50 and 200 callers on
-// the 2-core bench 4 calls gave the most decisions per CPU second.
+// defaultInFlight caps the default calls in flight per shard: at 50 and 200
+// callers on the 2-core bench 4 calls gave the most decisions per CPU second.
+// At low load more calls do not mean many more round trips, because the
+// batches the gRPC server reads together are held together (actors'
+// Router.Expect).
 const defaultInFlight = 4
 
 // maxInFlight is how many backend calls one shard may have outstanding: the
