@@ -35,8 +35,10 @@ import (
 // No goroutine is woken per call, so what the driver takes from the machine
 // does not grow with the server's latency, as grpc-go's client does (a
 // caller goroutine, the connection's reader and its writer hand every call
-// along). The requests' bytes are built before the run; HPACK fields are
-// written as never-indexed literals, so one header block serves every call.
+// along). The requests' bytes are built before the run. Header blocks use
+// HPACK's dynamic table as real clients do: the first call of a connection
+// adds its fields to the table, and every later call's block is the same few
+// index bytes.
 
 const h2Path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
@@ -56,7 +58,8 @@ type h2Conn struct {
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	fr       *http2.Framer
-	header   []byte // the request header block
+	first    []byte // the first call's header block: literals the table keeps
+	header   []byte // every later call's header block: indexes into the table
 	phase    *atomic.Int32
 	calls    []h2Call
 	inFlight map[uint32]int // stream → index in calls
@@ -163,13 +166,19 @@ func newH2Conn(c net.Conn, authority string, phase *atomic.Int32) *h2Conn {
 	})
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":path", h2Path}, {":authority", authority},
-		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
+	block := func() []byte {
+		hb.Reset()
+		for _, f := range [][2]string{
+			{":method", "POST"}, {":scheme", "http"}, {":path", h2Path}, {":authority", authority},
+			{"content-type", "application/grpc"}, {"te", "trailers"},
+		} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		return bytes.Clone(hb.Bytes())
 	}
-	hc.header = hb.Bytes()
+	// The same fields again find all of themselves in the table, so the
+	// second block is the one every later call sends.
+	hc.first, hc.header = block(), block()
 	return hc
 }
 
@@ -227,7 +236,11 @@ func (hc *h2Conn) send(i int) error {
 	hc.inFlight[id] = i
 	call.phase = hc.phase.Load()
 	call.start = time.Now()
-	if err := hc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hc.header, EndHeaders: true}); err != nil {
+	block := hc.header
+	if id == 1 {
+		block = hc.first
+	}
+	if err := hc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
 		return err
 	}
 	hc.sendWin -= int64(len(m))
@@ -242,6 +255,9 @@ func (hc *h2Conn) handle(f http2.Frame) error {
 		}
 		if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
 			hc.streamW = int64(v)
+		}
+		if v, ok := f.Value(http2.SettingHeaderTableSize); ok && v < 4096 {
+			return fmt.Errorf("the server limits the HPACK table to %d bytes; the driver's header blocks need the default 4096", v)
 		}
 		if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok && int(v) < len(hc.calls) {
 			return fmt.Errorf("the server allows %d streams per connection, the workload needs %d", v, len(hc.calls))

@@ -132,3 +132,20 @@ func TestEveryDriverIsNamedAndExplained(t *testing.T) {
 		t.Errorf("an unknown driver gives %v, want an error naming it", err)
 	}
 }
+
+// After a connection's first call, a call's header block is one index byte
+// per field, as with a real client's HPACK encoder, so servers are not
+// measured decoding literals that no client sends.
+func TestH2HeaderBlocksIndexAfterTheFirst(t *testing.T) {
+	var phase atomic.Int32
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	hc := newH2Conn(c1, "127.0.0.1:8081", &phase)
+	if len(hc.header) != 6 {
+		t.Fatalf("later header block is %d bytes (% x), want 6 indexes", len(hc.header), hc.header)
+	}
+	if len(hc.first) <= len(hc.header) {
+		t.Fatalf("first header block (%d bytes) should carry the literals", len(hc.first))
+	}
+}
