@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -118,14 +117,7 @@ func driveH2(addrs []string, w workload, warmup, d time.Duration) (loadResult, e
 			runErrs[i] = hc.run()
 		}()
 	}
-	time.Sleep(warmup)
-	cpu0, _ := testenv.CPUSeconds(os.Getpid())
-	phase.Store(1)
-	start := time.Now()
-	time.Sleep(d)
-	phase.Store(2)
-	elapsed := time.Since(start)
-	cpu1, _ := testenv.CPUSeconds(os.Getpid())
+	elapsed, cpu := measureWindow(&phase, warmup, d)
 	// A server that stopped answering must not hang the bench: a deadline on
 	// every connection ends its loop.
 	for _, hc := range conns {
@@ -146,7 +138,7 @@ func driveH2(addrs []string, w workload, warmup, d time.Duration) (loadResult, e
 		}
 	}
 	res.Decisions, res.Elapsed = uint64(len(lat)), elapsed
-	res.DriverMs = (cpu1 - cpu0) * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
+	res.DriverMs = cpu * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	res.P50, res.P99, res.P999 = testenv.Percentile(lat, 0.50), testenv.Percentile(lat, 0.99), testenv.Percentile(lat, 0.999)
 	return res, nil

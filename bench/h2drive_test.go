@@ -99,14 +99,18 @@ func TestDriveH2EndsWithoutAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	// Connections are held open, never read from nor answered.
+	held := make(chan net.Conn, 1)
 	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // read nothing, answer nothing
+		defer close(held)
+		for c, err := ln.Accept(); err == nil; c, err = ln.Accept() {
+			held <- c
+		}
+	}()
+	defer func() {
+		ln.Close()
+		for c := range held {
+			c.Close()
 		}
 	}()
 	start := time.Now()

@@ -107,6 +107,21 @@ func driverNamed(name string) (driveFunc, error) {
 	return nil, fmt.Errorf("-driver %q: want grpc or h2", name)
 }
 
+// measureWindow lets the callers warm up, then moves phase to 1 (measuring)
+// for d and to 2 (stop). It returns the window's length and the CPU seconds
+// this process, the driver, spent in it.
+func measureWindow(phase *atomic.Int32, warmup, d time.Duration) (time.Duration, float64) {
+	time.Sleep(warmup)
+	cpu0, _ := testenv.CPUSeconds(os.Getpid())
+	phase.Store(1)
+	start := time.Now()
+	time.Sleep(d)
+	phase.Store(2)
+	elapsed := time.Since(start)
+	cpu1, _ := testenv.CPUSeconds(os.Getpid())
+	return elapsed, cpu1 - cpu0
+}
+
 // drive runs a closed loop of w.Callers against addrs (connection i to
 // addrs[i % len(addrs)]) for d after warmup: few
 // connections, requests built up front, no per-call timers, so that the
@@ -163,14 +178,7 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 			mu.Unlock()
 		}()
 	}
-	time.Sleep(warmup)
-	cpu0, _ := testenv.CPUSeconds(os.Getpid())
-	phase.Store(1)
-	start := time.Now()
-	time.Sleep(d)
-	phase.Store(2)
-	elapsed := time.Since(start)
-	cpu1, _ := testenv.CPUSeconds(os.Getpid())
+	elapsed, cpu := measureWindow(&phase, warmup, d)
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
 	select {
@@ -187,7 +195,7 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 	if v, ok := firstErr.Load().(string); ok {
 		res.FirstErr = v
 	}
-	res.DriverMs = (cpu1 - cpu0) * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
+	res.DriverMs = cpu * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	res.P50, res.P99, res.P999 = testenv.Percentile(lat, 0.50), testenv.Percentile(lat, 0.99), testenv.Percentile(lat, 0.999)
 	return res, nil
