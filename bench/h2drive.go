@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // The event-loop driver calls the service the way a proxy's worker thread
@@ -66,10 +63,11 @@ type h2Conn struct {
 	sendWin  int64 // connection send window
 	streamW  int64 // a new stream's send window (the server's initial window)
 	recvd    int64 // DATA bytes received since the last WINDOW_UPDATE
-	status   []byte
-	resp     rlsv3.RateLimitResponse
-	dec      *hpack.Decoder
-	waiting  []int // callers whose next call waits for send window
+	// grpcStatus and httpStatus are the last header block's.
+	grpcStatus, httpStatus string
+	resp                   rlsv3.RateLimitResponse
+	dec                    *hpack.Decoder
+	waiting                []int // callers whose next call waits for send window
 
 	lat      []time.Duration
 	errs     uint64
@@ -80,17 +78,18 @@ type h2Conn struct {
 func driveH2(addrs []string, w workload, warmup, d time.Duration) (loadResult, error) {
 	var phase atomic.Int32
 	nconns := max(1, w.Conns)
-	conns := make([]*h2Conn, nconns)
-	capacity := int(min(d.Seconds()*200_000/float64(max(w.Callers, 1))+1024, 1<<20))
-	for i := range conns {
+	conns := make([]*h2Conn, 0, nconns)
+	defer func() {
+		for _, hc := range conns {
+			hc.c.Close()
+		}
+	}()
+	for i := range nconns {
 		c, err := net.Dial("tcp", addrs[i%len(addrs)])
 		if err != nil {
-			for _, hc := range conns[:i] {
-				hc.c.Close()
-			}
 			return loadResult{}, err
 		}
-		conns[i] = newH2Conn(c, addrs[i%len(addrs)], &phase)
+		conns = append(conns, newH2Conn(c, addrs[i%len(addrs)], &phase))
 	}
 	for i := 0; i < w.Callers; i++ {
 		hc := conns[i%nconns]
@@ -110,7 +109,7 @@ func driveH2(addrs []string, w workload, warmup, d time.Duration) (loadResult, e
 	var wg sync.WaitGroup
 	runErrs := make([]error, nconns)
 	for i, hc := range conns {
-		hc.lat = make([]time.Duration, 0, capacity*max(len(hc.calls), 1))
+		hc.lat = make([]time.Duration, 0, sampleCapacity(w, d)*max(len(hc.calls), 1))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -124,24 +123,20 @@ func driveH2(addrs []string, w workload, warmup, d time.Duration) (loadResult, e
 		hc.c.SetDeadline(time.Now().Add(driveGrace))
 	}
 	wg.Wait()
-	var res loadResult
 	var lat []time.Duration
+	var errs uint64
+	firstErr := ""
 	for i, hc := range conns {
-		hc.c.Close()
 		if err := runErrs[i]; err != nil {
 			return loadResult{}, fmt.Errorf("connection %d: %w", i, err)
 		}
 		lat = append(lat, hc.lat...)
-		res.Errors += hc.errs
-		if res.FirstErr == "" {
-			res.FirstErr = hc.firstErr
+		errs += hc.errs
+		if firstErr == "" {
+			firstErr = hc.firstErr
 		}
 	}
-	res.Decisions, res.Elapsed = uint64(len(lat)), elapsed
-	res.DriverMs = cpu * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	res.P50, res.P99, res.P999 = testenv.Percentile(lat, 0.50), testenv.Percentile(lat, 0.99), testenv.Percentile(lat, 0.999)
-	return res, nil
+	return newLoadResult(lat, errs, firstErr, elapsed, cpu), nil
 }
 
 func newH2Conn(c net.Conn, authority string, phase *atomic.Int32) *h2Conn {
@@ -152,8 +147,11 @@ func newH2Conn(c net.Conn, authority string, phase *atomic.Int32) *h2Conn {
 	}
 	hc.fr = http2.NewFramer(hc.bw, hc.br)
 	hc.dec = hpack.NewDecoder(4096, func(f hpack.HeaderField) {
-		if f.Name == "grpc-status" || (f.Name == ":status" && f.Value != "200") {
-			hc.status = append(hc.status[:0], f.Name+"="+f.Value...)
+		switch f.Name {
+		case "grpc-status":
+			hc.grpcStatus = f.Value
+		case ":status":
+			hc.httpStatus = f.Value
 		}
 	})
 	var hb bytes.Buffer
@@ -194,7 +192,8 @@ func (hc *h2Conn) run() error {
 	if err := hc.bw.Flush(); err != nil {
 		return err
 	}
-	for len(hc.inFlight) > 0 || len(hc.waiting) > 0 {
+	// Callers waiting for window matter only while the run goes on.
+	for len(hc.inFlight) > 0 || len(hc.waiting) > 0 && hc.phase.Load() != 2 {
 		f, err := hc.fr.ReadFrame()
 		if err != nil {
 			return err
@@ -295,15 +294,15 @@ func (hc *h2Conn) handle(f http2.Frame) error {
 		if !f.HeadersEnded() {
 			return errors.New("CONTINUATION frames are not expected from a rate limit service")
 		}
-		hc.status = hc.status[:0]
+		hc.grpcStatus, hc.httpStatus = "", ""
 		if _, err := hc.dec.Write(f.HeaderBlockFragment()); err != nil {
 			return fmt.Errorf("response headers: %w", err)
 		}
+		if hc.httpStatus != "" && hc.httpStatus != "200" {
+			return hc.finish(f.StreamID, "HTTP status "+hc.httpStatus)
+		}
 		if !f.StreamEnded() {
-			if len(hc.status) > 0 && string(hc.status) != "grpc-status=0" {
-				return hc.finish(f.StreamID, string(hc.status))
-			}
-			return nil
+			return nil // the answer's headers; its trailers end it
 		}
 		i, ok := hc.inFlight[f.StreamID]
 		if !ok {
@@ -311,8 +310,8 @@ func (hc *h2Conn) handle(f http2.Frame) error {
 		}
 		msg := hc.calls[i].msg
 		switch {
-		case string(hc.status) != "grpc-status=0":
-			return hc.finish(f.StreamID, "trailers: "+string(hc.status))
+		case hc.grpcStatus != "0":
+			return hc.finish(f.StreamID, "trailers: grpc-status="+hc.grpcStatus)
 		case len(msg) < 5 || int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5:
 			return hc.finish(f.StreamID, fmt.Sprintf("answer of %d bytes is not one gRPC message", len(msg)))
 		}
@@ -344,9 +343,6 @@ func (hc *h2Conn) finish(id uint32, why string) error {
 		} else {
 			hc.lat = append(hc.lat, time.Since(call.start))
 		}
-	}
-	if hc.phase.Load() == 2 {
-		return nil
 	}
 	return hc.send(i)
 }

@@ -146,9 +146,7 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 		lat      []time.Duration
 		wg       sync.WaitGroup
 	)
-	// A caller keeps at most this many samples: enough for p99.9 at any rate
-	// this machine reaches, bounded in memory.
-	capacity := int(min(d.Seconds()*200_000/float64(w.Callers)+1024, 1<<20))
+	capacity := sampleCapacity(w, d)
 	for i := 0; i < w.Callers; i++ {
 		reqs := requests(w, i)
 		client := rlsv3.NewRateLimitServiceClient(conns[i%len(conns)])
@@ -191,12 +189,22 @@ func drive(addrs []string, w workload, warmup, d time.Duration) (loadResult, err
 		}
 		<-stopped
 	}
-	res := loadResult{Decisions: uint64(len(lat)), Errors: errs.Load(), Elapsed: elapsed}
-	if v, ok := firstErr.Load().(string); ok {
-		res.FirstErr = v
-	}
+	first, _ := firstErr.Load().(string)
+	return newLoadResult(lat, errs.Load(), first, elapsed, cpu), nil
+}
+
+// sampleCapacity is how many latency samples a caller keeps at most: enough
+// for p99.9 at any rate this machine reaches, bounded in memory.
+func sampleCapacity(w workload, d time.Duration) int {
+	return int(min(d.Seconds()*200_000/float64(max(w.Callers, 1))+1024, 1<<20))
+}
+
+// newLoadResult sums up a run: its successful calls' latencies (sorted
+// here), its failed calls, the measured window and the driver's CPU seconds.
+func newLoadResult(lat []time.Duration, errs uint64, firstErr string, elapsed time.Duration, cpu float64) loadResult {
+	res := loadResult{Decisions: uint64(len(lat)), Errors: errs, FirstErr: firstErr, Elapsed: elapsed}
 	res.DriverMs = cpu * 1000 / float64(max(res.Decisions+res.Errors, 1)) * 1000
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	res.P50, res.P99, res.P999 = testenv.Percentile(lat, 0.50), testenv.Percentile(lat, 0.99), testenv.Percentile(lat, 0.999)
-	return res, nil
+	return res
 }

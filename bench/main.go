@@ -194,11 +194,7 @@ func startProcess(name string, argv []string, env []string, addr, dir string) (*
 // loadOnly drives a running service: the bench's drivers on any server, to
 // look at one system under load (profiles, traces) without the whole run.
 func loadOnly(f flags) error {
-	ws, err := benchWorkloads(f.only)
-	if err != nil {
-		return err
-	}
-	driveFn, err := driverNamed(f.driver)
+	ws, driveFn, err := plan(f)
 	if err != nil {
 		return err
 	}

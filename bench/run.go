@@ -75,11 +75,7 @@ func run(ctx context.Context, f flags) error {
 	tb := testenv.NewProgramTB(work)
 	defer tb.RunCleanups()
 
-	workloads, err := benchWorkloads(f.only)
-	if err != nil {
-		return err
-	}
-	driveFn, err := driverNamed(f.driver)
+	workloads, driveFn, err := plan(f)
 	if err != nil {
 		return err
 	}
@@ -291,6 +287,16 @@ func startPeer(command, extra, work, runtimeRoot, redisAddr string) (*process, e
 		}
 	}
 	return startProcess("peer", []string{"/bin/sh", "-c", command}, env, fmt.Sprintf("127.0.0.1:%d", port), work)
+}
+
+// plan is what the flags ask to measure: the -only workloads and the -driver.
+func plan(f flags) ([]workload, driveFunc, error) {
+	ws, err := benchWorkloads(f.only)
+	if err != nil {
+		return nil, nil, err
+	}
+	driveFn, err := driverNamed(f.driver)
+	return ws, driveFn, err
 }
 
 // benchWorkloads are the rate limit workloads, those whose name contains

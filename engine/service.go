@@ -211,6 +211,16 @@ type decision struct {
 	ops      [3]Increment
 }
 
+// response is d's response with room for n statuses in d itself, or nil
+// (respond allocates) when d is nil or they do not fit.
+func (d *decision) response(n int) *Response {
+	if d == nil || n > len(d.statuses) {
+		return nil
+	}
+	d.resp.Statuses = d.statuses[:n:n]
+	return &d.resp
+}
+
 // ShouldRateLimit decides one request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
 	cfg, err := s.check(req)
@@ -244,12 +254,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 			return nil, BackendError(err)
 		}
 	}
-	var resp *Response
-	if d != nil {
-		resp = &d.resp
-		resp.Statuses = d.statuses[:len(infos):len(infos)]
-	}
-	return s.respond(req, infos, resp, now), nil
+	return s.respond(req, infos, d.response(len(infos)), now), nil
 }
 
 // BatchItem is one request of ShouldRateLimitBatch: Req in, and Resp or Err
@@ -332,12 +337,7 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, items []BatchItem) {
 			}
 			s.fill(p.infos, ops, nil)
 		}
-		var resp *Response
-		if len(p.infos) <= len(ds[i].statuses) {
-			resp = &ds[i].resp
-			resp.Statuses = ds[i].statuses[:len(p.infos):len(p.infos)]
-		}
-		items[i].Resp = s.respond(items[i].Req, p.infos, resp, now)
+		items[i].Resp = s.respond(items[i].Req, p.infos, ds[i].response(len(p.infos)), now)
 	}
 }
 
