@@ -170,11 +170,9 @@ func TestBatchingAndCoalescing(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: with MaxInFlight calls allowed, increments go out at once,
-// each in its own call, until that many are outstanding; only then do they
-// pile up, and the pile leaves as one batch when any call ends.
-// TestGroupCommit: with ParallelMin 1 every decision leaves at once while
-// fewer than MaxInFlight calls are out; then they pile up and leave as one.
+// TestGroupCommit: with ParallelMin 1 every decision leaves at once, each
+// in its own call, while fewer than MaxInFlight calls are out; only then do
+// they pile up, and the pile leaves as one batch when any call ends.
 func TestGroupCommit(t *testing.T) {
 	const inFlight = 3
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
