@@ -29,11 +29,7 @@ func TestExpectHoldsUntilSent(t *testing.T) {
 		t.Fatalf("%d backend calls while a decision is expected", n)
 	}
 	go send(ctx, "b")
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	wantAnswers(t, errs, 2, "the expected decision's Increment did not send the held one")
 	done() // after its Increment: harmless
 	if n := b.calls.Load(); n != 1 {
 		t.Fatalf("%d backend calls, want 1 for the held and the expected decision", n)
@@ -58,14 +54,7 @@ func TestExpectDoneReleases(t *testing.T) {
 	}
 	done() // the expected decision sends nothing
 	done()
-	select {
-	case err := <-errs:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("done did not let the held increment go")
-	}
+	wantAnswers(t, errs, 1, "done did not let the held increment go")
 	if n := b.calls.Load(); n != 1 {
 		t.Fatalf("%d backend calls, want 1", n)
 	}
@@ -120,18 +109,25 @@ func TestExpectHoldBounded(t *testing.T) {
 	// Longer than the shard holds: the next arrival sends both.
 	time.Sleep(5 * time.Millisecond)
 	go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "c", Hits: 1}}) }()
-	for range 2 {
+	wantAnswers(t, errs, 2, "held for good while a decision is expected")
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("%d backend calls, want one with both increments", n)
+	}
+}
+
+// wantAnswers waits for n answers on errs, each nil; stuck says what a
+// wait of 10 s without them means.
+func wantAnswers(t *testing.T, errs <-chan error, n int, stuck string) {
+	t.Helper()
+	for range n {
 		select {
 		case err := <-errs:
 			if err != nil {
 				t.Fatal(err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("held for good while a decision is expected")
+			t.Fatal(stuck)
 		}
-	}
-	if n := b.calls.Load(); n != 1 {
-		t.Fatalf("%d backend calls, want one with both increments", n)
 	}
 }
 
