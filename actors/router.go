@@ -272,6 +272,7 @@ type item struct {
 	reply chan<- error
 }
 
+// incrementMsg is one decision's items for one shard.
 type incrementMsg struct{ items []item }
 
 // call is what one Increment needs, pooled: a decision would otherwise

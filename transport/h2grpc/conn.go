@@ -219,7 +219,7 @@ func (c *conn) read() error {
 		{ID: http2.SettingMaxHeaderListSize, Val: o.MaxHeaderListSize},
 	})
 	c.out = appendWindowUpdate(c.out, 0, o.ConnWindow-defaultWindow)
-	c.flushLocked()
+	c.flushLocked(true)
 	c.mu.Unlock()
 
 	first := true
@@ -720,7 +720,7 @@ func (c *conn) runBatch(sts []*stream) {
 		// carries them all, unless they pass the output bound.
 		for !c.dead && len(c.out) > c.s.o.MaxOutput {
 			if c.mayWriteLocked() {
-				c.flushLocked()
+				c.flushLocked(true)
 				continue
 			}
 			c.cond.Wait()
@@ -728,7 +728,7 @@ func (c *conn) runBatch(sts []*stream) {
 		resp, code, msg := answerOf(calls[i].Out, calls[i].Err)
 		c.answerLocked(st, resp, code, msg)
 	}
-	c.flushNowLocked()
+	c.flushLocked(false) // every answer of the batch is queued
 	c.mu.Unlock()
 	for i, call := range calls {
 		if cap(call.Out) > 0 {
@@ -860,7 +860,7 @@ func (c *conn) goAway(code http2.ErrCode, msg string) {
 	for c.writing && !c.dead {
 		c.cond.Wait()
 	}
-	c.flushLocked()
+	c.flushLocked(true)
 	c.mu.Unlock()
 }
 

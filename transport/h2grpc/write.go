@@ -34,7 +34,7 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 	if fromReader {
 		c.flushAsyncLocked()
 	} else {
-		c.flushLocked()
+		c.flushLocked(true)
 	}
 }
 
@@ -171,20 +171,13 @@ func (c *conn) answerHTTPError(st *stream, code string) {
 }
 
 // flushLocked makes the caller the writer if no write is in progress: it
-// writes until nothing is left. Called and returns with mu held.
-func (c *conn) flushLocked() {
+// writes until nothing is left. yield lets the answers that became ready
+// with the caller's join its first write; a caller that queued everything
+// it had passes false. Called and returns with mu held.
+func (c *conn) flushLocked(yield bool) {
 	if c.mayWriteLocked() {
 		c.writing = true
-		c.writeLocked(false)
-	}
-}
-
-// flushNowLocked is flushLocked for a caller that queued everything it
-// had: its write need not wait for others' answers.
-func (c *conn) flushNowLocked() {
-	if c.mayWriteLocked() {
-		c.writing = true
-		c.writeLocked(true)
+		c.writeLocked(yield)
 	}
 }
 
@@ -205,26 +198,27 @@ func (c *conn) flushAsyncLocked() {
 	go func() {
 		defer c.writers.Done()
 		c.mu.Lock()
-		c.writeLocked(false)
+		c.writeLocked(true)
 		c.mu.Unlock()
 	}()
 }
 
 // writeLocked is the writer's loop: swap the buffers, write without the
-// lock, repeat while more piled up.
-func (c *conn) writeLocked(yielded bool) {
+// lock, repeat while more piled up; with yield, yield once first while the
+// output is small.
+func (c *conn) writeLocked(yield bool) {
 	for len(c.out) > 0 && !c.dead {
-		if !yielded && len(c.out) < yieldBelow {
+		if yield && len(c.out) < yieldBelow {
 			// Answers of one backend batch become ready together: let the
 			// other waiters that just woke add theirs, so that one write
 			// carries them all.
-			yielded = true
+			yield = false
 			c.mu.Unlock()
 			runtime.Gosched()
 			c.mu.Lock()
 			continue
 		}
-		yielded = true
+		yield = false
 		buf := c.out
 		c.out = c.spare[:0]
 		c.spare = nil
@@ -515,7 +509,7 @@ func (c *conn) runStream(st *stream) {
 	default:
 		c.endStreamLocked(st, trailers(code, msg))
 	}
-	c.flushLocked()
+	c.flushLocked(true)
 }
 
 // send writes one message of a streaming call, within the peer's windows;
@@ -537,6 +531,6 @@ func (c *conn) send(ctx context.Context, st *stream, frame []byte) error {
 		c.out = appendHeaders(c.out, st.id, respHeaders, false)
 	}
 	c.queueDataLocked(st, frame)
-	c.flushLocked()
+	c.flushLocked(true)
 	return nil
 }
