@@ -41,14 +41,22 @@ type stream struct {
 	c      *conn
 	id     uint32
 	method Method
-	// timeout is the grpc-timeout header, or 0.
-	timeout time.Duration
+	// deadline is when the grpc-timeout header, counted from the
+	// request's headers, runs out; zero without one.
+	deadline time.Time
 	// msg collects the request's DATA; held is its size, counted in the
 	// connection's buffered bytes until the method is done (-1: released).
 	msg  *[]byte
 	held int
 	// recvd counts DATA bytes against the stream window we granted.
 	recvd int64
+	// contentLength is the request's content-length, or -1.
+	contentLength int64
+	// remoteDone: the peer ended the stream (END_STREAM) or reset it.
+	remoteDone bool
+	// gzip: the request's grpc-encoding is gzip; coded: it named one, and
+	// the answer tells which we accept (grpc-accept-encoding).
+	gzip, coded bool
 	// dispatched: the request is complete and a worker owns the stream.
 	dispatched bool
 	// streaming is the method of a server-streaming call (method is nil).
@@ -71,6 +79,8 @@ type stream struct {
 	trailer    []byte             // trailers block to send after pending; nil while a stream's method runs
 	headerSent bool               // a streaming call's response HEADERS went out
 	cancel     context.CancelFunc // a streaming call's context, cancelled by RST_STREAM
+	answered   bool               // a batch call's status went out while its batch runs (deadline)
+	rstAfter   bool               // RST_STREAM(NO_ERROR) follows the answer: the request is still coming
 }
 
 func (st *stream) served() bool { return st.method != nil || st.streaming != nil }
@@ -103,6 +113,8 @@ type conn struct {
 	ready       []*stream // complete unary calls not yet dispatched
 	ackOwed     bool      // a PING acknowledgement waits in out for a write
 	heldFrames  int       // frames read since ready or ackOwed became non-empty
+	resets      ourResets // streams we reset while their request was coming
+	flood       floodGuard
 
 	mu   sync.Mutex
 	cond sync.Cond // output drained below MaxOutput, or the connection died
@@ -125,6 +137,8 @@ type conn struct {
 	peerInitWindow int64
 	peerMaxFrame   int
 	connSendWindow int64
+	// answers counts the answers queued, for the PING flood guard.
+	answers uint64
 	// draining: a GOAWAY went out; new streams are refused and the
 	// connection closes once live is empty.
 	started  bool // our SETTINGS are queued: frames may follow them
@@ -132,12 +146,6 @@ type conn struct {
 	phase2   bool          // the GOAWAY naming the last stream went out
 	drainAck chan struct{} // closed when the drain's PING is answered
 	closed   chan struct{}
-}
-
-// reqHeaders is what the reader keeps of a request's header block.
-type reqHeaders struct {
-	method, path, contentType, timeout, encoding string
-	pseudoDone, bad                              bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -298,23 +306,30 @@ func (c *conn) handle(f http2.Frame) error {
 			}
 			c.mu.Unlock()
 		} else {
-			// Written at the end of this read, or with the answers of
-			// the calls read with it (see endOfRead).
-			c.mu.Lock()
-			c.out = appendPing(c.out, f.Data)
-			c.mu.Unlock()
-			c.ackOwed = true
+			return c.onPing(f.Data)
 		}
 	case *http2.WindowUpdateFrame:
+		if c.idle(f.StreamID) {
+			return connError{http2.ErrCodeProtocol, fmt.Sprintf("WINDOW_UPDATE on idle stream %d", f.StreamID)}
+		}
 		return c.onWindowUpdate(f)
 	case *http2.RSTStreamFrame:
+		if c.idle(f.StreamID) {
+			return connError{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", f.StreamID)}
+		}
 		c.onReset(f.StreamID)
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream error, as a connection error: the stream may be
+			// idle, and RST_STREAM must not name an idle stream.
+			return connError{http2.ErrCodeProtocol, fmt.Sprintf("stream %d depends on itself", f.StreamID)}
+		}
 	case *http2.GoAwayFrame:
 		// The client opens no more streams; what it has open is answered.
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "a client sent PUSH_PROMISE"}
 	}
-	// PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
+	// Unknown frame types are ignored, as RFC 9113 asks.
 	return nil
 }
 
@@ -329,44 +344,13 @@ func (c *conn) onHeaders(f *http2.HeadersFrame) error {
 	c.lastID = id
 	c.mu.Unlock()
 	st := &stream{c: c, id: id}
-	c.hdrStream, c.hdr, c.hdrSize, c.hdrTooLarge = st, reqHeaders{}, 0, false
+	c.hdr.reset()
+	c.hdrStream, c.hdrSize, c.hdrTooLarge = st, 0, false
 	c.hdrRaw, c.hdrFrames, c.hdrEnd = 0, 0, f.StreamEnded()
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.hdr.malformed = "the stream depends on itself"
+	}
 	return c.onHeaderBlock(f.HeaderBlockFragment(), f.HeadersEnded())
-}
-
-// onField collects one decoded header field of the current block.
-func (c *conn) onField(f hpack.HeaderField) {
-	c.hdrSize += f.Size()
-	if c.hdrSize > c.s.o.MaxHeaderListSize {
-		c.hdrTooLarge = true
-		return
-	}
-	h := &c.hdr
-	if f.IsPseudo() {
-		if h.pseudoDone {
-			h.bad = true
-			return
-		}
-		switch f.Name {
-		case ":method":
-			h.method = f.Value
-		case ":path":
-			h.path = f.Value
-		case ":scheme", ":authority":
-		default:
-			h.bad = true
-		}
-		return
-	}
-	h.pseudoDone = true
-	switch f.Name {
-	case "content-type":
-		h.contentType = f.Value
-	case "grpc-timeout":
-		h.timeout = f.Value
-	case "grpc-encoding":
-		h.encoding = f.Value
-	}
 }
 
 // onHeaderBlock decodes a HEADERS or CONTINUATION fragment; at the end of
@@ -398,6 +382,15 @@ func (c *conn) onHeaderBlock(frag []byte, end bool) error {
 func (c *conn) open(st *stream) error {
 	o := &c.s.o
 	h := &c.hdr
+	st.remoteDone = c.hdrEnd
+	if !c.hdrTooLarge {
+		if h.checkRequest(c.hdrEnd); h.malformed != "" {
+			// A stream error (RFC 9113 section 8.1.1), without an answer.
+			o.Log.Debug("malformed gRPC request", "remote", c.nc.RemoteAddr().String(), "stream", st.id, "error", h.malformed)
+			c.resetStream(st.id, http2.ErrCodeProtocol)
+			return nil
+		}
+	}
 	c.mu.Lock()
 	refuse := c.phase2 || uint32(len(c.live)) >= o.MaxConcurrentStreams
 	if !refuse {
@@ -414,13 +407,13 @@ func (c *conn) open(st *stream) error {
 	switch {
 	case c.hdrTooLarge:
 		early, earlyMsg = codes.Internal, fmt.Sprintf("header list size exceeds the limit %d", o.MaxHeaderListSize)
-	case h.bad || h.method != "POST" || h.path == "":
-		c.answerHTTPError(st, "400")
+	case h.method != "POST":
+		c.answerHTTPError(st, "405", codes.Internal, fmt.Sprintf("grpc: the request's :method is %q, not POST", h.method), h.method == "HEAD")
 		return nil
 	case !isGRPCContentType(h.contentType):
-		c.answerHTTPError(st, "415")
+		c.answerHTTPError(st, "415", codes.InvalidArgument, fmt.Sprintf("grpc: invalid gRPC request content-type %q", h.contentType), false)
 		return nil
-	case h.encoding != "" && h.encoding != "identity":
+	case !c.acceptEncoding(st, h.encoding):
 		early, earlyMsg = codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", h.encoding)
 	case c.hdrEnd:
 		early, earlyMsg = codes.Internal, "grpc: the request has no message"
@@ -430,7 +423,9 @@ func (c *conn) open(st *stream) error {
 		if err != nil {
 			early, earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
 		}
-		st.timeout = max(d, 1) // "0m" is a deadline already past, not none
+		// Counted from the headers, as the client counts it from
+		// sending them. "0m" is a deadline already past, not none.
+		st.deadline = time.Now().Add(max(d, 1))
 	}
 	if early == codes.OK {
 		st.method, st.streaming = o.Methods[h.path], o.StreamMethods[h.path]
@@ -440,6 +435,7 @@ func (c *conn) open(st *stream) error {
 		if !st.served() {
 			early, earlyMsg = codes.Unimplemented, unknownMethod(h.path)
 		}
+		st.contentLength = h.contentLength
 	}
 	if early != codes.OK {
 		// Answered before any DATA: the rest of the request is not needed
@@ -481,17 +477,19 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	// other. Request memory is bounded by MaxRequestBytes instead.
 	c.giveBackLocked(n)
 	c.mu.Unlock()
-	if id > c.lastID {
+	if c.idle(id) {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
-	if st == nil || st.dispatched || !st.served() || st.held < 0 {
-		return nil // answered early, reset, ended or refused: dropped
+	if st == nil || st.remoteDone || !st.served() || st.held < 0 {
+		return c.dataNotServed(st, id) // answered early, reset, ended or refused
 	}
 	o := &c.s.o
 	st.recvd += int64(n)
 	if st.recvd > int64(o.MaxRecvMsgSize)+5 {
 		return connError{http2.ErrCodeFlowControl, fmt.Sprintf("stream %d sent past its window", id)}
 	}
+	ended := f.StreamEnded()
+	st.remoteDone = ended
 	data := f.Data()
 	c.mu.Lock()
 	full := c.buffered+int64(len(data)) > int64(o.MaxRequestBytes)
@@ -501,7 +499,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	c.mu.Unlock()
 	if full {
-		c.fail(st, f.StreamEnded(), codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
+		c.fail(st, ended, codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
 		return nil
 	}
 	if st.msg == nil {
@@ -509,23 +507,32 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	*st.msg = append(*st.msg, data...)
 	msg := *st.msg
+	if cl := st.contentLength; cl >= 0 && (int64(len(msg)) > cl || ended && int64(len(msg)) != cl) {
+		c.malformedData(st, fmt.Sprintf("%d bytes of DATA with a content-length of %d", len(msg), cl))
+		return nil
+	}
 	if len(msg) >= 5 {
-		if msg[0] != 0 {
-			// A compressed message without an accepted grpc-encoding.
-			c.fail(st, f.StreamEnded(), codes.Internal, "grpc: compressed flag set with identity or empty encoding")
+		if msg[0] > 1 || msg[0] == 1 && !st.gzip {
+			c.fail(st, ended, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
 			return nil
 		}
 		if size := binary.BigEndian.Uint32(msg[1:5]); int64(size) > int64(o.MaxRecvMsgSize) {
-			c.fail(st, f.StreamEnded(), codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, o.MaxRecvMsgSize))
+			c.fail(st, ended, codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, o.MaxRecvMsgSize))
 			return nil
 		}
 	}
-	if !f.StreamEnded() {
+	if !ended {
 		return nil
 	}
 	if len(msg) < 5 || int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5 {
 		c.fail(st, true, codes.Internal, "grpc: the request is not one whole message")
 		return nil
+	}
+	if msg[0] == 1 {
+		if code, why := c.inflate(st); code != codes.OK {
+			c.fail(st, true, code, why)
+			return nil
+		}
 	}
 	st.dispatched = true
 	c.calls.Add(1)
@@ -535,6 +542,18 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.ready = append(c.ready, st)
 	}
 	return nil
+}
+
+// malformedData resets a stream whose DATA makes the request malformed (a
+// stream error, RFC 9113 section 8.1.1), without an answer.
+func (c *conn) malformedData(st *stream, why string) {
+	c.release(st)
+	st.method, st.streaming = nil, nil
+	c.mu.Lock()
+	c.endLocked(st)
+	c.mu.Unlock()
+	c.resetStream(st.id, http2.ErrCodeProtocol)
+	c.s.o.Log.Debug("malformed gRPC request", "remote", c.nc.RemoteAddr().String(), "stream", st.id, "error", why)
 }
 
 // frameBuffered reports whether a whole frame is already read: if not, the
@@ -664,16 +683,27 @@ func (c *conn) run(st *stream) {
 	}
 	ctx := c.ctx
 	var cancel context.CancelFunc
-	if st.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, st.timeout)
+	if !st.deadline.IsZero() {
+		if ctx, cancel = context.WithDeadline(ctx, st.deadline); ctx.Err() != nil {
+			// Past its deadline already: not run, so nothing is counted.
+			cancel()
+			c.release(st)
+			c.finish(st, nil, codes.DeadlineExceeded, expiredMsg)
+			return
+		}
 	}
 	out := getBuf(256)
 	resp, err := st.method(ctx, (*st.msg)[5:], append((*out)[:0], 0, 0, 0, 0, 0))
-	if cancel != nil {
-		cancel()
-	}
 	c.release(st)
 	answer, code, desc := answerOf(resp, err)
+	if cancel != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The client has given up: whatever the method made of it,
+			// the call is over.
+			answer, code, desc = nil, codes.DeadlineExceeded, expiredMsg
+		}
+		cancel()
+	}
 	c.finish(st, answer, code, desc)
 	if cap(resp) > 0 {
 		*out = resp[:0]
@@ -689,33 +719,24 @@ func (c *conn) runBatch(sts []*stream) {
 	if done := sts[0].batchDone; done != nil {
 		defer done()
 	}
-	var longest time.Duration
-	for _, st := range sts {
-		if st.timeout == 0 {
-			longest = 0
-			break
-		}
-		longest = max(longest, st.timeout)
-	}
-	var cancel context.CancelFunc
-	if longest > 0 {
-		ctx, cancel = context.WithTimeout(ctx, longest)
-	}
-	calls := make([]Call, len(sts))
-	outs := make([]*[]byte, len(sts))
-	for i, st := range sts {
+	run, ctx, cancel, expiry := c.batchDeadlines(ctx, sts)
+	calls := make([]Call, len(run))
+	outs := make([]*[]byte, len(run))
+	for i, st := range run {
 		outs[i] = getBuf(256)
 		calls[i] = Call{In: (*st.msg)[5:], Out: append((*outs[i])[:0], 0, 0, 0, 0, 0)}
 	}
-	sts[0].batch(ctx, calls)
-	if cancel != nil {
-		cancel()
+	if len(run) > 0 {
+		sts[0].batch(ctx, calls)
 	}
+	cancel()
 	for _, st := range sts {
 		c.release(st)
 	}
+	var now time.Time // when the results came, if a call has a deadline
 	c.mu.Lock()
-	for i, st := range sts {
+	expiry.stopLocked()
+	for i, st := range run {
 		// Nothing is written until every answer is queued: one write
 		// carries them all, unless they pass the output bound.
 		for !c.dead && len(c.out) > c.s.o.MaxOutput {
@@ -725,8 +746,24 @@ func (c *conn) runBatch(sts []*stream) {
 			}
 			c.cond.Wait()
 		}
+		if st.answered {
+			continue
+		}
 		resp, code, msg := answerOf(calls[i].Out, calls[i].Err)
+		if !st.deadline.IsZero() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if !now.Before(st.deadline) {
+				resp, code, msg = nil, codes.DeadlineExceeded, expiredMsg
+			}
+		}
 		c.answerLocked(st, resp, code, msg)
+	}
+	for _, st := range sts {
+		if st.answered {
+			c.endLocked(st) // its status went out before
+		}
 	}
 	c.flushLocked(false) // every answer of the batch is queued
 	c.mu.Unlock()
@@ -741,6 +778,9 @@ func (c *conn) runBatch(sts []*stream) {
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
+	}
+	if err := c.settingsAllowed(); err != nil {
+		return err
 	}
 	// Only the last of each setting counts, so that a frame repeating one
 	// costs no more than a frame naming it once.
@@ -798,6 +838,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.connSendWindow += inc
 	} else if st := c.live[f.StreamID]; st != nil {
 		if st.sendWindow+inc > maxWindow {
+			c.resets.add(st.id, int(c.s.o.MaxConcurrentStreams))
 			c.out = appendRSTStream(c.out, st.id, http2.ErrCodeFlowControl)
 			c.resetLocked(st)
 		} else {
@@ -821,10 +862,13 @@ func (c *conn) onReset(id uint32) {
 		}
 	}
 	c.mu.Unlock()
+	c.resets.forget(id)
 	if st == nil {
 		return
 	}
-	if !st.dispatched && st.served() && st.held >= 0 {
+	receiving := !st.remoteDone && st.served() && st.held >= 0
+	st.remoteDone = true
+	if receiving {
 		c.release(st)
 		c.mu.Lock()
 		c.endLocked(st)
@@ -840,14 +884,6 @@ func (c *conn) resetLocked(st *stream) {
 		st.cancel()
 		c.cond.Broadcast()
 	}
-}
-
-// resetStream tells the peer to stop sending on a stream.
-func (c *conn) resetStream(id uint32, code http2.ErrCode) {
-	c.mu.Lock()
-	c.out = appendRSTStream(c.out, id, code)
-	c.flushAsyncLocked()
-	c.mu.Unlock()
 }
 
 // goAway sends a last GOAWAY before the connection closes on an error.

@@ -44,9 +44,22 @@
 // as bytes arrive, so interleaved large requests cannot starve each
 // other), frame size, header list size and header block frames, output
 // buffered per connection (appenders wait, and the reader stops reading,
-// above it), and the time one write may take (a peer that stops reading is
-// cut off). Graceful stops and connection age drain in two GOAWAY phases
-// separated by a PING round trip, as grpc-go does.
+// above it), the time one write may take (a peer that stops reading is
+// cut off), a gzip request's size once inflated, and the PING and
+// SETTINGS a peer may send with no calls between them (FloodLimits; GOAWAY
+// ENHANCE_YOUR_CALM past them). Graceful stops and connection age drain
+// in two GOAWAY phases separated by a PING round trip, as grpc-go does.
+//
+// To the letter of RFC 9113 and gRPC over HTTP/2: a malformed request
+// (sections 8.2 and 8.3: field names and values, pseudo-header fields,
+// connection-specific fields, te, content-length) is reset with
+// PROTOCOL_ERROR (headers.go); frames on idle streams and DATA on streams
+// the peer ended or reset are connection errors, DATA still in flight on
+// a stream we reset is dropped, and nothing is written on a closed stream
+// (streams.go). A request that is not gRPC gets an HTTP status with a
+// short text, as an HTTP server would. Requests may be gzip-coded
+// (compress.go); answers are not. Each call keeps its own deadline, also
+// inside a batch (deadline.go).
 //
 // Not done: a reset unary call's method is not cancelled (a context per
 // call would cost allocations on the hot path; it holds its slot until it

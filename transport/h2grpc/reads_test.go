@@ -197,9 +197,9 @@ func TestFrameBuffered(t *testing.T) {
 // among them, gets every acknowledgement and every answer, in order, even
 // when the acknowledgements pass the connection's output bound.
 func TestPingFlood(t *testing.T) {
-	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxOutput: 1024})
-	r := dialRaw(t, addr)
 	const rounds, pings = 10, 2000
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxOutput: 1024, Floods: FloodLimits{PingBurst: rounds * pings}})
+	r := dialRaw(t, addr)
 	done := make(chan error, 1)
 	go func() {
 		// Its own framer and encoder: the test reads r.fr meanwhile.

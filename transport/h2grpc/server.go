@@ -96,6 +96,9 @@ type Options struct {
 	// rate limit service uses it to hold its backend calls for the batch
 	// (actors.Router.Expect).
 	Announce func(ctx context.Context) (_ context.Context, done func())
+	// Floods bound the PING and SETTINGS frames a connection may send
+	// (see FloodLimits for the defaults).
+	Floods FloodLimits
 	// Log receives connection errors at debug level (default: discarded).
 	Log *slog.Logger
 }
@@ -129,6 +132,7 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	o.Floods.ensureDefaults()
 	return o
 }
 
@@ -149,6 +153,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: request bytes per connection (%d) must hold one message of the size limit (%d)", o.MaxRequestBytes, o.MaxRecvMsgSize)
 	case o.WriteTimeout < 0:
 		return fmt.Errorf("h2grpc: write timeout %v must not be negative", o.WriteTimeout)
+	case o.Floods.PingBurst < 0 || o.Floods.SettingsBurst < 0 || o.Floods.Interval < 0:
+		return fmt.Errorf("h2grpc: flood limits (PING burst %d, SETTINGS burst %d, interval %v) must not be negative", o.Floods.PingBurst, o.Floods.SettingsBurst, o.Floods.Interval)
 	case o.MaxConnectionAge < 0 || o.MaxConnectionAgeGrace < 0 || o.HandshakeTimeout < 0:
 		return fmt.Errorf("h2grpc: connection age (%v), grace (%v) and handshake timeout (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace, o.HandshakeTimeout)
 	}

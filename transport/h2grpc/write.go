@@ -46,10 +46,12 @@ func (c *conn) answerLocked(st *stream, resp []byte, code codes.Code, msg string
 		// PING acknowledgement).
 		c.endLocked(st)
 	case resp == nil:
-		c.out = appendHeaders(c.out, st.id, trailersOnly(code, msg), true)
+		c.answers++
+		c.out = appendHeaders(c.out, st.id, trailersOnlyFor(st, code, msg), true)
 		c.endLocked(st)
 	default:
-		c.out = appendHeaders(c.out, st.id, respHeaders, false)
+		c.answers++
+		c.out = appendHeaders(c.out, st.id, respHeadersFor(st), false)
 		c.queueDataLocked(st, resp)
 		tr := trailerOK
 		if code != codes.OK {
@@ -97,6 +99,15 @@ func (c *conn) endStreamLocked(st *stream, tr []byte) {
 		return
 	}
 	c.out = appendHeaders(c.out, st.id, tr, true)
+	c.endedLocked(st)
+}
+
+// endedLocked retires st, whose answer is complete: a request still
+// coming is reset (NO_ERROR: the answer is all there is).
+func (c *conn) endedLocked(st *stream) {
+	if st.rstAfter {
+		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeNo)
+	}
 	c.endLocked(st)
 }
 
@@ -136,7 +147,7 @@ func (c *conn) sendBlockedLocked() {
 			continue // a streaming call whose method still runs
 		}
 		c.out = appendHeaders(c.out, st.id, st.trailer, true)
-		c.endLocked(st)
+		c.endedLocked(st)
 	}
 	clear(c.blocked[len(kept):])
 	c.blocked = kept
@@ -153,19 +164,27 @@ func (c *conn) endLocked(st *stream) {
 	c.closeIfIdleLocked()
 }
 
-// answerHTTPError answers a request that is not gRPC with a bare HTTP
-// status, as grpc-go does, and asks the peer to stop sending.
-func (c *conn) answerHTTPError(st *stream, code string) {
-	var block []byte
-	if code == "400" {
-		block = []byte{0x80 | 12} // static table: :status 400
-	} else {
-		block = appendLiteral(nil, 8, "", code) // :status, by static name
+// answerHTTPError answers a request that is not gRPC with an HTTP status,
+// a short text saying why and the gRPC status grpc-go would give in the
+// trailers (for HEAD, only headers). A request still coming is then reset
+// (NO_ERROR), once the answer is complete. The reader calls it.
+func (c *conn) answerHTTPError(st *stream, status string, code codes.Code, msg string, head bool) {
+	block := appendLiteral(nil, 8, "", status) // :status, by static name
+	block = appendLiteral(block, 31, "", "text/plain; charset=utf-8")
+	if !st.remoteDone {
+		st.rstAfter = true
+		c.resets.add(st.id, int(c.s.o.MaxConcurrentStreams))
 	}
 	c.mu.Lock()
-	c.out = appendHeaders(c.out, st.id, block, true)
-	c.out = appendRSTStream(c.out, st.id, http2.ErrCodeNo)
-	c.endLocked(st)
+	c.answers++
+	if head {
+		c.out = appendHeaders(c.out, st.id, append(block, trailers(code, msg)...), true)
+		c.endedLocked(st)
+	} else {
+		c.out = appendHeaders(c.out, st.id, block, false)
+		c.queueDataLocked(st, []byte(msg+"\n"))
+		c.endStreamLocked(st, trailers(code, msg))
+	}
 	c.flushAsyncLocked()
 	c.mu.Unlock()
 }
@@ -314,12 +333,6 @@ func trailers(code codes.Code, msg string) []byte {
 	return b
 }
 
-// trailersOnly is a response that is only a status (HTTP/2 HEADERS with
-// END_STREAM).
-func trailersOnly(code codes.Code, msg string) []byte {
-	return append(append([]byte(nil), respHeaders...), trailers(code, msg)...)
-}
-
 // appendLiteral appends an HPACK "literal header field without indexing":
 // by static-table name index, or with a literal name when index is 0.
 func appendLiteral(b []byte, index uint64, name, value string) []byte {
@@ -465,8 +478,8 @@ func appendGoAway(b []byte, last uint32, code http2.ErrCode, debug []byte) []byt
 func (c *conn) runStream(st *stream) {
 	var ctx context.Context
 	var cancel context.CancelFunc
-	if st.timeout > 0 {
-		ctx, cancel = context.WithTimeout(c.ctx, st.timeout)
+	if !st.deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(c.ctx, st.deadline)
 	} else {
 		ctx, cancel = context.WithCancel(c.ctx)
 	}
@@ -504,7 +517,8 @@ func (c *conn) runStream(st *stream) {
 		c.blocked = slices.DeleteFunc(c.blocked, func(b *stream) bool { return b == st })
 		c.endLocked(st)
 	case !st.headerSent:
-		c.out = appendHeaders(c.out, st.id, trailersOnly(code, msg), true)
+		c.answers++
+		c.out = appendHeaders(c.out, st.id, trailersOnlyFor(st, code, msg), true)
 		c.endLocked(st)
 	default:
 		c.endStreamLocked(st, trailers(code, msg))
@@ -528,8 +542,9 @@ func (c *conn) send(ctx context.Context, st *stream, frame []byte) error {
 	}
 	if !st.headerSent {
 		st.headerSent = true
-		c.out = appendHeaders(c.out, st.id, respHeaders, false)
+		c.out = appendHeaders(c.out, st.id, respHeadersFor(st), false)
 	}
+	c.answers++
 	c.queueDataLocked(st, frame)
 	c.flushLocked(true)
 	return nil
