@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/sluice
 RUNDIR  := var/run
 
-.PHONY: build run test test-deps test-npm test-stress bench bench-full bench-readme lint clean image image-bin
+.PHONY: build run test test-deps test-npm h2spec test-stress bench bench-full bench-readme lint clean image image-bin
 
 # A static binary (CGO_ENABLED=0: nothing needs cgo, and it runs on scratch).
 build:
@@ -37,19 +37,36 @@ test-deps:
 	@scripts/test-deps.sh
 
 # The generic OData client from npm that odata/npmclient_test.go drives,
-# pinned by its package-lock.json; installed once. Without npm the test
-# skips loudly (and fails under SLUICE_REQUIRE_SERVERS=1).
+# and gRPC's JavaScript client (@grpc/grpc-js) that transport/grpcjs_test.go
+# drives, each pinned by its package-lock.json; installed once. Without npm
+# the tests skip loudly (and fail under SLUICE_REQUIRE_SERVERS=1).
 NPM_CLIENT := odata/testdata/npmclient
+GRPCJS_CLIENT := transport/testdata/grpcjs
 test-npm:
 	@if ! command -v npm >/dev/null 2>&1; then \
-	  echo "test-npm: npm is not installed: the generic OData client test cannot run" >&2; \
-	elif [ ! -f $(NPM_CLIENT)/node_modules/ts-odatajs/package.json ]; then \
-	  cd $(NPM_CLIENT) && npm ci --no-audit --no-fund; \
+	  echo "test-npm: npm is not installed: the generic OData client and grpc-js tests cannot run" >&2; \
+	else \
+	  if [ ! -f $(NPM_CLIENT)/node_modules/ts-odatajs/package.json ]; then \
+	    (cd $(NPM_CLIENT) && npm ci --no-audit --no-fund) || exit 1; \
+	  fi; \
+	  if [ ! -f $(GRPCJS_CLIENT)/node_modules/@grpc/grpc-js/package.json ]; then \
+	    (cd $(GRPCJS_CLIENT) && npm ci --no-audit --no-fund) || exit 1; \
+	  fi; \
 	fi
+
+# h2spec (HTTP/2 conformance) that transport/h2grpc/h2spec_test.go runs is
+# installed like staticcheck: once, when missing; scripts/h2spec/go.mod pins
+# it with its dependencies.
+H2SPEC ?= $(shell command -v h2spec 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/h2spec)
+
+$(shell $(GO) env GOPATH)/bin/h2spec:
+	cd scripts/h2spec && GOFLAGS= GOBIN= $(GO) install tool
+
+h2spec: $(H2SPEC)
 
 # Every test, with the race detector, against real servers (a missing server
 # fails instead of skipping).
-test: test-deps test-npm
+test: test-deps test-npm h2spec
 	SLUICE_REQUIRE_SERVERS=1 $(GO) test -race -timeout 30m ./...
 	cd deploy/kubernetes && $(GO) test -race ./...
 

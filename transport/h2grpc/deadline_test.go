@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,8 @@ func TestExpiredDeadline(t *testing.T) {
 func TestBatchDeadlines(t *testing.T) {
 	entered := make(chan []byte, 1)
 	release := make(chan struct{})
+	var released sync.Once
+	releaseBatch := func() { released.Do(func() { close(release) }) }
 	var batchDeadline atomic.Value
 	_, addr := serve(t, Options{
 		Methods: map[string]Method{"/t.S/Echo": echo},
@@ -70,6 +73,7 @@ func TestBatchDeadlines(t *testing.T) {
 			<-release
 		}},
 	})
+	t.Cleanup(releaseBatch) // before the server stops, should the test fail
 	r := dialSettled(t, addr)
 	writeTogether(t, r, func() {
 		r.headers(1, "/t.S/Echo", false, "grpc-timeout", "1n") // past already
@@ -100,7 +104,7 @@ func TestBatchDeadlines(t *testing.T) {
 			t.Errorf("stream %d: grpc-status %s, want DEADLINE_EXCEEDED", id, early[id])
 		}
 	}
-	close(release)
+	releaseBatch()
 	msgs, late := answers(t, r, 3, 7)
 	for _, id := range []uint32{3, 7} {
 		if late[id] != "0" || len(msgs[id]) != 1 || msgs[id][0] != byte(id) {
