@@ -19,9 +19,9 @@ import (
 // inflated by the reader once it is whole, within MaxRecvMsgSize and
 // counted in MaxRequestBytes like any request.
 
-// acceptedEncodings is what grpc-accept-encoding says we take ("identity"
-// goes without saying).
-const acceptedEncodings = "gzip"
+// acceptedEncodings is what grpc-accept-encoding says we take. grpc-js
+// stops coding its requests when a server's list lacks its coding.
+const acceptedEncodings = "identity,gzip"
 
 // acceptEncoding notes st's grpc-encoding; false for one we cannot read.
 func (c *conn) acceptEncoding(st *stream, enc string) bool {

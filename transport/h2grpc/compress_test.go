@@ -62,17 +62,17 @@ func TestCompressedRequests(t *testing.T) {
 		msg      string // part of the status message
 		accept   string // grpc-accept-encoding of the answer
 	}{
-		{"gzip", "gzip", grpcMessage(1, gzipped(t, []byte("hello"))), codes.OK, "", "gzip"},
-		{"gzip named, message not compressed", "gzip", grpcMessage(0, []byte("hello")), codes.OK, "", "gzip"},
-		{"identity", "identity", grpcMessage(0, []byte("hello")), codes.OK, "", "gzip"},
+		{"gzip", "gzip", grpcMessage(1, gzipped(t, []byte("hello"))), codes.OK, "", "identity,gzip"},
+		{"gzip named, message not compressed", "gzip", grpcMessage(0, []byte("hello")), codes.OK, "", "identity,gzip"},
+		{"identity", "identity", grpcMessage(0, []byte("hello")), codes.OK, "", "identity,gzip"},
 		{"none", "", grpcMessage(0, []byte("hello")), codes.OK, "", ""},
 		{"compressed without encoding", "", grpcMessage(1, gzipped(t, []byte("hello"))), codes.Internal, "compressed flag set", ""},
-		{"compressed with identity", "identity", grpcMessage(1, gzipped(t, []byte("hello"))), codes.Internal, "compressed flag set", "gzip"},
-		{"unknown flag", "gzip", grpcMessage(2, []byte("hello")), codes.Internal, "compressed flag set", "gzip"},
-		{"not gzip", "gzip", grpcMessage(1, []byte("hello")), codes.Internal, "failed to decompress", "gzip"},
-		{"cut short", "gzip", grpcMessage(1, gzipped(t, []byte("hello"))[:12]), codes.Internal, "failed to decompress", "gzip"},
-		{"larger than the limit once inflated", "gzip", grpcMessage(1, bomb), codes.ResourceExhausted, "after decompression larger than max", "gzip"},
-		{"unknown coding", "snappy", nil, codes.Unimplemented, `Decompressor is not installed for grpc-encoding "snappy"`, "gzip"},
+		{"compressed with identity", "identity", grpcMessage(1, gzipped(t, []byte("hello"))), codes.Internal, "compressed flag set", "identity,gzip"},
+		{"unknown flag", "gzip", grpcMessage(2, []byte("hello")), codes.Internal, "compressed flag set", "identity,gzip"},
+		{"not gzip", "gzip", grpcMessage(1, []byte("hello")), codes.Internal, "failed to decompress", "identity,gzip"},
+		{"cut short", "gzip", grpcMessage(1, gzipped(t, []byte("hello"))[:12]), codes.Internal, "failed to decompress", "identity,gzip"},
+		{"larger than the limit once inflated", "gzip", grpcMessage(1, bomb), codes.ResourceExhausted, "after decompression larger than max", "identity,gzip"},
+		{"unknown coding", "snappy", nil, codes.Unimplemented, `Decompressor is not installed for grpc-encoding "snappy"`, "identity,gzip"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := dialRaw(t, addr)
