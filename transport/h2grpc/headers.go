@@ -139,8 +139,19 @@ func validFieldName(s string) bool {
 }
 
 // validFieldValue: no NUL, CR or LF anywhere, no SP or HTAB at either end.
+// Eight bytes at a time while none is below 0x0e (rare in a value), which
+// keeps the check out of the call's cost.
 func validFieldValue(s string) bool {
-	for i := 0; i < len(s); i++ {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if (x-ones*0x0e)&^x&highs != 0 {
+			break // a byte below 0x0e: the loop below looks closer
+		}
+	}
+	for ; i < len(s); i++ {
 		if c := s[i]; c <= '\r' && (c == 0 || c == '\r' || c == '\n') {
 			return false
 		}

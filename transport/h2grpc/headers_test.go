@@ -165,3 +165,16 @@ func FuzzParseContentLength(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFieldValue: the eight-bytes-at-a-time check says what the rule says.
+func FuzzFieldValue(f *testing.F) {
+	for _, s := range []string{"", "a", "abcdefgh", "abcdefg\x00", "abcdefghi\r", "\x0dabcdefgh", "a\tb", "12345678\n12345678", " x", "x\t"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want := !strings.ContainsAny(s, "\x00\r\n") && strings.Trim(s, " \t") == s
+		if got := validFieldValue(s); got != want {
+			t.Fatalf("validFieldValue(%q) = %v, want %v", s, got, want)
+		}
+	})
+}
