@@ -544,18 +544,6 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
-// malformedData resets a stream whose DATA makes the request malformed (a
-// stream error, RFC 9113 section 8.1.1), without an answer.
-func (c *conn) malformedData(st *stream, why string) {
-	c.release(st)
-	st.method, st.streaming = nil, nil
-	c.mu.Lock()
-	c.endLocked(st)
-	c.mu.Unlock()
-	c.resetStream(st.id, http2.ErrCodeProtocol)
-	c.s.o.Log.Debug("malformed gRPC request", "remote", c.nc.RemoteAddr().String(), "stream", st.id, "error", why)
-}
-
 // frameBuffered reports whether a whole frame is already read: if not, the
 // next ReadFrame may wait for the peer.
 func frameBuffered(br *bufio.Reader) bool {

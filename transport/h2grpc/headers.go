@@ -3,6 +3,7 @@ package h2grpc
 import (
 	"fmt"
 
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -114,6 +115,18 @@ func (h *reqHeaders) checkRequest(ended bool) {
 	case ended && h.contentLength > 0:
 		h.malformed = fmt.Sprintf("content-length %d with no content", h.contentLength)
 	}
+}
+
+// malformedData resets a stream whose DATA makes the request malformed (a
+// stream error, RFC 9113 section 8.1.1), without an answer.
+func (c *conn) malformedData(st *stream, why string) {
+	c.release(st)
+	st.method, st.streaming = nil, nil
+	c.mu.Lock()
+	c.endLocked(st)
+	c.mu.Unlock()
+	c.resetStream(st.id, http2.ErrCodeProtocol)
+	c.s.o.Log.Debug("malformed gRPC request", "remote", c.nc.RemoteAddr().String(), "stream", st.id, "error", why)
 }
 
 // badNameByte marks the bytes RFC 9113 section 8.2.1 forbids in a field

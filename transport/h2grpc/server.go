@@ -41,8 +41,10 @@ type Call struct {
 // connection, on one goroutine, as its Method would serve each: what serves
 // them may do once what it would do per call (the rate limit service sends
 // their counter updates in one go). ctx ends when the connection closes or
-// when the last of the calls' deadlines passes (none if one has none).
-// Their answers are written together once it returns.
+// when the last of the calls' deadlines passes (none if one has none). A
+// call already past its deadline is not among calls; one whose deadline
+// passes while the batch runs is answered DEADLINE_EXCEEDED then, and its
+// result dropped. The other answers are written together once it returns.
 type BatchMethod func(ctx context.Context, calls []Call)
 
 // Options configure a Server. The zero value of each field takes its
