@@ -36,7 +36,8 @@ run: build
 test-deps:
 	@scripts/test-deps.sh
 
-# The generic OData client from npm that odata/npmclient_test.go drives,
+# The generic OData clients from npm that odata/npmclient_test.go drives
+# (ts-odatajs, @odata/client, o.js),
 # and gRPC's JavaScript client (@grpc/grpc-js) that transport/grpcjs_test.go
 # drives, each pinned by its package-lock.json; installed once. Without npm
 # the tests skip loudly (and fail under SLUICE_REQUIRE_SERVERS=1).
@@ -46,7 +47,9 @@ test-npm:
 	@if ! command -v npm >/dev/null 2>&1; then \
 	  echo "test-npm: npm is not installed: the generic OData client and grpc-js tests cannot run" >&2; \
 	else \
-	  if [ ! -f $(NPM_CLIENT)/node_modules/ts-odatajs/package.json ]; then \
+	  if [ ! -f $(NPM_CLIENT)/node_modules/ts-odatajs/package.json ] || \
+	     [ ! -f $(NPM_CLIENT)/node_modules/@odata/client/package.json ] || \
+	     [ ! -f $(NPM_CLIENT)/node_modules/odata/package.json ]; then \
 	    (cd $(NPM_CLIENT) && npm ci --no-audit --no-fund) || exit 1; \
 	  fi; \
 	  if [ ! -f $(GRPCJS_CLIENT)/node_modules/@grpc/grpc-js/package.json ]; then \
