@@ -32,7 +32,7 @@ func (s *Server) cors(ctx *fasthttp.RequestCtx) (origin string, browser bool) {
 // the origin, for its in-flight cap). It answers 401/403/429/503 itself.
 func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool) (caller, originName string, ok bool) {
 	key := ctx.Request.Header.Peek("X-Api-Key")
-	addr := ctx.RemoteIP().String()
+	addr := s.clientAddr(ctx)
 	if len(key) == 0 {
 		if browser {
 			// Per origin and address: anyone can send any Origin header,
@@ -48,7 +48,7 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 		return "key:" + id, "", true
 	}
 	if wait, blocked := s.keyFails.blocked(addr); blocked {
-		s.tooMany(ctx, wait)
+		s.tooMany(ctx, wait, "too many failed key checks from this address; retry after the time in Retry-After")
 		return "", "", false
 	}
 	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
@@ -71,44 +71,16 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 	return "key:" + id, "", true
 }
 
-// allow applies the rate limiter; it answers 429 or 503 itself.
-func (s *Server) allow(ctx *fasthttp.RequestCtx, caller string) bool {
-	if s.limiter == nil {
-		return true
-	}
-	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
-	defer cancel()
-	ok, retry, err := s.limiter.Allow(reqCtx, caller)
-	if err != nil {
-		// Once per outage, not once per request.
-		if s.limiterDown.CompareAndSwap(false, true) {
-			s.log.Warn("odata: rate limiter failed; until it answers again requests are "+map[bool]string{true: "served without its limit (fail open)", false: "refused with 503"}[s.opts.FailOpen],
-				"err", err)
-		}
-		if s.opts.FailOpen {
-			return true
-		}
-		ctx.Response.Header.Set("Retry-After", "1")
-		s.fail(ctx, fasthttp.StatusServiceUnavailable, "rate limiting is unavailable; retry later")
-		return false
-	}
-	if s.limiterDown.CompareAndSwap(true, false) {
-		s.log.Info("odata: rate limiter answers again")
-	}
-	if !ok {
-		s.tooMany(ctx, retry)
-		return false
-	}
-	return true
-}
-
-func (s *Server) tooMany(ctx *fasthttp.RequestCtx, retry time.Duration) {
-	secs := int64(math.Ceil(retry.Seconds()))
-	if secs < 1 {
-		secs = 1
-	}
+// tooMany answers 429 with Retry-After in whole seconds (at least one) and
+// a body that keeps the message DataStream clients know and adds the
+// errors member that makes the shell client stop instead of reading an
+// empty last page.
+func (s *Server) tooMany(ctx *fasthttp.RequestCtx, retry time.Duration, detail string) {
+	secs := max(int64(math.Ceil(retry.Seconds())), 1)
 	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
-	s.write(ctx, fasthttp.StatusTooManyRequests, bodyTooMany)
+	b := append([]byte(`{"message":"Too Many Requests","errors":[{"status":429,"title":"Too Many Requests","detail":`), nil...)
+	b = appendJSONString(b, detail)
+	s.write(ctx, fasthttp.StatusTooManyRequests, append(b, "}]}"...))
 }
 
 func (s *Server) options(ctx *fasthttp.RequestCtx, origin string, browser bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"reflect"
 	"strings"
@@ -161,7 +162,7 @@ func TestBehaviour(t *testing.T) {
 					t.Errorf("%s: got %d rows, want %d\n got %.200v\nwant %.200v", name, len(got), len(want), got, want)
 				}
 				// $count gives the same number, as a string, with no rows.
-				r := e.get(c, u+"&$count=true&$select=Id")
+				r := e.get(c, u+"&$count=true&$select=Id", "Accept", "application/vnd.api+json")
 				if r.status != 200 || string(r.body) != fmt.Sprintf(`{"value":"%d"}`, len(want)) {
 					t.Errorf("%s: count answered %d %s, want %d", name, r.status, r.body, len(want))
 				}
@@ -261,11 +262,40 @@ func TestNextLinkBase(t *testing.T) {
 	if !strings.HasPrefix(p.next, "https://api.example.org/odata/Locations?$skiptoken=Id%3A1&$top=1") {
 		t.Fatalf("next link %q", p.next)
 	}
-	// Without a public URL: the request's Host, https behind a TLS proxy.
+	// Without a public URL: the request's Host and scheme; forwarded ones
+	// only from a trusted proxy.
 	_, base2 := startServer(t, db, testOptions(), nil)
-	r = do(t, c, "GET", base2+"/Locations?$top=1", "x-api-key", key, "X-Forwarded-Proto", "https")
 	host := strings.TrimSuffix(strings.TrimPrefix(base2, "http://"), "/v1/odata/v4")
-	if p := decodePage(t, r.body); !strings.HasPrefix(p.next, "https://"+host+"/v1/odata/v4/Locations?") {
-		t.Fatalf("next link %q", p.next)
+	trustedOpts := testOptions()
+	trustedOpts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	_, base3 := startServer(t, db, trustedOpts, nil)
+	host3 := strings.TrimSuffix(strings.TrimPrefix(base3, "http://"), "/v1/odata/v4")
+	otherOpts := testOptions()
+	otherOpts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	_, base4 := startServer(t, db, otherOpts, nil)
+	host4 := strings.TrimSuffix(strings.TrimPrefix(base4, "http://"), "/v1/odata/v4")
+	for _, tc := range []struct {
+		base    string
+		headers []string
+		want    string
+	}{
+		{base2, nil, "http://" + host},
+		{base2, []string{"X-Forwarded-Proto", "https"}, "http://" + host},
+		{base2, []string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "http://" + host},
+		{base2, []string{"Forwarded", "proto=https;host=evil.example"}, "http://" + host},
+		{base3, []string{"X-Forwarded-Proto", "https"}, "https://" + host3},
+		{base3, []string{"X-Forwarded-Proto", "HTTPS, http", "X-Forwarded-Host", "data.example.org"}, "https://data.example.org"},
+		{base3, []string{"Forwarded", `for=192.0.2.60;proto=https;host="data.example.org:8443", for=10.1.1.1`}, "https://data.example.org:8443"},
+		{base3, []string{"X-Forwarded-Proto", "javascript", "X-Forwarded-Host", "a b/c"}, "http://" + host3},
+		{base4, []string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "http://" + host4},
+	} {
+		r := do(t, c, "GET", tc.base+"/Locations?$top=1", append([]string{"x-api-key", key}, tc.headers...)...)
+		p := decodePage(t, r.body)
+		if want := tc.want + "/v1/odata/v4/Locations?"; !strings.HasPrefix(p.next, want) {
+			t.Errorf("%v: next link %q, want it to start with %q", tc.headers, p.next, want)
+		}
+		if link := r.header.Get("Link"); !strings.HasPrefix(link, "<"+tc.want+"/") {
+			t.Errorf("%v: Link %q", tc.headers, link)
+		}
 	}
 }

@@ -66,7 +66,7 @@ func (b *pageBody) Read(p []byte) (int, error) {
 	return b.pr.Read(p)
 }
 
-// Close releases the cursor, the stream's context and the caller's lease.
+// Close releases the cursor, the stream's context and the caller's turn.
 func (b *pageBody) Close() error {
 	b.once.Do(func() {
 		if b.pr != nil {

@@ -1,15 +1,18 @@
 package odata_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/query"
@@ -70,6 +73,17 @@ type client struct {
 	// follow returns the next URL from a response, or "".
 	follow  func(t *testing.T, current string, r response, params []kv) string
 	headers []string
+	// key is the client's API key; "" uses the env's.
+	key string
+	// decodes are the content codings the client can read (nil: any): a
+	// response in another one is the client's failure.
+	decodes []string
+	// retries: waits Retry-After and retries a 429 (Python); the others
+	// throw on any status but 200.
+	retries bool
+	// shell: a body without "value" ends the pull as an empty last page,
+	// and one with "errors" fails it (jq in datastream.sh).
+	shell bool
 	// locationFilter is how the client writes the partition filter.
 	locationFilter func(id any, filter string) string
 	// locationsFilter is how it rewrites the filter for /Locations.
@@ -84,7 +98,19 @@ func (c *client) fetch(t *testing.T, path string, params []kv) []row {
 		if pages > 1000 {
 			t.Fatalf("%s: more than 1000 pages", c.name)
 		}
-		r := do(t, c.http, "GET", u, append([]string{"x-api-key", c.e.key}, c.headers...)...)
+		r := c.get(t, u)
+		if c.shell {
+			var members map[string]json.RawMessage
+			if err := json.Unmarshal(r.body, &members); err != nil {
+				t.Fatalf("%s: GET %s: jq cannot parse the body (%v): %.200q", c.name, u, err, r.body)
+			}
+			if _, failed := members["errors"]; failed {
+				t.Fatalf("%s: GET %s: the client stops on %d %s", c.name, u, r.status, r.body)
+			}
+			if _, ok := members["value"]; !ok {
+				t.Fatalf("%s: GET %s: %d %s has no value: the client would take it for an empty last page and lose the rest", c.name, u, r.status, r.body)
+			}
+		}
 		if r.status != 200 {
 			t.Fatalf("%s: GET %s: %d %s", c.name, u, r.status, r.body)
 		}
@@ -97,6 +123,31 @@ func (c *client) fetch(t *testing.T, path string, params []kv) []row {
 		u = next
 	}
 	return out
+}
+
+// get is one request as the client makes it: its headers, the codings it
+// can decode, and its answer to a 429.
+func (c *client) get(t *testing.T, u string) response {
+	t.Helper()
+	key := c.key
+	if key == "" {
+		key = c.e.key
+	}
+	for attempt := 0; ; attempt++ {
+		r := do(t, c.http, "GET", u, append([]string{"x-api-key", key}, c.headers...)...)
+		if coding := r.header.Get("Content-Encoding"); coding != "" && c.decodes != nil && !slices.Contains(c.decodes, coding) {
+			t.Fatalf("%s: GET %s: Content-Encoding %q, which the client cannot decode (it sent %v)", c.name, u, coding, c.headers)
+		}
+		if r.status == 429 && c.retries && attempt < 20 {
+			secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+			if err != nil || secs < 1 || secs > 60 {
+				t.Fatalf("%s: 429 with Retry-After %q", c.name, r.header.Get("Retry-After"))
+			}
+			time.Sleep(time.Duration(secs) * time.Second)
+			continue
+		}
+		return r
+	}
 }
 
 // pull is the client's observations()/records(): partitioned by location
@@ -140,9 +191,13 @@ func clients(e *env) []*client {
 	return []*client{
 		{
 			name: "python", e: e, http: hc,
-			first:   func(path string, ps []kv) string { return e.base + path + "?" + pythonQuery(ps) },
-			follow:  followBody, // verbatim
-			headers: []string{"Accept", "application/vnd.api+json", "Accept-Encoding", "gzip, deflate"},
+			first:  func(path string, ps []kv) string { return e.base + path + "?" + pythonQuery(ps) },
+			follow: followBody, // verbatim
+			// requests decodes gzip and deflate; br only with the brotli
+			// module, which is not among the client's dependencies.
+			headers: []string{"Accept", "application/vnd.api+json", "Accept-Encoding", "gzip, deflate, br"},
+			decodes: []string{"gzip", "deflate"},
+			retries: true,
 			locationFilter: func(id any, f string) string {
 				if f == "" {
 					return fmt.Sprintf("LocationId eq %v", id)
@@ -173,6 +228,7 @@ func clients(e *env) []*client {
 				return next.String()
 			},
 			headers: []string{"Accept", "application/vnd.api+json", "Accept-Encoding", "br"},
+			decodes: []string{"gzip", "deflate", "br"}, // fetch in Node
 			locationFilter: func(id any, f string) string {
 				return fmt.Sprintf("LocationId eq %v and %s", id, f)
 			},
@@ -214,7 +270,8 @@ func clients(e *env) []*client {
 				u.RawQuery = rQuery(merged)
 				return u.String()
 			},
-			headers: []string{"Accept", "application/json"},
+			headers: []string{"Accept", "application/vnd.api+json", "Accept-Encoding", "deflate, gzip"},
+			decodes: []string{"gzip", "deflate"}, // libcurl
 			locationFilter: func(id any, f string) string {
 				return fmt.Sprintf("LocationId eq '%v' and %s", id, f)
 			},
@@ -253,7 +310,11 @@ func clients(e *env) []*client {
 				}
 				return next
 			},
-			headers: []string{"Accept", "application/vnd.api+json"},
+			// curl -H 'Accept-Encoding: br' without --compressed: the
+			// bytes reach jq as they come.
+			headers: []string{"Accept", "application/vnd.api+json", "Accept-Encoding", "br"},
+			decodes: []string{},
+			shell:   true,
 			locationFilter: func(id any, f string) string {
 				return fmt.Sprintf("LocationId eq %v and %s", id, f)
 			},
@@ -335,7 +396,7 @@ func TestClientFlows(t *testing.T) {
 				if c.name == "shell" {
 					continue
 				}
-				r := do(t, c.http, "GET", c.first("/Observations", []kv{{"$top", "10000"}, {"$count", "true"}, {"$filter", "CharacteristicName eq 'pH'"}}), "x-api-key", e.key)
+				r := do(t, c.http, "GET", c.first("/Observations", []kv{{"$top", "10000"}, {"$count", "true"}, {"$filter", "CharacteristicName eq 'pH'"}}), append([]string{"x-api-key", e.key}, c.headers...)...)
 				f, _ := query.ParseFilter(query.Observations, "CharacteristicName eq 'pH'")
 				if want := fmt.Sprintf(`{"value":"%d"}`, len(e.data.expected(query.Observations, f))); string(r.body) != want {
 					t.Errorf("%s count: %s, want %s", c.name, r.body, want)

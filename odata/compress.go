@@ -39,6 +39,12 @@ const (
 // to br, then zstd, then gzip. "*" stands for every coding not listed.
 // Identity is always acceptable: a client that refuses it still gets an
 // uncompressed body rather than a 406 (odata-compat.md).
+//
+// A request that offers br and nothing else never gets br: the shell
+// client sends "Accept-Encoding: br" without asking curl to decode, and the
+// Python client sends it whether or not the brotli module is installed
+// (odata-compat.md), while every HTTP stack that really decodes br offers
+// gzip beside it.
 func (o *Options) negotiate(accept string) string {
 	if accept == "" {
 		return codingIdentity
@@ -73,12 +79,18 @@ func (o *Options) negotiate(accept string) string {
 			q[name] = v
 		}
 	}
+	others := star > 0 // a coding other than br is offered
+	for name, v := range q {
+		if v > 0 && name != codingBrotli && name != "identity" {
+			others = true
+		}
+	}
 	best, bestQ := codingIdentity, 0.0
 	for _, c := range []struct {
 		name string
 		on   bool
 	}{{codingBrotli, o.Brotli}, {codingZstd, o.Zstd}, {codingGzip, o.Gzip}} {
-		if !c.on {
+		if !c.on || (c.name == codingBrotli && !others) {
 			continue
 		}
 		v, listed := q[c.name]

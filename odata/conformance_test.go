@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -281,8 +282,35 @@ func TestODataContext(t *testing.T) {
 	c := newClient(t)
 	plain := e.get(c, e.base+"/Observations?$top=3&$select=Id,DOI", "Accept", "application/vnd.api+json")
 	decodePage(t, plain.body)
-	if r := e.get(c, e.base+"/Observations?$top=3&$count=true"); string(r.body) != fmt.Sprintf(`{"value":"%d"}`, len(e.data.obs)) {
-		t.Fatalf("DataStream $count: %s", r.body)
+	// $count=true: DataStream's form for what DataStream clients send,
+	// OData's inline count for everyone else.
+	dsForm := fmt.Sprintf(`{"value":"%d"}`, len(e.data.obs))
+	inline := fmt.Sprintf(`{"@odata.count":%d,"value":[{"Id":1},{"Id":2},{"Id":3}],"@odata.nextLink":`, len(e.data.obs))
+	for _, tc := range []struct {
+		query   string
+		headers []string
+		ds      bool
+	}{
+		{"", []string{"Accept", "application/vnd.api+json"}, true},
+		{"", []string{"Accept", "*/*"}, true},
+		{"", []string{"Accept", "text/html, application/vnd.api+json;q=0.9"}, true},
+		{"", nil, false},
+		{"", []string{"Accept", "application/json"}, false},
+		{"", []string{"Accept", "application/json, text/plain"}, false},
+		{"", []string{"Accept", "application/vnd.api+json", "OData-Version", "4.0"}, false},
+		{"", []string{"Accept", "*/*", "OData-MaxVersion", "4.01"}, false},
+		{"", []string{"Accept", "*/*", "Content-Type", "application/json"}, false},
+		{"", []string{"Accept", "application/vnd.api+json", "Content-Type", "application/json"}, true},
+		{"&$format=json", []string{"Accept", "*/*"}, false},
+		{"&$format=csv", []string{"Accept", "application/json"}, true},
+	} {
+		r := e.get(c, e.base+"/Observations?$top=3&$select=Id&$count=true"+tc.query, tc.headers...)
+		switch {
+		case tc.ds && string(r.body) != dsForm:
+			t.Errorf("%v %s: %.200s, want %s", tc.headers, tc.query, r.body, dsForm)
+		case !tc.ds && !bytes.HasPrefix(r.body, []byte(inline)) && !bytes.Contains(r.body, []byte(`"@odata.count":`+strconv.Itoa(len(e.data.obs))+`,"value":[{"Id":1},{"Id":2},{"Id":3}]`)):
+			t.Errorf("%v %s: %.300s, want @odata.count beside the rows", tc.headers, tc.query, r.body)
+		}
 	}
 	ctxPrefix := `{"@odata.context":"` + e.base + `/$metadata#Observations(Id,DOI)","value":[`
 	for _, h := range [][]string{{"OData-MaxVersion", "4.0"}, {"OData-Version", "4.0"}, {"Accept", "application/json;odata.metadata=minimal"}} {

@@ -5,10 +5,11 @@
 //
 // A request goes: API key (cached briefly; failed checks throttled per
 // client address) or allowed browser origin (limited per origin and client
-// address) → per-key limits (no request while another of the same key is
-// in flight; a token-bucket rule, 2 requests/s on average with a burst of
-// 4, through the rate limit engine, in process or remote, falling back to
-// in process when the remote fails) → query validation (package query) and
+// address) → the key's turn (pacer.go: one request in flight per key and a
+// token-bucket rule, 2 requests/s on average with a burst of 4, through the
+// rate limit engine, in process or remote, falling back to in process when
+// the remote fails; a request over them waits in a short bounded queue
+// instead of being refused) → query validation (package query) and
 // the $filter cost budget → a data query slot (a global cap below the pool
 // size, so key checks never wait) → a probe that decides the page before the
 // first body byte (its id range and whether a next page exists; the 413

@@ -17,3 +17,7 @@ func SetAccessLogClock(s *Server, now func() time.Time) {
 	s.access.now, s.access.last = now, now()
 	s.access.mu.Unlock()
 }
+
+// Waiting is how many requests wait for their key's turn, in all and in
+// the longest queue of one key.
+func Waiting(s *Server) (total, longest int) { return s.turns.queued() }

@@ -23,7 +23,6 @@ var (
 	bodyNullMsg   = []byte(`{"message":null}`)
 	bodyUnauth    = []byte(`{"message":"Unauthorized"}`)
 	bodyForbidden = []byte(`{"message":"Forbidden"}`)
-	bodyTooMany   = []byte(`{"message":"Too Many Requests"}`)
 )
 
 // targetKind is what a path under Root names.
@@ -121,22 +120,17 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 			g.release()
 		}
 	}()
+	if !s.pace(ctx, caller, g) {
+		return
+	}
+	// The origin's slot is taken after the turn: a request waiting for its
+	// turn must not keep other addresses of its origin out.
 	if originName != "" {
 		if !s.originSlots.acquire(originName) {
-			s.tooMany(ctx, time.Second)
+			s.tooMany(ctx, time.Second, "the browser origin has as many requests in flight as it may; retry in a second")
 			return
 		}
 		g.origin = originName
-	}
-	if s.opts.Sequential {
-		if !s.leases.acquire(caller) {
-			s.tooMany(ctx, time.Second)
-			return
-		}
-		g.lease = caller
-	}
-	if !s.allow(ctx, caller) {
-		return
 	}
 
 	switch t.kind {
@@ -193,20 +187,20 @@ func (s *Server) badQuery(ctx *fasthttp.RequestCtx, err error) {
 	s.internal(ctx, err)
 }
 
-// grant is what a request holds while it runs: its caller's lease, its
-// origin's slot, a data query token. The response body releases it when
-// it streams; otherwise the handler does.
+// grant is what a request holds while it runs: its caller's turn (with
+// Sequential), its origin's slot, a data query token. The response body
+// releases it when it streams; otherwise the handler does.
 type grant struct {
 	s      *Server
-	lease  string
+	turn   string
 	origin string
 	query  bool
 }
 
 func (g *grant) release() {
-	if g.lease != "" {
-		g.s.leases.release(g.lease)
-		g.lease = ""
+	if g.turn != "" {
+		g.s.turns.release(g.turn)
+		g.turn = ""
 	}
 	if g.origin != "" {
 		g.s.originSlots.release(g.origin)

@@ -137,3 +137,74 @@ func npmUnavailable(t *testing.T, why string) {
 	}
 	t.Skipf("%s (set %s=1 to make this a failure)", msg, testenv.RequireEnv)
 }
+
+// Two more generic OData libraries count as their users do, on all four
+// sets with and without $filter, on SQLite and PostgreSQL: @odata/client's
+// count() (?$top=1&$count=true, reading @odata.count) and o.js (rows for
+// $count=true, @odata.count beside them, and /$count). Each count equals
+// the database's.
+func TestGenericCountsFromNPM(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		npmUnavailable(t, "node is not installed")
+	}
+	for _, pkg := range []string{"@odata/client", "odata"} {
+		if _, err := os.Stat(filepath.Join(npmClientDir, "node_modules", pkg, "package.json")); err != nil {
+			npmUnavailable(t, pkg+" is not installed: run `make test-npm` (npm ci in odata/"+npmClientDir+")")
+		}
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b, smallData, testOptions(), nil)
+			doi := e.data.datasets[1].DOI
+			type tc struct {
+				Set     string `json:"set"`
+				Field   string `json:"field"`
+				Literal string `json:"literal"`
+			}
+			var cases []tc
+			for _, c := range []tc{
+				{Set: "Metadata", Field: "DOI", Literal: "'" + doi + "'"},
+				{Set: "Locations", Field: "DOI", Literal: "'" + doi + "'"},
+				{Set: "Observations", Field: "CharacteristicName", Literal: "'pH'"},
+				{Set: "Records", Field: "CharacteristicName", Literal: "'pH'"},
+			} {
+				cases = append(cases, tc{Set: c.Set}, c)
+			}
+			arg, _ := json.Marshal(cases)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "counts.js", e.base, e.key, string(arg))
+			cmd.Dir = npmClientDir
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("node counts.js: %v\n%s", err, stderr.String())
+			}
+			var out []struct {
+				Set, Field           string
+				ODataClient, OjsPath any
+				OjsCount, OjsRows    any
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || len(out) != len(cases) {
+				t.Fatalf("client output %v: %s", err, stdout.String())
+			}
+			for i, c := range cases {
+				coll := query.Collections[c.Set]
+				var f query.Expr
+				if c.Field != "" {
+					if f, err = query.ParseFilter(coll, c.Field+" eq "+c.Literal); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want := float64(len(e.data.expected(coll, f)))
+				got := out[i]
+				rows := min(want, 1)
+				if got.ODataClient != want || got.OjsCount != want || got.OjsPath != want || got.OjsRows != rows {
+					t.Errorf("%s %s: @odata/client count() %v, o.js @odata.count %v, /$count %v, rows %v; want %v (and %v rows)",
+						c.Set, c.Field, got.ODataClient, got.OjsCount, got.OjsPath, got.OjsRows, want, rows)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -18,8 +19,14 @@ type Options struct {
 	Root string
 	// PublicURL (scheme://host[:port], no path) is the origin next links
 	// are built with. Empty: the request's Host, with https when the
-	// request came over TLS or X-Forwarded-Proto says so.
+	// request came over TLS, or the forwarded scheme and host of a trusted
+	// proxy.
 	PublicURL string
+	// TrustedProxies are the peers whose Forwarded, X-Forwarded-Proto,
+	// X-Forwarded-Host and X-Forwarded-For headers are believed: for next
+	// links, and for the client address that browser callers and failed
+	// key checks are counted by. Empty: none, the headers are ignored.
+	TrustedProxies []netip.Prefix
 	// MaxPageBytes caps the size of a page body (before compression); a
 	// page that would exceed it is refused with 413 before streaming.
 	MaxPageBytes int64
@@ -31,18 +38,27 @@ type Options struct {
 	StallTimeout time.Duration
 	// Gzip answers gzip to clients that accept it.
 	Gzip bool
-	// Brotli answers br to clients that accept it (on by default: the
-	// Python, JavaScript and shell clients advertise br, and brotli's level
-	// 3 costs less CPU than gzip's default for a smaller page).
+	// Brotli answers br to clients that offer it beside another coding
+	// (never to "br" alone, see negotiate). Off by default: the official
+	// clients advertise br without always being able to decode it
+	// (odata-compat.md), so it is the operator's choice.
 	Brotli bool
 	// Zstd answers zstd to clients that accept it.
 	Zstd bool
 	// CORSOrigins are the browser origins (scheme://host[:port]) allowed to
 	// call without a key; "*" is not accepted, origins are listed.
 	CORSOrigins []string
-	// Sequential refuses (429) a request while another of the same key or
-	// origin is in flight.
+	// Sequential makes a request wait for its turn while another of the
+	// same key (or browser origin and address) is in flight.
 	Sequential bool
+	// PaceWait bounds how long a request waits for its key's turn and its
+	// rate limit token (see pacer.go); past it the request gets 429 with
+	// Retry-After. 0 refuses at once, as a plain rate limiter does.
+	PaceWait time.Duration
+	// PaceQueue is how many requests of one key may wait at once, and
+	// PaceQueueTotal how many of all keys; one more gets 429 at once.
+	PaceQueue      int
+	PaceQueueTotal int
 	// FailOpen serves requests when the rate limiter fails instead of
 	// answering 503. A remote rate limit service is wrapped in a
 	// FallbackLimiter by cmd/sluice, so its failures reach the server only
@@ -87,23 +103,26 @@ type Options struct {
 }
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
-// a 64 MiB page cap, a 30 s budget, br, zstd and gzip on, sequential
+// a 64 MiB page cap, a 30 s budget, zstd and gzip on (br off), sequential
 // requests per key, a $filter budget of 256, data queries capped below the
 // pool size, 15 min per response body, keys cached 5 s, 20 failed key
 // checks a minute per client address, 8 requests in flight per browser
 // origin.
 func DefaultOptions() Options {
 	return Options{
-		Addr:         "0.0.0.0:8000",
-		Root:         "/v1/odata/v4",
-		MaxPageBytes: 64 << 20,
-		QueryTimeout: 30 * time.Second,
-		StallTimeout: 60 * time.Second,
-		Gzip:         true,
-		Brotli:       true,
-		Zstd:         true,
-		Sequential:   true,
-		FailOpen:     true,
+		Addr:           "0.0.0.0:8000",
+		Root:           "/v1/odata/v4",
+		MaxPageBytes:   64 << 20,
+		QueryTimeout:   30 * time.Second,
+		StallTimeout:   60 * time.Second,
+		Gzip:           true,
+		Brotli:         false,
+		Zstd:           true,
+		Sequential:     true,
+		FailOpen:       true,
+		PaceWait:       10 * time.Second,
+		PaceQueue:      8,
+		PaceQueueTotal: 1024,
 
 		AccessLogPerSecond: 100,
 		FilterBudget:       256,
@@ -140,6 +159,10 @@ func (o Options) Validate() error {
 		return errors.New("odata: KeyFailures must not be negative, and KeyFailureWindow must be positive when it is set")
 	case o.OriginMaxInFlight < 0:
 		return errors.New("odata: OriginMaxInFlight must not be negative (0: no cap)")
+	case o.PaceWait < 0:
+		return fmt.Errorf("odata: PaceWait must not be negative (0: refuse at once), got %v", o.PaceWait)
+	case o.PaceWait > 0 && (o.PaceQueue < 1 || o.PaceQueueTotal < o.PaceQueue):
+		return fmt.Errorf("odata: with PaceWait set, PaceQueue must be at least 1 and PaceQueueTotal at least PaceQueue, got %d and %d", o.PaceQueue, o.PaceQueueTotal)
 	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
 		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}

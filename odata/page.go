@@ -27,15 +27,14 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 			s.dbFailed(ctx, budget, err)
 			return false
 		}
-		if level != metadataMinimal || csv {
+		if csv || dataStreamCount(ctx, q) {
 			// DataStream's form: the count as a string, no rows (the
 			// Python client crashes on anything else).
 			b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
 			s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
 			return false
 		}
-		// A client that announced OData gets the standard inline count
-		// beside the rows.
+		// Any other client gets OData's inline count beside the rows.
 		count = strconv.AppendInt(append(count, `"@odata.count":`...), n, 10)
 		count = append(count, ',')
 	}
@@ -166,17 +165,25 @@ func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.K
 }
 
 // appendServiceRoot appends the absolute URL of Root: from PublicURL, or
-// else the request's Host (https when the request came over TLS or
-// X-Forwarded-Proto says so).
+// else the request's Host and scheme (https when it came over TLS), or
+// those a trusted proxy forwarded.
 func (s *Server) appendServiceRoot(b []byte, ctx *fasthttp.RequestCtx) []byte {
 	if s.opts.PublicURL != "" {
 		b = append(b, strings.TrimSuffix(s.opts.PublicURL, "/")...)
-	} else {
-		scheme := "http://"
-		if ctx.IsTLS() || strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https") {
-			scheme = "https://"
+		return append(b, s.opts.Root...)
+	}
+	scheme, host := s.forwardedView(ctx)
+	if scheme == "" {
+		scheme = "http"
+		if ctx.IsTLS() {
+			scheme = "https"
 		}
-		b = append(b, scheme...)
+	}
+	b = append(b, scheme...)
+	b = append(b, "://"...)
+	if host != "" {
+		b = append(b, host...)
+	} else {
 		b = append(b, ctx.Host()...)
 	}
 	return append(b, s.opts.Root...)
@@ -185,4 +192,25 @@ func (s *Server) appendServiceRoot(b []byte, ctx *fasthttp.RequestCtx) []byte {
 // encoding picks the response coding from Accept-Encoding.
 func (s *Server) encoding(ctx *fasthttp.RequestCtx) string {
 	return s.opts.negotiate(string(ctx.Request.Header.Peek("Accept-Encoding")))
+}
+
+// dataStreamCount reports whether $count=true is answered in DataStream's
+// form, {"value":"N"} and no rows, rather than OData's @odata.count beside
+// the rows. Both answer the same URL, so only the headers can tell the
+// clients apart: the four DataStream clients send
+// "Accept: application/vnd.api+json" and the API's documented curl
+// examples send */* and nothing else; generic OData clients send
+// application/json, or announce OData with OData-Version, OData-MaxVersion
+// or $format, or are fetch-based libraries (o.js) that send */* with a
+// Content-Type on a GET, which no DataStream client does.
+func dataStreamCount(ctx *fasthttp.RequestCtx, q *query.Query) bool {
+	h := &ctx.Request.Header
+	if q.Format != "" || len(h.Peek("OData-Version")) > 0 || len(h.Peek("OData-MaxVersion")) > 0 {
+		return false
+	}
+	accept := strings.ToLower(string(h.Peek("Accept")))
+	if strings.Contains(accept, "application/vnd.api+json") {
+		return true
+	}
+	return strings.Contains(accept, "*/*") && len(h.ContentType()) == 0
 }

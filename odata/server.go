@@ -23,7 +23,7 @@ type Server struct {
 	limiter RateLimiter
 	log     *slog.Logger
 	origins map[string]bool
-	leases  *leases
+	turns   *turns
 	access  *accessLog // nil without Options.AccessLog
 	http    *fasthttp.Server
 	// csdlXML and csdlJSON are the $metadata documents, built once.
@@ -62,7 +62,7 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, store: store, keys: keys, limiter: limiter, log: log,
-		origins: map[string]bool{}, leases: newLeases(), conns: map[*stallConn]struct{}{},
+		origins: map[string]bool{}, turns: newTurns(opts), conns: map[*stallConn]struct{}{},
 		csdlXML: metadataXML(), csdlJSON: metadataJSON(),
 		access:      newAccessLog(opts.AccessLog, opts.AccessLogPerSecond, nil),
 		keyCache:    newKeyCache(opts.KeyCacheTTL, time.Now),
@@ -128,6 +128,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.connsMu.Lock()
 	s.closed = true
 	s.connsMu.Unlock()
+	// Requests waiting for their turn are answered now (503, Retry-After,
+	// Connection: close) rather than at the end of their wait.
+	s.turns.close()
 	err := s.http.ShutdownWithContext(ctx)
 	if err != nil {
 		s.cancel()

@@ -151,7 +151,7 @@ func TestSlowReaderMemoryFlat(t *testing.T) {
 }
 
 // A client that disconnects mid-page: the database connection goes back to
-// the pool and the caller's lease is released.
+// the pool and the caller's turn is released.
 func TestDisconnectFreesConnection(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestDisconnectFreesConnection(t *testing.T) {
 			sr.close()
 			waitFor(t, "the connection to return", func() bool { return e.db.InUse() == 0 })
 			c := newClient(t)
-			waitFor(t, "the lease to be released", func() bool {
+			waitFor(t, "the turn to be released", func() bool {
 				return e.get(c, e.base+"/Locations?$top=1").status == 200
 			})
 		})
@@ -205,29 +205,42 @@ func TestHeadAndCompression(t *testing.T) {
 	}
 
 	// Each coding decodes (once) to the identity body; q-values decide.
-	for _, tc := range []struct{ accept, want string }{
-		{"gzip, deflate", "gzip"},
-		{"br", "br"},
-		{"gzip, deflate, br", "br"},
-		{"zstd", "zstd"},
-		{"zstd, br", "br"},
-		{"br;q=0.5, zstd;q=0.9, gzip;q=0.1", "zstd"},
-		{"gzip;q=0", ""},
-		{"br;q=0, gzip", "gzip"},
-		{"*", "br"},
-		{"*;q=0.2, br;q=0", "zstd"},
-		{"identity", ""},
-		{"deflate", ""},
+	// br is the operator's choice (off by default), and never the answer
+	// to a request that offers br alone.
+	brOpts := testOptions()
+	brOpts.Brotli = true
+	_, brBase := startServer(t, e.db, brOpts, nil)
+	plainBr := do(t, c, "GET", brBase+"/Observations?$top=300", "x-api-key", e.key)
+	for _, tc := range []struct{ accept, want, wantBr string }{
+		{"gzip, deflate", "gzip", "gzip"},
+		{"br", "", ""},
+		{"br;q=1, identity", "", ""},
+		{"gzip, deflate, br", "gzip", "br"},
+		{"zstd", "zstd", "zstd"},
+		{"zstd, br", "zstd", "br"},
+		{"br;q=0.5, zstd;q=0.9, gzip;q=0.1", "zstd", "zstd"},
+		{"br;q=0.9, gzip;q=0.5", "gzip", "br"},
+		{"gzip;q=0", "", ""},
+		{"br;q=0, gzip", "gzip", "gzip"},
+		{"*", "zstd", "br"},
+		{"*;q=0.2, br;q=0", "zstd", "zstd"},
+		{"identity", "", ""},
+		{"deflate", "", ""},
 	} {
-		raw := do(t, c, "GET", target, "x-api-key", e.key, "Accept-Encoding", tc.accept)
-		if got := raw.header.Values("Content-Encoding"); len(got) > 1 || raw.header.Get("Content-Encoding") != tc.want {
-			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want %q", tc.accept, got, tc.want)
-		}
-		if !bytes.Equal(raw.body, plain.body) {
-			t.Errorf("Accept-Encoding %q: decoded body differs from identity (%d vs %d bytes)", tc.accept, len(raw.body), len(plain.body))
-		}
-		if !strings.Contains(strings.Join(raw.header.Values("Vary"), ", "), "Accept-Encoding") {
-			t.Errorf("Accept-Encoding %q: Vary %q", tc.accept, raw.header.Get("Vary"))
+		for _, srv := range []struct {
+			base, want string
+			plain      []byte
+		}{{e.base, tc.want, plain.body}, {brBase, tc.wantBr, plainBr.body}} {
+			raw := do(t, c, "GET", srv.base+"/Observations?$top=300", "x-api-key", e.key, "Accept-Encoding", tc.accept)
+			if got := raw.header.Values("Content-Encoding"); len(got) > 1 || raw.header.Get("Content-Encoding") != srv.want {
+				t.Errorf("%s Accept-Encoding %q: Content-Encoding %q, want %q", srv.base, tc.accept, got, srv.want)
+			}
+			if !bytes.Equal(raw.body, srv.plain) {
+				t.Errorf("%s Accept-Encoding %q: decoded body differs from identity (%d vs %d bytes)", srv.base, tc.accept, len(raw.body), len(srv.plain))
+			}
+			if !strings.Contains(strings.Join(raw.header.Values("Vary"), ", "), "Accept-Encoding") {
+				t.Errorf("Accept-Encoding %q: Vary %q", tc.accept, raw.header.Get("Vary"))
+			}
 		}
 	}
 	// Switched off, a coding is not answered whatever the client says.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -111,6 +112,7 @@ type odataConfig struct {
 	db          string
 	opts        odata.Options
 	cors        string
+	proxies     string
 	rps         uint
 	burst       uint
 	rateService string
@@ -139,9 +141,13 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.Int64Var(&c.opts.MaxPageBytes, "max-page-bytes", c.opts.MaxPageBytes, "413 for a page larger than this")
 	fs.DurationVar(&c.opts.QueryTimeout, "query-timeout", c.opts.QueryTimeout, "504 for a query slower than this")
 	fs.BoolVar(&c.opts.Gzip, "gzip", c.opts.Gzip, "answer gzip to clients that accept it")
-	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that accept it")
+	fs.BoolVar(&c.opts.Brotli, "brotli", c.opts.Brotli, "answer br to clients that offer it beside another coding (never to br alone; off: the official clients send br without always decoding it)")
 	fs.BoolVar(&c.opts.Zstd, "zstd", c.opts.Zstd, "answer zstd to clients that accept it")
-	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "429 for a request while another of the same key is in flight")
+	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "one request in flight per key: the next waits for its turn")
+	fs.DurationVar(&c.opts.PaceWait, "pace-wait", c.opts.PaceWait, "longest a request waits for its key's turn and rate before 429 (0: 429 at once)")
+	fs.IntVar(&c.opts.PaceQueue, "pace-queue", c.opts.PaceQueue, "requests of one key that may wait at once; one more gets 429")
+	fs.IntVar(&c.opts.PaceQueueTotal, "pace-queue-total", c.opts.PaceQueueTotal, "requests of all keys that may wait at once; one more gets 429")
+	fs.StringVar(&c.proxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose Forwarded / X-Forwarded-* headers are believed (default: none)")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
 	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key, on average (in-process rate limit engine: a token bucket)")
 	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
@@ -179,6 +185,18 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 			if o = strings.TrimSpace(o); o != "" {
 				c.opts.CORSOrigins = append(c.opts.CORSOrigins, o)
 			}
+		}
+	}
+	if c.proxies != "" {
+		for _, p := range strings.Split(c.proxies, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			prefix, err := parsePrefix(p)
+			if err != nil {
+				return nil, fmt.Errorf("-trusted-proxies: %q is neither a CIDR (10.0.0.0/8) nor an address: %w", p, err)
+			}
+			c.opts.TrustedProxies = append(c.opts.TrustedProxies, prefix)
 		}
 	}
 	c.opts.Logger = log
@@ -603,4 +621,18 @@ func human(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// parsePrefix reads a CIDR, or an address as the prefix of itself alone.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }

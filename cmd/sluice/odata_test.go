@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"path/filepath"
 	"strings"
@@ -80,5 +81,33 @@ func TestBanner(t *testing.T) {
 				t.Errorf("%s: banner has %q:\n%s", c.name, n, out.String())
 			}
 		}
+	}
+}
+
+func TestTrustedProxiesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		bad      bool
+	}{
+		{in: "10.0.0.0/8", want: "10.0.0.0/8"},
+		{in: "10.1.2.3/8", want: "10.0.0.0/8"},
+		{in: "192.0.2.7", want: "192.0.2.7/32"},
+		{in: "::ffff:192.0.2.7", want: "192.0.2.7/32"},
+		{in: "2001:db8::/32", want: "2001:db8::/32"},
+		{in: "fd00::1", want: "fd00::1/128"},
+		{in: "10.0.0.0/33", bad: true},
+		{in: "proxy.internal", bad: true},
+	} {
+		p, err := parsePrefix(tc.in)
+		if tc.bad != (err != nil) || (!tc.bad && p.String() != tc.want) {
+			t.Errorf("%q: %v %v, want %q (error: %v)", tc.in, p, err, tc.want, tc.bad)
+		}
+	}
+	c, err := parseODataFlags("odata", []string{"-trusted-proxies", "10.0.0.0/8, bogus"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startOData(context.Background(), c, nil); err == nil || !strings.Contains(err.Error(), `-trusted-proxies: "bogus"`) {
+		t.Fatalf("a bad -trusted-proxies: %v", err)
 	}
 }

@@ -1,0 +1,80 @@
+package odata
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+func forwardedCtx(peer string, headers ...string) *fasthttp.RequestCtx {
+	var req fasthttp.Request
+	req.SetRequestURI("http://sluice.test/v1/odata/v4/Locations")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(peer), Port: 4711}, nil)
+	return ctx
+}
+
+// The address per-address state counts: the peer's, unless the peer is a
+// trusted proxy; then the right-most untrusted hop of the chain.
+func TestClientAddr(t *testing.T) {
+	s := &Server{opts: Options{TrustedProxies: []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:1::/48")}}}
+	untrusting := &Server{}
+	for _, tc := range []struct {
+		peer    string
+		headers []string
+		want    string
+	}{
+		{"192.0.2.1", nil, "192.0.2.1"},
+		{"192.0.2.1", []string{"X-Forwarded-For", "198.51.100.9"}, "192.0.2.1"}, // not from a proxy
+		{"10.0.0.5", nil, "10.0.0.5"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "6.6.6.6, 198.51.100.9, 10.0.0.7"}, "198.51.100.9"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "10.0.0.9, 10.0.0.7"}, "10.0.0.9"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9:5555"}, "198.51.100.9"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "garbage"}, "10.0.0.5"},
+		{"10.0.0.5", []string{"X-Forwarded-For", "6.6.6.6, unknown, 10.0.0.7"}, "10.0.0.7"},
+		{"10.0.0.5", []string{"Forwarded", `for=198.51.100.9;proto=https, for="[2001:db8:2::1]:80"`}, "2001:db8:2::1"},
+		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`, "X-Forwarded-For", "198.51.100.9"}, "6.6.6.6"},
+		{"2001:db8:1::2", []string{"X-Forwarded-For", "::ffff:198.51.100.9"}, "198.51.100.9"},
+		{"::ffff:10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
+	} {
+		if got := s.clientAddr(forwardedCtx(tc.peer, tc.headers...)); got != tc.want {
+			t.Errorf("peer %s %v: %s, want %s", tc.peer, tc.headers, got, tc.want)
+		}
+		if got, want := untrusting.clientAddr(forwardedCtx(tc.peer, tc.headers...)), netip.MustParseAddr(tc.peer).Unmap().String(); got != want {
+			t.Errorf("no trusted proxies, peer %s %v: %s", tc.peer, tc.headers, got)
+		}
+	}
+}
+
+func TestForwardedElements(t *testing.T) {
+	els := forwardedElements(`For="[2001:db8:cafe::17]:4711";proto=HTTPS ; host="a\"b", for=192.0.2.43;by=x,,junk;host=h`)
+	if len(els) != 3 || els[0]["for"] != "[2001:db8:cafe::17]:4711" || els[0]["proto"] != "HTTPS" || els[0]["host"] != `a"b` ||
+		els[1]["for"] != "192.0.2.43" || els[1]["by"] != "x" || els[2]["host"] != "h" {
+		t.Fatalf("%q", els)
+	}
+}
+
+func FuzzForwarded(f *testing.F) {
+	for _, s := range []string{`for=1.2.3.4;proto=https`, `for="[::1]:80", for=unknown`, `"`, `=;,=`, `a="\`, `host=x;;;,`} {
+		f.Add(s)
+	}
+	s := &Server{opts: Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
+	f.Fuzz(func(t *testing.T, h string) {
+		_ = forwardedElements(h)
+		ctx := forwardedCtx("10.0.0.1", "Forwarded", h, "X-Forwarded-For", h, "X-Forwarded-Host", h)
+		if a := s.clientAddr(ctx); !netip.MustParseAddr(a).IsValid() {
+			t.Fatalf("client address %q", a)
+		}
+		if _, host := s.forwardedView(ctx); host != "" && !validHost(host) {
+			t.Fatalf("host %q", host)
+		}
+	})
+}
