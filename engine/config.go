@@ -41,9 +41,11 @@ type RateLimitConfig struct {
 	Name            string           `yaml:"name"`
 	Replaces        []ReplacesConfig `yaml:"replaces"`
 	// Algorithm and Burst are sluice's extension (see Algorithm): empty is
-	// the reference's fixed window.
-	Algorithm string `yaml:"algorithm"`
-	Burst     uint32 `yaml:"burst"`
+	// the reference's fixed window. Burst is nil when left out (the bucket
+	// then holds requests_per_unit), so that an explicit 0 is refused
+	// rather than taken for the default.
+	Algorithm string  `yaml:"algorithm"`
+	Burst     *uint32 `yaml:"burst"`
 }
 
 // ReplacesConfig names a rule that this one replaces.
@@ -413,8 +415,16 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit algorithm '%s' (want fixed_window, sliding_window or token_bucket)", r.Algorithm)}
 	case r.Unlimited && r.Algorithm != "":
 		return nil, &ConfigError{file, "should not specify rate limit algorithm when unlimited"}
-	case r.Burst > 0 && algo != TokenBucket:
+	case r.Burst != nil && algo != TokenBucket:
 		return nil, &ConfigError{file, fmt.Sprintf("burst is only valid with algorithm token_bucket, not %s", algo)}
+	case r.Burst != nil && *r.Burst == 0:
+		// A bucket that holds nothing admits nothing: requests_per_unit 0
+		// says that plainly; burst 0 is far more likely a mistake.
+		return nil, &ConfigError{file, fmt.Sprintf("burst of token bucket rule '%s' must be at least 1 (leave it out for requests_per_unit)", fullKey)}
+	}
+	var burst uint32
+	if r.Burst != nil {
+		burst = *r.Burst
 	}
 	replaces := make([]string, 0, len(r.Replaces))
 	for _, rep := range r.Replaces {
@@ -442,7 +452,7 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		Replaces:        replaces,
 		Metadata:        md,
 		Algorithm:       algo,
-		Burst:           r.Burst,
+		Burst:           burst,
 	}
 	rl.current = &CurrentLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit, Name: rl.Name}
 	c.limits = append(c.limits, rl)
