@@ -5,10 +5,12 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v2"
 
+	"github.com/sluicehq/sluice/engine/internal/config"
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
@@ -105,11 +107,33 @@ func ParseYAML(name string, data []byte) (*DomainConfig, error) {
 	if msg := checkPlaces(generic, rootKeys, "the top level"); msg != "" {
 		return nil, &ConfigError{name, msg}
 	}
-	var root DomainConfig
+	var root config.YamlRoot
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
 	}
-	return &root, nil
+	return &DomainConfig{Domain: root.Domain, Descriptors: fromYAML(root.Descriptors)}, nil
+}
+
+// fromYAML turns decoded descriptors into the model.
+func fromYAML(ds []config.YamlDescriptor) []DescriptorConfig {
+	if ds == nil {
+		return nil
+	}
+	out := make([]DescriptorConfig, len(ds))
+	for i, d := range ds {
+		out[i] = DescriptorConfig{Key: d.Key, Value: d.Value, Descriptors: fromYAML(d.Descriptors),
+			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode,
+			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata}
+		if r := d.RateLimit; r != nil {
+			rl := &RateLimitConfig{RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Unlimited: r.Unlimited,
+				Name: r.Name, Algorithm: r.Algorithm, Burst: r.Burst}
+			for _, n := range r.ReplacesNames() {
+				rl.Replaces = append(rl.Replaces, ReplacesConfig{Name: n})
+			}
+			out[i].RateLimit = rl
+		}
+	}
+	return out
 }
 
 // validateKeys is the reference's key check, in the order yaml.v2 hands the
@@ -504,8 +528,15 @@ func normalizeValue(v any) (any, error) {
 	case map[any]any:
 		sm := make(map[string]any, len(v))
 		for k, e := range v {
-			ks, ok := k.(string)
-			if !ok {
+			var ks string
+			switch k := k.(type) {
+			case string:
+				ks = k
+			case bool:
+				// yaml.v2 reads an unquoted true/false/yes/no key as a
+				// boolean; the reference takes it as its text.
+				ks = strconv.FormatBool(k)
+			default:
 				return nil, fmt.Errorf("invalid key type: %T", k)
 			}
 			sm[ks] = e
