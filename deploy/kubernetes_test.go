@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -35,7 +37,9 @@ type k8sObject struct {
 						Name  string `yaml:"name"`
 						Value string `yaml:"value"`
 					} `yaml:"env"`
-					VolumeMounts []struct {
+					ReadinessProbe probe `yaml:"readinessProbe"`
+					LivenessProbe  probe `yaml:"livenessProbe"`
+					VolumeMounts   []struct {
 						Name      string `yaml:"name"`
 						MountPath string `yaml:"mountPath"`
 						SubPath   string `yaml:"subPath"`
@@ -54,6 +58,14 @@ type k8sObject struct {
 			} `yaml:"spec"`
 		} `yaml:"template"`
 	} `yaml:"spec"`
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+	} `yaml:"httpGet"`
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
 }
 
 // k8sRules reads kubernetes/sluice.yaml: the sluice container's environment,
@@ -231,4 +243,121 @@ func TestKubernetesConfigMapUpdateReloadsRules(t *testing.T) {
 	if d := next(); len(d) != 1 || d[0] != "changed" {
 		t.Fatalf("after the update: domains %v", d)
 	}
+}
+
+// k8sReadiness is the sluice container's readiness probe in
+// kubernetes/sluice.yaml.
+func k8sReadiness(t *testing.T) probe {
+	t.Helper()
+	raw, err := os.ReadFile("kubernetes/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	for {
+		var o k8sObject
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("kubernetes/sluice.yaml: %v", err)
+		}
+		if o.Kind == "Deployment" && len(o.Spec.Template.Spec.Containers) == 1 {
+			return o.Spec.Template.Spec.Containers[0].ReadinessProbe
+		}
+	}
+	t.Fatal("kubernetes/sluice.yaml: no Deployment with one container")
+	return probe{}
+}
+
+// The manifest says /healthcheck fails while Redis does not answer, and the
+// probes are meant to take a replica out within 10 s of Redis going away:
+// the Deployment's own environment, against a real redis-server that is
+// then killed, must turn /healthcheck to 500 within what the readiness
+// probe leaves of those 10 s (10 s − period × failure threshold).
+func TestKubernetesHealthFollowsRedis(t *testing.T) {
+	env, _, files := k8sRules(t)
+	if env["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"] != "true" {
+		t.Fatalf("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=%q: without it /healthcheck stays 200 with Redis down", env["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"])
+	}
+	rp := k8sReadiness(t)
+	if rp.HTTPGet == nil || rp.HTTPGet.Path != "/healthcheck" {
+		t.Fatal("the readiness probe does not ask /healthcheck")
+	}
+	budget := 10*time.Second - time.Duration(rp.PeriodSeconds*max(rp.FailureThreshold, 1))*time.Second
+	if budget <= 0 {
+		t.Fatalf("readiness probe every %d s × %d failures cannot notice anything within 10 s", rp.PeriodSeconds, rp.FailureThreshold)
+	}
+
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	root := t.TempDir()
+	for rel, body := range files {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the addresses and the rules' place change; every other setting is
+	// the manifest's.
+	env["RUNTIME_ROOT"] = root
+	env["REDIS_URL"] = r.Addr
+	for k, v := range map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "PROMETHEUS_ADDR": "127.0.0.1:0"} {
+		env[k] = v
+	}
+	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
+	if err != nil {
+		t.Fatalf("the Deployment's environment: %v", err)
+	}
+	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ready) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sluice: %v", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("sluice stopped: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("sluice did not start")
+	}
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	url := "http://" + srv.Addrs().HTTP.String() + "/healthcheck"
+	status := func() int {
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatalf("GET /healthcheck: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for status() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("/healthcheck never answered 200 with Redis up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	r.Kill()
+	killed := time.Now()
+	for status() == http.StatusOK {
+		if time.Since(killed) > budget {
+			t.Fatalf("/healthcheck still 200 %v after Redis went away (the probe needs it within %v)", time.Since(killed).Round(time.Millisecond), budget)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("/healthcheck failed %v after Redis went away", time.Since(killed).Round(time.Millisecond))
 }

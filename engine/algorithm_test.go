@@ -16,6 +16,8 @@ func TestAlgorithmConfig(t *testing.T) {
 		{"{unit: second, requests_per_unit: 1, burst: 4}", "burst is only valid with algorithm token_bucket, not fixed_window"},
 		{"{unit: second, requests_per_unit: 1, algorithm: sliding_window, burst: 4}", "burst is only valid with algorithm token_bucket, not sliding_window"},
 		{"{unlimited: true, algorithm: token_bucket}", "should not specify rate limit algorithm when unlimited"},
+		{"{unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 0}", "burst of token bucket rule 'd.k' must be at least 1 (leave it out for requests_per_unit)"},
+		{"{unit: second, requests_per_unit: 1, burst: 0}", "burst is only valid with algorithm token_bucket, not fixed_window"},
 	}
 	for _, tc := range bad {
 		_, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: " + tc.rateLimit + "\n")}}, engine.ConfigOptions{})
@@ -98,6 +100,24 @@ func TestTokenBucketWithEngineFeatures(t *testing.T) {
 				t.Fatalf("%+v", st)
 			}
 		}
+		r.Descriptors[0].HitsAddend = u64(3)
+		if st := f.do(t, r).Statuses[0]; st.Code != engine.CodeOK || st.LimitRemaining != 0 {
+			t.Fatalf("3 hits: %+v", st)
+		}
+	})
+	t.Run("hits_addend above the burst is the caller's error", func(t *testing.T) {
+		f := newFixture(t, nil, "algorithms.yaml")
+		r := req("algo", kv("tb", "x"))
+		r.Descriptors[0].HitsAddend = u64(4)
+		_, err := f.svc.ShouldRateLimit(context.Background(), r)
+		want := "hits_addend 4 is more than the burst 3 of token bucket rule 'algo.tb': it can never be admitted"
+		if !errors.Is(err, engine.ErrInvalidRequest) || err.Error() != want {
+			t.Fatalf("error %v, want ErrInvalidRequest %q", err, want)
+		}
+		if len(f.counter.ops) != 0 {
+			t.Fatalf("the store was asked: %+v", f.counter.ops)
+		}
+		// The whole burst at once is admitted.
 		r.Descriptors[0].HitsAddend = u64(3)
 		if st := f.do(t, r).Statuses[0]; st.Code != engine.CodeOK || st.LimitRemaining != 0 {
 			t.Fatalf("3 hits: %+v", st)
@@ -229,10 +249,16 @@ func FuzzAlgorithmDecisions(f *testing.F) {
 		a := engine.Algorithm(algo % 3)
 		rl := &engine.RateLimitConfig{Unit: engine.Unit(1 + unit%7).String(), RequestsPerUnit: rpu, Algorithm: a.String()}
 		if a == engine.TokenBucket {
-			rl.Burst = burst
+			rl.Burst = &burst
 		}
 		cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f", Domain: &engine.DomainConfig{Domain: "d",
 			Descriptors: []engine.DescriptorConfig{{Key: "k", RateLimit: rl}}}}}, engine.ConfigOptions{})
+		if a == engine.TokenBucket && burst == 0 {
+			if err == nil {
+				t.Fatal("burst 0 loaded")
+			}
+			return
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,14 +275,23 @@ func FuzzAlgorithmDecisions(f *testing.F) {
 				}
 				return
 			}
+			if a == engine.TokenBucket && rpu > 0 && hits > uint64(burst) {
+				if !errors.Is(err, engine.ErrInvalidRequest) {
+					t.Fatalf("bucket burst %d hits %d: %v, want ErrInvalidRequest", burst, hits, err)
+				}
+				return
+			}
+			if a == engine.TokenBucket && errors.Is(err, engine.ErrInvalidRequest) && strings.Contains(err.Error(), "can never be admitted") {
+				return // a burst capped for a very slow rate (burst × interval within 2^52 µs)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			st := resp.Statuses[0]
 			if a == engine.TokenBucket {
 				cap := uint64(burst)
-				if cap == 0 || rpu == 0 {
-					cap = uint64(rpu)
+				if rpu == 0 {
+					cap = 0
 				}
 				if uint64(st.LimitRemaining) > cap || st.Code == engine.CodeOK && hits > cap {
 					t.Fatalf("bucket rpu %d burst %d hits %d: %+v", rpu, burst, hits, st)

@@ -5,10 +5,12 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v2"
 
+	"github.com/sluicehq/sluice/engine/internal/config"
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
@@ -41,9 +43,11 @@ type RateLimitConfig struct {
 	Name            string           `yaml:"name"`
 	Replaces        []ReplacesConfig `yaml:"replaces"`
 	// Algorithm and Burst are sluice's extension (see Algorithm): empty is
-	// the reference's fixed window.
-	Algorithm string `yaml:"algorithm"`
-	Burst     uint32 `yaml:"burst"`
+	// the reference's fixed window. Burst is nil when left out (the bucket
+	// then holds requests_per_unit), so that an explicit 0 is refused
+	// rather than taken for the default.
+	Algorithm string  `yaml:"algorithm"`
+	Burst     *uint32 `yaml:"burst"`
 }
 
 // ReplacesConfig names a rule that this one replaces.
@@ -103,11 +107,33 @@ func ParseYAML(name string, data []byte) (*DomainConfig, error) {
 	if msg := checkPlaces(generic, rootKeys, "the top level"); msg != "" {
 		return nil, &ConfigError{name, msg}
 	}
-	var root DomainConfig
+	var root config.YamlRoot
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
 	}
-	return &root, nil
+	return &DomainConfig{Domain: root.Domain, Descriptors: fromYAML(root.Descriptors)}, nil
+}
+
+// fromYAML turns decoded descriptors into the model.
+func fromYAML(ds []config.YamlDescriptor) []DescriptorConfig {
+	if ds == nil {
+		return nil
+	}
+	out := make([]DescriptorConfig, len(ds))
+	for i, d := range ds {
+		out[i] = DescriptorConfig{Key: d.Key, Value: d.Value, Descriptors: fromYAML(d.Descriptors),
+			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode,
+			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata}
+		if r := d.RateLimit; r != nil {
+			rl := &RateLimitConfig{RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Unlimited: r.Unlimited,
+				Name: r.Name, Algorithm: r.Algorithm, Burst: r.Burst}
+			for _, n := range r.ReplacesNames() {
+				rl.Replaces = append(rl.Replaces, ReplacesConfig{Name: n})
+			}
+			out[i].RateLimit = rl
+		}
+	}
+	return out
 }
 
 // validateKeys is the reference's key check, in the order yaml.v2 hands the
@@ -413,8 +439,16 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit algorithm '%s' (want fixed_window, sliding_window or token_bucket)", r.Algorithm)}
 	case r.Unlimited && r.Algorithm != "":
 		return nil, &ConfigError{file, "should not specify rate limit algorithm when unlimited"}
-	case r.Burst > 0 && algo != TokenBucket:
+	case r.Burst != nil && algo != TokenBucket:
 		return nil, &ConfigError{file, fmt.Sprintf("burst is only valid with algorithm token_bucket, not %s", algo)}
+	case r.Burst != nil && *r.Burst == 0:
+		// A bucket that holds nothing admits nothing: requests_per_unit 0
+		// says that plainly; burst 0 is far more likely a mistake.
+		return nil, &ConfigError{file, fmt.Sprintf("burst of token bucket rule '%s' must be at least 1 (leave it out for requests_per_unit)", fullKey)}
+	}
+	var burst uint32
+	if r.Burst != nil {
+		burst = *r.Burst
 	}
 	replaces := make([]string, 0, len(r.Replaces))
 	for _, rep := range r.Replaces {
@@ -442,7 +476,7 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		Replaces:        replaces,
 		Metadata:        md,
 		Algorithm:       algo,
-		Burst:           r.Burst,
+		Burst:           burst,
 	}
 	rl.current = &CurrentLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit, Name: rl.Name}
 	c.limits = append(c.limits, rl)
@@ -494,8 +528,15 @@ func normalizeValue(v any) (any, error) {
 	case map[any]any:
 		sm := make(map[string]any, len(v))
 		for k, e := range v {
-			ks, ok := k.(string)
-			if !ok {
+			var ks string
+			switch k := k.(type) {
+			case string:
+				ks = k
+			case bool:
+				// yaml.v2 reads an unquoted true/false/yes/no key as a
+				// boolean; the reference takes it as its text.
+				ks = strconv.FormatBool(k)
+			default:
 				return nil, fmt.Errorf("invalid key type: %T", k)
 			}
 			sm[ks] = e

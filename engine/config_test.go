@@ -19,6 +19,17 @@ func TestValidationErrors(t *testing.T) {
 		{"bad yaml", []string{"domain: d\ndescriptors:\n  - key: [\n"}, false, "f0.yaml: error loading config file: yaml: line 3: did not find expected node content"},
 		{"type error", []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n"}, false,
 			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 6: cannot unmarshal !!int `-1` into uint32"},
+		// yaml.v2 names the type it decodes into: the reference's.
+		{"descriptors not a list", []string{"domain: d\ndescriptors: abc\n"}, false,
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 2: cannot unmarshal !!str `abc` into []config.YamlDescriptor"},
+		{"nested descriptors not a list", []string{"domain: d\ndescriptors:\n  - key: k\n    descriptors: 5\n"}, false,
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!int `5` into []config.YamlDescriptor"},
+		{"rate_limit not a map", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: x\n"}, false,
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `x` into config.YamlRateLimit"},
+		{"replaces not a list", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: x}\n"}, false,
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `x` into []config.yamlReplaces"},
+		{"a file that is a list", []string{"- a\n"}, false,
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into map[interface {}]interface {}"},
 		{"key not a string", []string{"domain: d\n0.25: x\n"}, false, "f0.yaml: config error, key is not of type string: 0.25"},
 		{"unknown key", []string{"domain: d\nratelimit: x\n"}, false, "f0.yaml: config error, unknown key 'ratelimit'"},
 		{"unknown nested key", []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requestsperunit: 1}\n"}, false,
@@ -103,6 +114,7 @@ func TestAcceptedConfigs(t *testing.T) {
 		{"replaces an unknown name", []string{"domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: nowhere}]}}\n"}, false},
 		{"merged domains", []string{"domain: d\ndescriptors:\n  - {key: a}\n", "domain: d\ndescriptors:\n  - {key: b}\n"}, true},
 		{"week month year", []string{"domain: d\ndescriptors:\n  - {key: w, rate_limit: {unit: week, requests_per_unit: 1}}\n  - {key: m, rate_limit: {unit: month, requests_per_unit: 1}}\n  - {key: y, rate_limit: {unit: year, requests_per_unit: 1}}\n"}, false},
+		{"metadata with boolean keys", []string{"domain: d\ndescriptors:\n  - key: a\n    metadata: {true: x, m: {false: y, true: {yes: z}}}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}, false},
 		{"metadata of every kind", []string{"domain: d\ndescriptors:\n  - key: a\n    metadata: {s: x, n: 1, f: 1.5, b: true, z: null, l: [1, a], m: {k: v}}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}, false},
 	}
 	for _, tc := range cases {

@@ -402,6 +402,17 @@ func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []In
 		in.hits = hitsAddend(req, i)
 		in.limitN = uint64(l.RequestsPerUnit)
 		if l.Algorithm == TokenBucket {
+			// More tokens than the bucket holds can never be admitted: an
+			// OVER_LIMIT with a retry time would have the client retry
+			// forever. (A bucket of 0, requests_per_unit 0, refuses
+			// everything on purpose and stays an OVER_LIMIT.)
+			burst := bucketBurst(l, l.RequestsPerUnit, bucketInterval(l.RequestsPerUnit, l.Unit))
+			if burst > 0 && in.hits > uint64(burst) {
+				s.serviceError.Inc()
+				return ops, invalidRequest(fmt.Sprintf("hits_addend %d is more than the burst %d of token bucket rule '%s': it can never be admitted", in.hits, burst, l.FullKey))
+			}
+		}
+		if l.Algorithm == TokenBucket {
 			in.key = s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, 0, 0)
 		} else {
 			in.key = s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, l.Unit, unix)

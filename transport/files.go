@@ -163,7 +163,11 @@ func (f *FileSource) relevant(ev fsnotify.Event, root string) bool {
 	if f.s.WatchRoot {
 		return filepath.Clean(ev.Name) == root && ev.Op&(fsnotify.Create|fsnotify.Rename|fsnotify.Write|fsnotify.Remove) != 0
 	}
-	return ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Chmod|fsnotify.Remove) != 0
+	// Rename is a file moved out of the directory (or renamed within it):
+	// its rules must go, as a removed file's do. The reference watches only
+	// Write, Create, Chmod and Remove, and keeps a moved-out file's domain
+	// until something else changes.
+	return ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Chmod|fsnotify.Remove|fsnotify.Rename) != 0
 }
 
 // dirWatch keeps a watch on a directory that may be deleted and created again

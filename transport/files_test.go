@@ -94,3 +94,51 @@ func names(ev transport.ConfigEvent) string {
 	}
 	return strings.Join(n, " ")
 }
+
+// With RUNTIME_WATCH_ROOT=false, a rule file moved out of the config
+// directory (a rename, which fsnotify reports as Rename, not Remove) drops
+// its domain at the next reload, as a deleted file does.
+func TestFileSourceFileMovedOut(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "app", "config")
+	write(t, dir, "a.yaml", "domain: a\n")
+	write(t, dir, "b.yaml", "domain: b\n")
+	src := transport.NewFileSource(transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan transport.ConfigEvent)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, events) }()
+	defer func() {
+		cancel()
+		for range events {
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFiles := func(want string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case ev := <-events:
+				if ev.Err == nil && names(ev) == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no configuration event with the files %q", want)
+			}
+		}
+	}
+	waitFiles("a.yaml b.yaml")
+	if err := os.Rename(filepath.Join(dir, "b.yaml"), filepath.Join(root, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFiles("a.yaml")
+	// Moved back in: a Create, as before.
+	if err := os.Rename(filepath.Join(root, "b.yaml"), filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFiles("a.yaml b.yaml")
+}

@@ -38,7 +38,7 @@ type listeners struct {
 	stats     *stats.Store
 
 	grpc        grpcServer
-	http, debug *http.Server
+	http, debug *drainServer
 
 	mu    sync.Mutex
 	addrs Addrs
@@ -75,8 +75,8 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	} else {
 		n.grpc = n.newGRPCServer(s)
 	}
-	n.http = n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs)))
-	n.debug = n.settings.HTTPTimeouts.Server(newDebugHandler(s, n.debugEnd))
+	n.http = newDrainServer(n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs))))
+	n.debug = newDrainServer(n.settings.HTTPTimeouts.Server(newDebugHandler(s, n.debugEnd)))
 	errc := make(chan error, 3)
 	go func() { errc <- n.grpc.Serve(lns[0]) }()
 	go func() { errc <- n.http.Serve(lns[1]) }()
@@ -104,8 +104,12 @@ func (n *listeners) shutdown() {
 	defer cancel()
 	done := make(chan struct{})
 	go func() { n.grpc.GracefulStop(); close(done) }()
-	_ = n.http.Shutdown(ctx)
-	_ = n.debug.Shutdown(ctx)
+	var wg sync.WaitGroup
+	for _, srv := range []*drainServer{n.http, n.debug} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = srv.drain(ctx) }()
+	}
+	wg.Wait()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -38,7 +39,15 @@ type ops struct {
 func newOps(s Settings, o Options, st *stats.Store, refresh func()) (ops, error) {
 	p := ops{log: o.Logger, backendKind: s.Backend.Type}
 	var err error
-	p.metrics, err = metrics.New(s.Stats, st, metrics.Options{Logger: o.Logger, Stdout: o.StatsOutput,
+	// With every sink off the statistics are printed as the reference's
+	// logging sink does, as debug lines: only when the log level lets
+	// debug through, so that a quiet service is quiet (the runtime gauges
+	// alone change at every flush with no traffic at all).
+	stdout := o.StatsOutput
+	if !o.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		stdout = io.Discard
+	}
+	p.metrics, err = metrics.New(s.Stats, st, metrics.Options{Logger: o.Logger, Stdout: stdout,
 		Refresh: refresh, HTTPServer: s.Listen.HTTPTimeouts.Server})
 	if err != nil {
 		return ops{}, fmt.Errorf("statistics: %w", err)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/internal/gcfloor"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -40,6 +41,9 @@ type rateLimit struct {
 	// gcFloor is the heap floor in bytes (SLUICE_GC_HEAP_FLOOR_MIB), applied
 	// while run runs.
 	gcFloor uint64
+	// memoryMax is SLUICE_MEMORY_MAX_BYTES with the memory backend (0
+	// otherwise): the Go runtime's memory limit is set from it while run runs.
+	memoryMax int64
 }
 
 func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*rateLimit, error) {
@@ -55,12 +59,17 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*r
 	if err != nil {
 		return nil, err
 	}
-	return &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath,
-		gcFloor: uint64(settings.Runtime.GCHeapFloorMiB) << 20}, nil
+	rl := &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath,
+		gcFloor: uint64(settings.Runtime.GCHeapFloorMiB) << 20}
+	if settings.Backend.Type == "memory" {
+		rl.memoryMax = settings.Backend.Memory.MaxBytes
+	}
+	return rl, nil
 }
 
 func (r *rateLimit) run(ctx context.Context, ready chan<- struct{}) error {
 	defer gcfloor.Start(r.gcFloor)()
+	defer memory.LimitProcess(r.memoryMax)()
 	listening := make(chan struct{})
 	done := make(chan struct{})
 	defer close(done)

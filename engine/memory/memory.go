@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,20 +13,53 @@ import (
 	"github.com/sluicehq/sluice/internal/tick"
 )
 
+// entry is one counter. The map holds pointers so that an update never
+// assigns to the map again: Go replaces a string key on every assignment,
+// and the stored key must stay the exact-size copy made on insert, not the
+// caller's string (the engine builds keys in a buffer grown for the
+// longest window number).
 type entry struct {
 	n       uint64
 	expires int64 // unix nanoseconds
 }
 
-// entryOverhead approximates what one counter costs besides its key: the
-// map slot, the string header and the entry.
-const entryOverhead = 64
+// The memory a counter takes, counted as Redis counts maxmemory: what the
+// allocator hands out for it, not an estimate of the payload. The key's
+// copy (its size class), the entry (16 bytes, its own allocation) and the
+// map slot: a 16-byte string header, an 8-byte pointer and a control byte,
+// charged at the lowest occupancy of Go's tables (7/16, right after one
+// doubles), since a map never shrinks.
+const (
+	entryBytes   = 16
+	mapSlotBytes = (16 + 8 + 1) * 16 / 7
+)
 
 // DefaultMaxKeyBytes is the longest cache key accepted by default.
 const DefaultMaxKeyBytes = 4096
 
 // cost is what a counter under key is charged against a Budget.
-func cost(key string) int64 { return int64(len(key)) + entryOverhead }
+func cost(key string) int64 { return allocSize(len(key)) + entryBytes + mapSlotBytes }
+
+// sizeClasses are the Go allocator's small object sizes up to 32 KiB; a
+// string of n bytes takes the first class of at least n.
+var sizeClasses = [...]int64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+	288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792,
+	2048, 2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728,
+	10240, 10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+// allocSize is the bytes the allocator takes for an n-byte string: its
+// size class, or whole 8 KiB pages above the largest.
+func allocSize(n int) int64 {
+	if n == 0 {
+		return 0
+	}
+	for _, c := range sizeClasses {
+		if int64(n) <= c {
+			return c
+		}
+	}
+	return (int64(n) + 8191) &^ 8191
+}
 
 // Budget is the memory the counters of one service may take, shared by its
 // backends (one per shard).
@@ -80,7 +114,7 @@ type Backend struct {
 	maxKeyBytes int
 
 	mu sync.Mutex
-	m  map[string]entry
+	m  map[string]*entry
 	// sinceSweep counts operations since the last sweep of expired counters;
 	// a sweep runs once it reaches the map's size, so sweeping is amortised
 	// O(1) per operation and memory stays bounded by live windows.
@@ -110,7 +144,7 @@ func (o *Options) EnsureDefaults() *Options {
 // as o says.
 func NewWithOptions(o Options) *Backend {
 	o.EnsureDefaults()
-	b := &Backend{clock: o.Clock, budget: o.Budget, maxKeyBytes: o.MaxKeyBytes, m: map[string]entry{}}
+	b := &Backend{clock: o.Clock, budget: o.Budget, maxKeyBytes: o.MaxKeyBytes, m: map[string]*entry{}}
 	if o.SweepEvery > 0 {
 		b.stop, b.done = make(chan struct{}), make(chan struct{})
 		go b.sweeper(o.SweepEvery)
@@ -163,23 +197,24 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 	for i := range batch {
 		inc := &batch[i]
 		e := b.m[inc.Key]
-		if e.expires <= now {
-			e.n = 0
+		var n uint64
+		if e != nil && e.expires > now {
+			n = e.n
 		}
 		switch inc.Kind {
 		case engine.OpGet:
-			inc.After = e.n
+			inc.After = n
 			continue
 		case engine.OpTokenBucket:
-			inc.After = e.n
-			if tat, ok := engine.TokenBucketStep(int64(e.n), inc); ok && inc.Hits > 0 {
-				b.m[inc.Key] = entry{n: uint64(tat), expires: now + int64(engine.TokenBucketTTL(tat, inc.Now))}
+			inc.After = n
+			if tat, ok := engine.TokenBucketStep(int64(n), inc); ok && inc.Hits > 0 {
+				e = b.entry(e, inc.Key)
+				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Now))
 			}
 			continue
 		}
-		e.n += inc.Hits
-		e.expires = now + int64(inc.TTL)
-		b.m[inc.Key] = e
+		e = b.entry(e, inc.Key)
+		e.n, e.expires = n+inc.Hits, now+int64(inc.TTL)
 		inc.After = e.n
 	}
 	for _, k := range charged {
@@ -192,6 +227,15 @@ func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) er
 		b.sweep(now)
 	}
 	return nil
+}
+
+// entry returns e, or a new entry stored under an exact-size copy of key.
+func (b *Backend) entry(e *entry, key string) *entry {
+	if e == nil {
+		e = &entry{}
+		b.m[strings.Clone(key)] = e
+	}
+	return e
 }
 
 // newKeys are the keys of batch not held yet that an op may create (a read
@@ -275,7 +319,7 @@ func (b *Backend) Close() error {
 		}
 		b.budget.release(held)
 	}
-	b.m = map[string]entry{}
+	b.m = map[string]*entry{}
 	first := !b.closed
 	b.closed = true
 	b.mu.Unlock()

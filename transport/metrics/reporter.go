@@ -113,6 +113,8 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 			return nil, err
 		}
 		r.sink, r.pull = ps, ps
+	case o.Stdout == io.Discard:
+		r.sink = nopSink{} // nothing to format lines for
 	default:
 		r.sink = newLogSink(o.Stdout, s.ExtraTags, o.Clock)
 	}

@@ -76,7 +76,7 @@ func startServer(t *testing.T, env map[string]string, stdout io.Writer) *server 
 		t.Fatal(err)
 	}
 	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsOutput: stdout})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: logLevel(env["LOG_LEVEL"])})), StatsOutput: stdout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,20 @@ func TestServicePullMetrics(t *testing.T) {
 	}
 }
 
-// USE_STATSD=false prints to standard output; the final flush at shutdown
-// carries what happened since the last one.
+// logLevel is the slog level of a LOG_LEVEL value (info when empty).
+func logLevel(s string) slog.Level {
+	if strings.EqualFold(s, "debug") {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// USE_STATSD=false prints to standard output (with LOG_LEVEL=debug: the
+// lines are debug lines); the final flush at shutdown carries what happened
+// since the last one.
 func TestServiceStdoutStats(t *testing.T) {
 	var out syncBuffer
-	s := startServer(t, map[string]string{"USE_STATSD": "false"}, &out)
+	s := startServer(t, map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "debug"}, &out)
 	s.hit(t, 3, "k", "two")
 	s.stop()
 	got := out.String()
@@ -229,6 +238,19 @@ func TestServiceStdoutStats(t *testing.T) {
 	}
 	if strings.Contains(got, "shadow.total_hits") {
 		t.Errorf("counters that never moved were printed:\n%s", got)
+	}
+}
+
+// With every sink off and the log level above debug, nothing is printed:
+// neither the runtime gauges that change at every flush with no traffic at
+// all, nor the decisions' counters.
+func TestServiceStdoutStatsQuietAboveDebug(t *testing.T) {
+	var out syncBuffer
+	s := startServer(t, map[string]string{"USE_STATSD": "false", "LOG_LEVEL": "info"}, &out)
+	s.hit(t, 3, "k", "two")
+	s.stop()
+	if got := out.String(); got != "" {
+		t.Fatalf("statistics printed at LOG_LEVEL=info:\n%s", got)
 	}
 }
 

@@ -1,0 +1,92 @@
+package transport_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Shutdown under keep-alive /json load: every request a client has written
+// is answered, or its connection is closed before the request was sent (a
+// request the client can send again); none is written and then lost. The
+// server stops with no error (the process exits 0).
+func TestShutdownUnderKeepAliveLoad(t *testing.T) {
+	h := start(t, nil, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1000000000}}\n"})
+	const (
+		clients    = 8
+		maxPerLoop = 200000 // bound on each client's loop
+	)
+	body := []byte(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`)
+	var (
+		answered, lost, notSent atomic.Int64
+		lostErrs                sync.Map
+		wg                      sync.WaitGroup
+	)
+	warm := make(chan struct{}, clients)
+	deadline := time.Now().Add(60 * time.Second)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			refused := 0
+			for i := 0; i < maxPerLoop && time.Now().Before(deadline); i++ {
+				var wrote atomic.Bool
+				req, err := http.NewRequest(http.MethodPost, h.http+"/json", bytes.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+				}))
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil {
+						answered.Add(1)
+						if i == 50 {
+							warm <- struct{}{}
+						}
+						continue
+					}
+				}
+				if wrote.Load() {
+					lost.Add(1)
+					lostErrs.Store(fmt.Sprintf("client %d: %v", c, err), true)
+					continue
+				}
+				// Not sent: the listener is gone. A few in a row and this
+				// client is done.
+				notSent.Add(1)
+				if refused++; refused >= 3 {
+					return
+				}
+			}
+		}()
+	}
+	for range clients {
+		select {
+		case <-warm:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the clients did not get going")
+		}
+	}
+	h.stop(t) // SIGTERM's path: the context ends, the servers drain
+	wg.Wait()
+	if n := lost.Load(); n > 0 {
+		var msgs []string
+		lostErrs.Range(func(k, _ any) bool { msgs = append(msgs, k.(string)); return len(msgs) < 10 })
+		t.Fatalf("%d requests written and never answered (%d answered, %d not sent): %v", n, answered.Load(), notSent.Load(), msgs)
+	}
+	t.Logf("%d answered, %d not sent (connection refused), 0 lost", answered.Load(), notSent.Load())
+}
