@@ -339,7 +339,7 @@ func (s *odataService) printTryLines(w io.Writer, root, db string) {
 		fmt.Fprintf(w, "Demo API key: %s\n", s.demoKey)
 	} else {
 		key = `"$KEY"`
-		fmt.Fprintf(w, "Create an API key (its secret is printed once) and keep it in KEY:\n  KEY=$(sluice keys add -db '%s' NAME | tail -n 1)\n", redactDSN(db))
+		fmt.Fprintf(w, "Create an API key (its secret is printed once) and keep it in KEY:\n  KEY=$(%s keys add -db '%s' NAME | tail -n 1)\n", selfCommand(os.Args[0]), redactDSN(db))
 	}
 	fmt.Fprintf(w, `
 Try:
@@ -348,6 +348,19 @@ Try:
   curl -s -H x-api-key:%[1]s '%[2]s/Records?$count=true&$filter=CharacteristicName%%20eq%%20%%27Titanium%%27'
   curl -s -i -H x-api-key:%[1]s '%[2]s/Locations?$select=Id,Name&$top=2'    (see the Link header)
 `, key, base)
+}
+
+// selfCommand is how a banner names this binary so that its lines run as
+// printed: the path it was started by (bin/sluice under make run), or
+// "sluice" when it was found on the PATH.
+func selfCommand(arg0 string) string {
+	if !strings.Contains(arg0, "/") {
+		return "sluice"
+	}
+	if strings.ContainsAny(arg0, " '\"$`\\") {
+		return "'" + strings.ReplaceAll(arg0, "'", `'\''`) + "'"
+	}
+	return arg0
 }
 
 // redactDSN hides a password in a PostgreSQL DSN before it is printed.

@@ -65,7 +65,7 @@ func TestBanner(t *testing.T) {
 			want: []string{"Demo API key: k123", "curl -s -H x-api-key:'k123' 'http://127.0.0.1:"},
 			not:  []string{"keys add", "$KEY"}},
 		{name: "own store", db: "postgres://ann:s3cret@db.example/odata",
-			want: []string{"sluice keys add -db 'postgres://ann:xxxxx@db.example/odata' NAME", `curl -s -H x-api-key:"$KEY" 'http://127.0.0.1:`},
+			want: []string{" keys add -db 'postgres://ann:xxxxx@db.example/odata' NAME", `curl -s -H x-api-key:"$KEY" 'http://127.0.0.1:`},
 			not:  []string{"Demo API key", "<API_KEY>", "x-api-key:''", "x-api-key: '", "s3cret"}},
 	} {
 		var out bytes.Buffer
@@ -80,6 +80,19 @@ func TestBanner(t *testing.T) {
 			if strings.Contains(out.String(), n) {
 				t.Errorf("%s: banner has %q:\n%s", c.name, n, out.String())
 			}
+		}
+	}
+}
+
+// The banner's commands run as printed: the binary by the path it was
+// started with, or by name when it was found on the PATH.
+func TestSelfCommand(t *testing.T) {
+	for in, want := range map[string]string{
+		"sluice": "sluice", "bin/sluice": "bin/sluice", "/usr/local/bin/sluice": "/usr/local/bin/sluice",
+		"/tmp/my dir/sluice": "'/tmp/my dir/sluice'", "./it's/sluice": `'./it'\''s/sluice'`,
+	} {
+		if got := selfCommand(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
 		}
 	}
 }

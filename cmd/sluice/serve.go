@@ -68,10 +68,10 @@ sluice is running.
 
 Try:
   curl -s http://%[2]s/json -d '{"domain":"example","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}'
-  bin/sluice client -dial_string %[1]s -domain example -descriptors user=ann
+  %[4]s client -dial_string %[1]s -domain example -descriptors user=ann
   curl -s http://%[3]s/rlconfig
 (run the first line six times: the sixth answer is 429 OVER_LIMIT)
-`, grpcAddr, httpAddr, localAddr(a.Debug.String()))
+`, grpcAddr, httpAddr, localAddr(a.Debug.String()), selfCommand(os.Args[0]))
 }
 
 // localAddr turns a wildcard listen address into one a person can paste.
