@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/odata/internal/csvsafe"
 	"github.com/sluicehq/sluice/odata/internal/jsonenc"
 	"github.com/sluicehq/sluice/odata/query"
 )
@@ -289,11 +290,26 @@ func appendCSVRow(b []byte, q *query.Query, vals []query.Value) []byte {
 		}
 		if k := q.Collection.Fields[fi].Kind; jsonenc.IsNumber(k) {
 			b = jsonenc.AppendNumber(b, k, v)
+		} else if csvsafe.Formula(v.Bytes) {
+			b = appendCSVFormula(b, v.Bytes)
 		} else {
 			b = appendCSVField(b, v.Bytes)
 		}
 	}
 	return append(b, '\r', '\n')
+}
+
+// appendCSVFormula writes a text cell a spreadsheet would run as a formula
+// as text: quoted, with a leading single quote (package csvsafe).
+func appendCSVFormula(b, v []byte) []byte {
+	b = append(b, '"', csvsafe.Prefix)
+	for _, c := range v {
+		if c == '"' {
+			b = append(b, '"')
+		}
+		b = append(b, c)
+	}
+	return append(b, '"')
 }
 
 // appendCSVField quotes a field when it holds a comma, a quote, a line

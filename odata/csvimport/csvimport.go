@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/odata/internal/csvsafe"
 	"github.com/sluicehq/sluice/odata/query"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 	"github.com/sluicehq/sluice/odata/values"
@@ -323,6 +324,9 @@ func (r *reader) set(name, raw string, loc *sqlstore.Location, o *sqlstore.Obser
 		}
 		cell = sqlstore.Text(t)
 	default:
+		if csvsafe.Formula([]byte(raw)) {
+			return r.bad(name, "%q would run as a formula in a spreadsheet (CWE-1236: it begins with %q); make it text by prefixing it with ' or remove that character", raw, raw[:1])
+		}
 		cell = sqlstore.Text(raw)
 	}
 	switch name {

@@ -256,6 +256,10 @@ func TestBadValues(t *testing.T) {
 		{9, "MonitoringLocationLatitude", "91", "is not a latitude"},
 		{2, "DOI", "10.25976/other", "differs from the metadata's DOI"},
 		{6, "MonitoringLocationName", "Somewhere else", "described differently"},
+		{8, "ResultComment", `=HYPERLINK("http://evil.example","click")`, "would run as a formula in a spreadsheet"},
+		{10, "ResultComment", "@SUM(1)", "would run as a formula"},
+		{11, "ResultComment", "-1+1", "would run as a formula"},
+		{3, "ResultComment", "\tcmd", "would run as a formula"},
 	} {
 		// Each case works on a fresh copy of the first dataset's files.
 		dir := t.TempDir()
