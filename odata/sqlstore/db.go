@@ -40,10 +40,46 @@ type DB struct {
 // so that a load by another process is seen within seconds.
 const statsTTL = 5 * time.Second
 
-// IsPostgres reports whether a DSN names a PostgreSQL database; anything
-// else is an SQLite file ("sqlite:/path", "sqlite:path" or a plain path).
+// IsPostgres reports whether a DSN names a PostgreSQL database: a URL
+// (postgres:// or postgresql://) or libpq's keyword form
+// ("host=db user=ann dbname=odata"). Anything else CheckDSN accepts is an
+// SQLite file ("sqlite:/path", "sqlite:path" or a plain path).
 func IsPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || keywordForm(dsn)
+}
+
+// libpqKeywords are the connection parameters of libpq's keyword form
+// (PostgreSQL documentation, "Parameter Key Words") that pgx reads.
+var libpqKeywords = map[string]bool{
+	"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true, "password": true,
+	"passfile": true, "connect_timeout": true, "sslmode": true, "sslcert": true, "sslkey": true,
+	"sslrootcert": true, "sslpassword": true, "sslsni": true, "application_name": true,
+	"target_session_attrs": true, "service": true, "servicefile": true, "options": true,
+	"pool_max_conns": true, "pool_min_conns": true,
+}
+
+// keywordForm reports whether dsn begins with a libpq keyword and "=".
+func keywordForm(dsn string) bool {
+	k, _, ok := strings.Cut(strings.TrimSpace(dsn), "=")
+	return ok && libpqKeywords[strings.TrimSpace(k)]
+}
+
+// CheckDSN refuses a DSN of no form Open knows, naming the forms it does;
+// the error quotes no more of it than its scheme, which holds no secret.
+func CheckDSN(dsn string) error {
+	if strings.TrimSpace(dsn) == "" {
+		return errors.New("sqlstore: the database is not given; use postgres://user@host/db, libpq keywords (host=… dbname=…) or sqlite:/path/file.sqlite")
+	}
+	if IsPostgres(dsn) || strings.HasPrefix(dsn, "sqlite:") {
+		return nil
+	}
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok {
+		return fmt.Errorf("sqlstore: the database URL scheme %q is not known; use postgres://user@host/db (or postgresql://), libpq keywords (host=… dbname=…) or sqlite:/path/file.sqlite", scheme)
+	}
+	if strings.Contains(dsn, "=") && strings.ContainsAny(dsn, " \t") {
+		return errors.New("sqlstore: the database looks like libpq keywords but names no known keyword first (host, port, dbname, user, password, sslmode, …); use postgres://user@host/db, libpq keywords or sqlite:/path/file.sqlite")
+	}
+	return nil // a file path: SQLite
 }
 
 // Config tunes a store opened with OpenWith. The zero value is Open's
@@ -82,6 +118,9 @@ func OpenWith(ctx context.Context, dsn string, cfg Config) (*DB, error) {
 	}
 	if cfg.StreamTimeout == 0 {
 		cfg.StreamTimeout = cfg.StatementTimeout
+	}
+	if err := CheckDSN(dsn); err != nil {
+		return nil, err
 	}
 	db := &DB{now: time.Now}
 	if IsPostgres(dsn) {
