@@ -59,7 +59,7 @@ func (a *accessLog) take() (ok bool, suppressed int64) {
 type accessRecord struct {
 	start  time.Time
 	method string
-	path   string // path and query, cut to maxLoggedPath
+	path   string // path and query, secrets masked, cut to maxLoggedPath
 	caller string // "key:<id>", "origin:<origin>", or "" before authentication
 	remote string
 	rows   int64
@@ -69,11 +69,7 @@ type accessRecord struct {
 const maxLoggedPath = 512
 
 func newAccessRecord(ctx *fasthttp.RequestCtx) accessRecord {
-	uri := ctx.RequestURI()
-	if len(uri) > maxLoggedPath {
-		uri = append(uri[:maxLoggedPath:maxLoggedPath], "..."...)
-	}
-	return accessRecord{start: time.Now(), method: string(ctx.Method()), path: string(uri), remote: ctx.RemoteAddr().String()}
+	return accessRecord{start: time.Now(), method: string(ctx.Method()), path: loggedURI(ctx), remote: ctx.RemoteAddr().String()}
 }
 
 // write logs one request. The API key's secret is never part of a record:

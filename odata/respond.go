@@ -52,7 +52,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, status int, detail string) {
 }
 
 func (s *Server) internal(ctx *fasthttp.RequestCtx, err error) {
-	s.log.Error("odata: request failed", "uri", string(ctx.RequestURI()), "err", err)
+	s.log.Error("odata: request failed", "uri", loggedURI(ctx), "err", err)
 	s.fail(ctx, fasthttp.StatusInternalServerError, "internal error")
 }
 
@@ -72,7 +72,7 @@ func (s *Server) dbFailed(ctx *fasthttp.RequestCtx, budget context.Context, err 
 
 // unavailable answers 503 for a database that cannot be reached now.
 func (s *Server) unavailable(ctx *fasthttp.RequestCtx, err error) {
-	s.log.Warn("odata: the database is unavailable", "uri", string(ctx.RequestURI()), "err", err)
+	s.log.Warn("odata: the database is unavailable", "uri", loggedURI(ctx), "err", err)
 	ctx.Response.Header.Set("Retry-After", "5")
 	s.fail(ctx, fasthttp.StatusServiceUnavailable, "the database is unavailable; retry in a few seconds")
 }
