@@ -39,7 +39,11 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 			// so one slow reader with it must not lock out every browser
 			// user of that origin.
 			o := strings.ToLower(origin)
-			return "origin:" + o + "@" + addr, o, true
+			caller := "origin:" + o + "@" + addr
+			if !s.browsers.admit(caller, time.Now()) {
+				caller = "origin:" + o + "@" + overflowAddr
+			}
+			return caller, o, true
 		}
 		s.write(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
 		return "", "", false

@@ -1,6 +1,7 @@
 package odata
 
 import (
+	"container/list"
 	"crypto/sha256"
 	"sync"
 	"time"
@@ -101,7 +102,13 @@ func (f *failThrottle) blocked(addr string) (time.Duration, bool) {
 	defer f.mu.Unlock()
 	w, ok := f.m[addr]
 	if !ok {
-		return 0, false
+		if len(f.m) < maxTracked {
+			return 0, false
+		}
+		if w, ok = f.m[overflowAddr]; !ok {
+			return 0, false
+		}
+		addr = overflowAddr
 	}
 	end := w.start.Add(f.window)
 	if !now.Before(end) {
@@ -128,13 +135,75 @@ func (f *failThrottle) failed(addr string) {
 				}
 			}
 			if len(f.m) >= maxTracked {
-				return // every tracked address is live; this one goes uncounted
+				// Every tracked address is live: the untracked ones share
+				// one window, so rotating addresses does not escape it.
+				addr = overflowAddr
+				if w, ok = f.m[addr]; ok && now.Before(w.start.Add(f.window)) {
+					w.n++
+					f.m[addr] = w
+					return
+				}
 			}
 		}
 		w = failWindow{start: now}
 	}
 	w.n++
 	f.m[addr] = w
+}
+
+// overflowAddr names the state shared by the addresses beyond maxTracked.
+const overflowAddr = "overflow"
+
+// recent is a bounded set of names by last use: the browser callers
+// (origin and client address) that get a rate limit counter of their own.
+// When it is full of names used within idle, a new name is not admitted
+// and shares the overflow caller's counter instead: per-address state
+// stays bounded whatever the number of addresses, and a flood from many
+// addresses is limited as one caller.
+type recent struct {
+	max  int
+	idle time.Duration
+
+	mu sync.Mutex
+	ll *list.List // of *recentEntry, most recently used first
+	m  map[string]*list.Element
+}
+
+type recentEntry struct {
+	name string
+	seen time.Time
+}
+
+func newRecent(max int, idle time.Duration) *recent {
+	return &recent{max: max, idle: idle, ll: list.New(), m: map[string]*list.Element{}}
+}
+
+// admit marks name used and says whether it is tracked.
+func (r *recent) admit(name string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el, ok := r.m[name]; ok {
+		el.Value.(*recentEntry).seen = now
+		r.ll.MoveToFront(el)
+		return true
+	}
+	if r.ll.Len() >= r.max {
+		oldest := r.ll.Back()
+		e := oldest.Value.(*recentEntry)
+		if now.Sub(e.seen) < r.idle {
+			return false
+		}
+		delete(r.m, e.name)
+		r.ll.Remove(oldest)
+	}
+	r.m[name] = r.ll.PushFront(&recentEntry{name: name, seen: now})
+	return true
+}
+
+func (r *recent) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ll.Len()
 }
 
 // slots counts requests in flight per name against a cap.
