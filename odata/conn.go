@@ -27,8 +27,9 @@ func (l *stallListener) Accept() (net.Conn, error) {
 
 type stallConn struct {
 	net.Conn
-	s    *Server
-	once sync.Once
+	s     *Server
+	once  sync.Once
+	clock writeClock // for the data slot of the response being written
 }
 
 func (c *stallConn) Write(p []byte) (int, error) {
@@ -36,6 +37,8 @@ func (c *stallConn) Write(p []byte) (int, error) {
 	// deadline here restarts with every write, so it bounds a stall, not
 	// the length of a response.
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.s.opts.StallTimeout))
+	c.clock.start()
+	defer c.clock.stop()
 	return c.Conn.Write(p)
 }
 

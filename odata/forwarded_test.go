@@ -3,6 +3,7 @@ package odata
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -75,6 +76,33 @@ func FuzzForwarded(f *testing.F) {
 		}
 		if _, host := s.forwardedView(ctx); host != "" && !validHost(host) {
 			t.Fatalf("host %q", host)
+		}
+	})
+}
+
+func TestMaskedURI(t *testing.T) {
+	for in, want := range map[string]string{
+		"/v1/odata/v4/Locations":                                  "/v1/odata/v4/Locations",
+		"/x?api_key=s&$top=1":                                     "/x?api_key=xxxxx&$top=1",
+		"/x?$skiptoken=Id:1&token=s&apikey=s&KEY=s":               "/x?$skiptoken=Id:1&token=xxxxx&apikey=xxxxx&KEY=xxxxx",
+		"/x?%61pi_key=s&password=&sig=a=b":                        "/x?%61pi_key=xxxxx&password=xxxxx&sig=xxxxx",
+		"/x?$filter=CharacteristicName%20eq%20'pH'&x-api-key=sec": "/x?$filter=CharacteristicName%20eq%20'pH'&x-api-key=xxxxx",
+		"/x?key&&=v&%zz=1":                                        "/x?key&&=v&%zz=1",
+	} {
+		if got := string(appendMaskedURI(nil, []byte(in))); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
+func FuzzMaskedURI(f *testing.F) {
+	for _, s := range []string{"/x?api_key=s", "/x?a=b&c", "?&&=", "/x?%zz=key"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := string(appendMaskedURI(nil, []byte(s)))
+		if strings.Contains(s, "?api_key=SECRET") && strings.Contains(out, "api_key=SECRET") {
+			t.Fatalf("%q kept the secret: %q", s, out)
 		}
 	})
 }

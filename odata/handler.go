@@ -159,16 +159,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 			return
 		}
 	}
-	if s.queries != nil {
-		select {
-		case s.queries <- struct{}{}:
-			g.query = true
-		default:
+	if s.slots != nil {
+		g.conn, _ = ctx.Conn().(*stallConn)
+		if !s.slots.acquire(g, time.Now().Add(s.opts.SlotWait), s.turns.closing) {
 			ctx.Response.Header.Set("Retry-After", "1")
 			s.fail(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf(
-				"the server is running as many data queries as it allows (%d); retry in a second", cap(s.queries)))
+				"the server is running as many data queries as it allows (%d); retry in a second", s.slots.size))
 			return
 		}
+		g.query = true
 	}
 	if t.kind == targetCount {
 		s.countOnly(ctx, q)
@@ -195,6 +194,27 @@ type grant struct {
 	turn   string
 	origin string
 	query  bool
+	// conn is the response's connection, watched while the grant holds a
+	// data slot; preempted is under the slots' lock.
+	conn      *stallConn
+	preempted bool
+}
+
+// writingSince is when the response's current write began waiting on the
+// client, in Unix nanoseconds (0: not writing).
+func (g *grant) writingSince() int64 {
+	if g.conn == nil {
+		return 0
+	}
+	return g.conn.clock.since.Load()
+}
+
+// cut gives the slot up: closing the connection fails the blocked write,
+// which ends the page and releases the grant.
+func (g *grant) cut() {
+	g.s.log.Info("odata: a response that its client does not read gave its data slot to a waiting request",
+		"remote", g.conn.RemoteAddr().String())
+	_ = g.conn.Conn.Close()
 }
 
 func (g *grant) release() {
@@ -207,7 +227,7 @@ func (g *grant) release() {
 		g.origin = ""
 	}
 	if g.query {
-		<-g.s.queries
+		g.s.slots.release(g)
 		g.query = false
 	}
 }

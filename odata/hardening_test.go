@@ -109,7 +109,9 @@ func TestQueryCapKeepsKeyChecks(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
-	srv, base := startServer(t, db, testOptions(), nil)
+	opts := testOptions()
+	opts.SlotWait = 0 // 503 at once: the slots stay held by the stalled pages
+	srv, base := startServer(t, db, opts, nil)
 	if got := srv.MaxQueries(); got != 4-odata.KeyConns {
 		t.Fatalf("derived cap %d, want %d", got, 4-odata.KeyConns)
 	}
@@ -247,6 +249,7 @@ func originPerAddress(t *testing.T, db *sqlstore.DB) {
 	opts.Sequential = true
 	opts.CORSOrigins = []string{origin}
 	opts.OriginMaxInFlight = 2
+	opts.PaceWait = 0 // a request behind one in flight is refused at once
 	_, base := startServer(t, db, opts, nil)
 	page := base + "/Records?$top=10000"
 	if sr := openStalledFrom(t, page, "127.0.0.1", "Origin", origin); sr.resp.StatusCode != 200 {
@@ -372,4 +375,99 @@ func TestLargePageLimits(t *testing.T) {
 	db, _ := openLoaded(t, backends()[0], gen12k)
 	t.Run("origin per address", func(t *testing.T) { originPerAddress(t, db) })
 	t.Run("stream timeout", func(t *testing.T) { streamTimeout(t, db) })
+}
+
+// Fifty clients that start a page and never read it (with keys, and with a
+// forged browser Origin from many addresses) cannot keep a paying key out:
+// its requests are served, each within the slot wait, because a response
+// whose write waits on its client gives its data slot to a waiting request.
+func TestStalledReadersLoseSlots(t *testing.T) {
+	const origin = "https://app.example.org"
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			db, _ := openLoaded(t, b, gen12k)
+			opts := testOptions()
+			opts.Sequential = true
+			opts.CORSOrigins = []string{origin}
+			opts.OriginMaxInFlight = 0
+			opts.MaxQueries = 6
+			srv, base := startServer(t, db, opts, nil)
+			ctx := context.Background()
+			paying, _, err := db.AddKey(ctx, "paying")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page := base + "/Records?$top=10000"
+			type stall struct {
+				conn   net.Conn
+				status int
+				err    error
+			}
+			stalls := make([]stall, 50)
+			var wg sync.WaitGroup
+			for i := range stalls {
+				headers := []string{"Origin", origin}
+				ip := fmt.Sprintf("127.0.1.%d", i+1)
+				if i%2 == 0 {
+					k, _, err := db.AddKey(ctx, fmt.Sprint("stall", i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					headers, ip = []string{"x-api-key", k}, "127.0.0.1"
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					stalls[i].conn, stalls[i].status, stalls[i].err = startUnread(page, ip, headers...)
+				}()
+			}
+			wg.Wait()
+			held := 0
+			for _, st := range stalls {
+				if st.err != nil {
+					t.Fatal(st.err)
+				}
+				defer st.conn.Close()
+				switch st.status {
+				case 200:
+					held++
+				case 503:
+				default:
+					t.Fatalf("stalled client: %d", st.status)
+				}
+			}
+			c := newClient(t)
+			for i := range 5 {
+				r := do(t, c, "GET", base+"/Observations?$top=100", "x-api-key", paying)
+				if r.status != 200 {
+					t.Fatalf("paying request %d with %d slots of %d held by stalled pages: %d %s", i+1, srv.MaxQueries(), held, r.status, r.body)
+				}
+			}
+		})
+	}
+}
+
+// startUnread sends GET target from ip and reads the response's head only.
+func startUnread(target, ip string, headers ...string) (net.Conn, int, error) {
+	u, _ := url.Parse(target)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	conn, err := d.Dial("tcp", u.Host)
+	if err != nil {
+		return nil, 0, err
+	}
+	_ = conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+	req, _ := http.NewRequest("GET", target, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	if err := req.Write(conn); err != nil {
+		conn.Close()
+		return nil, 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4096), req)
+	if err != nil {
+		conn.Close()
+		return nil, 0, err
+	}
+	return conn, resp.StatusCode, nil
 }

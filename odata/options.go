@@ -74,6 +74,11 @@ type Options struct {
 	// minus KeyConns, so that API key checks never wait behind data
 	// queries. Negative: no cap.
 	MaxQueries int
+	// SlotWait is how long a request waits for a data slot when all are
+	// taken, and StallPreempt how long a response's write may wait on its
+	// client before its slot goes to such a waiting request (dataslots.go).
+	SlotWait     time.Duration
+	StallPreempt time.Duration
 	// StreamTimeout bounds a whole response body, however slowly its
 	// client reads (its statement's timeout on the database, too).
 	StreamTimeout time.Duration
@@ -123,6 +128,8 @@ func DefaultOptions() Options {
 		PaceWait:       10 * time.Second,
 		PaceQueue:      8,
 		PaceQueueTotal: 1024,
+		SlotWait:       time.Second,
+		StallPreempt:   500 * time.Millisecond,
 
 		AccessLogPerSecond: 100,
 		FilterBudget:       256,
@@ -159,6 +166,10 @@ func (o Options) Validate() error {
 		return errors.New("odata: KeyFailures must not be negative, and KeyFailureWindow must be positive when it is set")
 	case o.OriginMaxInFlight < 0:
 		return errors.New("odata: OriginMaxInFlight must not be negative (0: no cap)")
+	case o.SlotWait < 0:
+		return fmt.Errorf("odata: SlotWait must not be negative, got %v", o.SlotWait)
+	case o.StallPreempt <= 0:
+		return fmt.Errorf("odata: StallPreempt must be positive, got %v", o.StallPreempt)
 	case o.PaceWait < 0:
 		return fmt.Errorf("odata: PaceWait must not be negative (0: refuse at once), got %v", o.PaceWait)
 	case o.PaceWait > 0 && (o.PaceQueue < 1 || o.PaceQueueTotal < o.PaceQueue):

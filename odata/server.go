@@ -32,8 +32,9 @@ type Server struct {
 	keyCache    *keyCache
 	keyFails    *failThrottle
 	originSlots *slots
-	// queries holds a token per request doing database work; nil: no cap.
-	queries     chan struct{}
+	browsers    *recent // browser callers with counters of their own
+	// slots are held by requests doing database work; nil: no cap.
+	slots       *dataSlots
 	limiterDown atomic.Bool // the limiter's last answer was an error
 
 	// base is canceled by a forced shutdown: it ends database work still
@@ -67,9 +68,10 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 		access:      newAccessLog(opts.AccessLog, opts.AccessLogPerSecond, nil),
 		keyCache:    newKeyCache(opts.KeyCacheTTL, time.Now),
 		keyFails:    newFailThrottle(opts.KeyFailures, opts.KeyFailureWindow, time.Now),
-		originSlots: newSlots(opts.OriginMaxInFlight)}
+		originSlots: newSlots(opts.OriginMaxInFlight),
+		browsers:    newRecent(maxTracked, browserIdle)}
 	if n := queryCap(opts.MaxQueries, store); n > 0 {
-		s.queries = make(chan struct{}, n)
+		s.slots = newDataSlots(n, opts.StallPreempt)
 	}
 	for _, o := range opts.CORSOrigins {
 		s.origins[strings.ToLower(o)] = true
@@ -86,9 +88,18 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 		NoDefaultDate:                false,
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
+		// A connection a client or a preempted slot closed mid-write is
+		// routine here; fasthttp's own logger would print each to stderr.
+		Logger: debugLogger{log},
 	}
 	return s, nil
 }
+
+// browserIdle is how long a browser caller unseen keeps its place among
+// the tracked ones: longer than its rate limit counter lives (a token
+// bucket of 4 refills in 2 s), so evicting it forgets nothing the limit
+// still needs.
+const browserIdle = 10 * time.Second
 
 // queryCap is the effective MaxQueries: derived from the store's pool when
 // 0, none when negative.
@@ -105,10 +116,10 @@ func queryCap(configured int, store Store) int {
 // MaxQueries is the cap on concurrent data queries in effect (negative:
 // none).
 func (s *Server) MaxQueries() int {
-	if s.queries == nil {
+	if s.slots == nil {
 		return -1
 	}
-	return cap(s.queries)
+	return s.slots.size
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
@@ -152,4 +163,11 @@ func (s *Server) isClosed() bool {
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()
 	return s.closed
+}
+
+// debugLogger passes fasthttp's messages to the server's log at debug level.
+type debugLogger struct{ l *slog.Logger }
+
+func (d debugLogger) Printf(format string, args ...any) {
+	d.l.Debug("odata: http: " + fmt.Sprintf(format, args...))
 }

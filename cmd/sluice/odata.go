@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -134,7 +135,7 @@ func parseODataFlags(command string, args []string) (*odataConfig, error) {
 
 func odataFlags(fs *flag.FlagSet) *odataConfig {
 	c := &odataConfig{opts: odata.DefaultOptions()}
-	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://..." or "sqlite:/path" (an empty SQLite store gets demo data; or $SLUICE_DB, or the file $SLUICE_DB_FILE)`)
+	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://...", libpq keywords ("host=... dbname=...") or "sqlite:/path" (an empty SQLite store gets demo data; or $SLUICE_DB, or the file $SLUICE_DB_FILE)`)
 	fs.StringVar(&c.opts.Addr, "odata-addr", c.opts.Addr, "OData API listen address")
 	fs.StringVar(&c.opts.Root, "odata-root", c.opts.Root, "path root of the collections")
 	fs.StringVar(&c.opts.PublicURL, "public-url", "", "scheme://host[:port] for next links (default: the request's Host)")
@@ -155,6 +156,8 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.StringVar(&c.fallback, "rate-limit-fallback", "local", "when the -rate-limit-service fails: local (the in-process limit of -requests-per-second and -burst applies), deny (503) or allow (no limit)")
 	fs.IntVar(&c.opts.FilterBudget, "filter-budget", c.opts.FilterBudget, "400 for a $filter costing more than this (0: no budget; see the README)")
 	fs.IntVar(&c.opts.MaxQueries, "max-queries", c.opts.MaxQueries, "503 beyond this many requests doing database work at once (0: the pool size minus 2, kept for key checks; -1: no cap)")
+	fs.DurationVar(&c.opts.SlotWait, "slot-wait", c.opts.SlotWait, "how long a request waits for a data query slot when -max-queries are running (then 503)")
+	fs.DurationVar(&c.opts.StallPreempt, "stall-preempt", c.opts.StallPreempt, "a response whose write has waited this long on its client gives its data slot to a waiting request (its connection is closed)")
 	fs.DurationVar(&c.opts.StreamTimeout, "stream-timeout", c.opts.StreamTimeout, "longest response body, however slowly the client reads")
 	fs.DurationVar(&c.opts.KeyCacheTTL, "key-cache-ttl", c.opts.KeyCacheTTL, "how long a checked API key is trusted (a revocation takes effect within it; 0: no cache)")
 	fs.IntVar(&c.opts.KeyFailures, "key-failures", c.opts.KeyFailures, "failed key checks per client address per -key-failure-window before its key checks get 429 (0: no throttle)")
@@ -350,6 +353,9 @@ Try:
 `, key, base)
 }
 
+// keywordPassword is the password of libpq's keyword form, quoted or not.
+var keywordPassword = regexp.MustCompile(`((?:^|\s)password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+
 // selfCommand is how a banner names this binary so that its lines run as
 // printed: the path it was started by (bin/sluice under make run), or
 // "sluice" when it was found on the PATH.
@@ -363,8 +369,12 @@ func selfCommand(arg0 string) string {
 	return arg0
 }
 
-// redactDSN hides a password in a PostgreSQL DSN before it is printed.
+// redactDSN hides a password in a PostgreSQL DSN (URL or keyword form)
+// before it is printed.
 func redactDSN(dsn string) string {
+	if sqlstore.IsPostgres(dsn) && !strings.Contains(dsn, "://") {
+		return keywordPassword.ReplaceAllString(dsn, "${1}xxxxx")
+	}
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			return u.Redacted()

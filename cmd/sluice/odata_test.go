@@ -97,6 +97,19 @@ func TestSelfCommand(t *testing.T) {
 	}
 }
 
+func TestRedactDSN(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://ann:s3cret@db/odata":                "postgres://ann:xxxxx@db/odata",
+		"host=db user=ann password=s3cret dbname=odata": "host=db user=ann password=xxxxx dbname=odata",
+		"host=db password = 's3 cr\\'et' dbname=odata":  "host=db password = xxxxx dbname=odata",
+		"sqlite:/tmp/odata.sqlite":                      "sqlite:/tmp/odata.sqlite",
+	} {
+		if got := redactDSN(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestTrustedProxiesFlag(t *testing.T) {
 	for _, tc := range []struct {
 		in, want string
