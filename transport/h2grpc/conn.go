@@ -137,7 +137,8 @@ type conn struct {
 	peerInitWindow int64
 	peerMaxFrame   int
 	connSendWindow int64
-	// answers counts the answers queued, for the PING flood guard.
+	// answers counts the answers and DATA frames queued, for the PING
+	// flood guard.
 	answers uint64
 	// draining: a GOAWAY went out; new streams are refused and the
 	// connection closes once live is empty.

@@ -13,7 +13,7 @@ import (
 // grows back by one per Interval; a peer that spends it gets GOAWAY
 // ENHANCE_YOUR_CALM, as grpc-go answers too many pings.
 //
-// A PING that comes after an answer was queued since the previous PING
+// A PING that comes after an answer or DATA was queued since the previous PING
 // costs nothing: grpc-go's and C-core's clients send one with the calls
 // that follow answers (flow-control estimates), and a keepalive ping
 // comes seconds apart; neither ever spends the budget.

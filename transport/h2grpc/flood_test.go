@@ -2,6 +2,7 @@ package h2grpc
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -117,4 +118,23 @@ func TestFloods(t *testing.T) {
 			}
 		}
 	})
+}
+
+// grpc-go's client sends a PING (its bandwidth-delay estimate) for every
+// window of a long answer it receives: those PINGs follow data and never
+// spend the flood budget.
+func TestLongAnswersWithEstimatePings(t *testing.T) {
+	long := bytes.Repeat([]byte("sluice "), (4<<20)/7)
+	big := func(_ context.Context, _, out []byte) ([]byte, error) { return append(out, long...), nil }
+	_, addr := serve(t, Options{Methods: map[string]Method{"/t.S/Big": big}})
+	cc := dial(t, addr)
+	for i := range 8 {
+		req, resp := []byte("x"), []byte(nil)
+		if err := cc.Invoke(context.Background(), "/t.S/Big", &req, &resp, callOpt()); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if len(resp) != len(long) {
+			t.Fatalf("call %d: %d bytes back", i+1, len(resp))
+		}
+	}
 }

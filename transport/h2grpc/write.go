@@ -114,6 +114,11 @@ func (c *conn) endedLocked(st *stream) {
 // appendDataLocked appends p as DATA frames no larger than the peer allows
 // and takes it from both windows (the caller checked they suffice).
 func (c *conn) appendDataLocked(b []byte, st *stream, p []byte) []byte {
+	// Data going out makes the peer's next PING free: clients measure the
+	// bandwidth-delay product with a PING per window of data they receive
+	// (grpc-go's BDP estimator), so a long answer brings many PINGs and
+	// few answers.
+	c.answers++
 	st.sendWindow -= int64(len(p))
 	c.connSendWindow -= int64(len(p))
 	for len(p) > 0 {
