@@ -9,7 +9,7 @@ RUNDIR  := var/run
 build:
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/sluice
 
-# ---- container image (Dockerfile; README "Deploy") ---------------------------
+# ---- container image (Dockerfile; docs/deploy.md) ------------------------------
 # image-bin: the linux binary and CA roots the Dockerfile copies in (also what
 # `docker compose ... up --build` needs). image: builds IMAGE offline with
 # buildah or podman and writes bin/image/sluice-image.tar for `docker load`.
@@ -85,9 +85,9 @@ bench: build
 bench-full: build
 	$(GO) run ./bench
 
-# Put bench/results/latest.md (from make bench or bench-full) into README.md.
+# Put bench/results/latest.md (from make bench or bench-full) into docs/benchmarks.md.
 bench-readme:
-	$(GO) run ./bench -readme README.md
+	$(GO) run ./bench -readme docs/benchmarks.md
 
 # staticcheck is installed like the test servers: once, pinned, when missing.
 STATICCHECK_VERSION ?= v0.8.2

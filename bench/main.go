@@ -57,7 +57,7 @@ func main() {
 	flag.StringVar(&f.compare, "compare", "", "a second sluice binary measured in the same run (A/B), rows labelled sluice@<file name>")
 	flag.IntVar(&f.rounds, "rounds", 0, "measure every workload on every system this many times, interleaved, and report the medians (default 3 quick, 2 full)")
 	flag.StringVar(&f.only, "only", "", "measure only the workloads whose name contains this text (e.g. \"10 callers\"), and skip the in-process engine run")
-	flag.StringVar(&f.readme, "readme", "", "only put the -out results into this README's benchmark section (make bench-readme)")
+	flag.StringVar(&f.readme, "readme", "", "only put the -out results into the benchmark section of this Markdown file (make bench-readme: docs/benchmarks.md)")
 	flag.StringVar(&f.driver, "driver", "h2", "load driver: h2 (one event loop per connection, as a proxy's worker thread calls) or grpc (grpc-go's client, a goroutine per caller)")
 	flag.StringVar(&f.load, "load", "", "only drive the rate limit service already running at this gRPC address (rules for domain \"bench\" loaded) with the -only workloads, one -duration each, and print one JSON line per workload")
 	flag.StringVar(&f.noopServe, "noop-serve", "", "internal: serve a no-op RLS on this address")

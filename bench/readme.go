@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The README's benchmark section lies between these markers; spliceReadme
+// The benchmark section of docs/benchmarks.md lies between these markers; spliceReadme
 // replaces it with a results file, so the table there is always one run's.
 const (
 	readmeBegin = "<!-- bench:begin (make bench-readme replaces this section with bench/results/latest.md) -->"
@@ -36,7 +36,7 @@ func splice(doc, table string) (string, error) {
 	if i < 0 || j < i {
 		return "", fmt.Errorf("no %q … %q section", readmeBegin, readmeEnd)
 	}
-	// The results' headings are one level too high inside the README's section.
+	// The results' headings are one level too high inside the benchmark page's section.
 	table = strings.ReplaceAll("\n"+strings.TrimSpace(table), "\n## ", "\n### ")
 	return doc[:i+len(readmeBegin)] + "\n" + strings.TrimSpace(table) + "\n\n" + doc[j:], nil
 }

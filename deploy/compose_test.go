@@ -400,7 +400,7 @@ func startComposeSluice(t *testing.T) *sluice {
 	return s
 }
 
-// ---- the README's requests -----------------------------------------------------
+// ---- the requests of docs/deploy.md ------------------------------------------
 
 type readmeRequest struct {
 	line    string // the curl command as printed
@@ -415,11 +415,11 @@ var (
 	answers    = regexp.MustCompile(`^(?:(\d+) × 200, then (\d{3})|(200|429))$`)
 )
 
-// readmeRequests reads the table of the README's Deploy section that says
+// readmeRequests reads the table of docs/deploy.md that says
 // what Envoy answers: | `curl … localhost:10000/…` | 5 × 200, then 429 |.
 func readmeRequests(t *testing.T) []readmeRequest {
 	t.Helper()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile("../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func readmeRequests(t *testing.T) []readmeRequest {
 		u := curlURL.FindStringSubmatch(cmd)
 		a := answers.FindStringSubmatch(strings.TrimSpace(cells[2]))
 		if u == nil || a == nil {
-			t.Fatalf("README row not understood: %q", line)
+			t.Fatalf("docs/deploy.md row not understood: %q", line)
 		}
 		req := readmeRequest{line: cmd, headers: map[string]string{":path": u[1]}}
 		for _, h := range curlHeader.FindAllStringSubmatch(cmd, -1) {
@@ -451,7 +451,7 @@ func readmeRequests(t *testing.T) []readmeRequest {
 		out = append(out, req)
 	}
 	if len(out) < 4 {
-		t.Fatalf("found %d request rows in the README's Deploy section, want at least 4", len(out))
+		t.Fatalf("found %d request rows in docs/deploy.md, want at least 4", len(out))
 	}
 	return out
 }
@@ -464,9 +464,9 @@ func httpStatus(resp *rlsv3.RateLimitResponse) int {
 	return 200
 }
 
-// TestComposeExample sends, for each request of the README's table, the
+// TestComposeExample sends, for each request of the table in docs/deploy.md, the
 // descriptors Envoy would send to a sluice running with the compose
-// settings and rules, and checks the answers the README promises. Then it
+// settings and rules, and checks the answers it promises. Then it
 // checks the dashboard's metrics against that sluice's scrape.
 func TestComposeExample(t *testing.T) {
 	s := startComposeSluice(t)
@@ -489,7 +489,7 @@ func TestComposeExample(t *testing.T) {
 				want = req.then
 			}
 			if got := httpStatus(resp); got != want {
-				t.Fatalf("%s: request %d answered %d, the README says %d (descriptors %v, response %v)", req.line, i, got, want, descs, resp)
+				t.Fatalf("%s: request %d answered %d, docs/deploy.md says %d (descriptors %v, response %v)", req.line, i, got, want, descs, resp)
 			}
 		}
 	}

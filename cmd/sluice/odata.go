@@ -11,8 +11,8 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -154,7 +154,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
 	fs.StringVar(&c.rateService, "rate-limit-service", "", "host:port of a gRPC rate limit service to use instead of the in-process engine (domain odata, descriptor api_key)")
 	fs.StringVar(&c.fallback, "rate-limit-fallback", "local", "when the -rate-limit-service fails: local (the in-process limit of -requests-per-second and -burst applies), deny (503) or allow (no limit)")
-	fs.IntVar(&c.opts.FilterBudget, "filter-budget", c.opts.FilterBudget, "400 for a $filter costing more than this (0: no budget; see the README)")
+	fs.IntVar(&c.opts.FilterBudget, "filter-budget", c.opts.FilterBudget, "400 for a $filter costing more than this (0: no budget; see docs/odata.md)")
 	fs.IntVar(&c.opts.MaxQueries, "max-queries", c.opts.MaxQueries, "503 beyond this many requests doing database work at once (0: the pool size minus 2, kept for key checks; -1: no cap)")
 	fs.DurationVar(&c.opts.SlotWait, "slot-wait", c.opts.SlotWait, "how long a request waits for a data query slot when -max-queries are running (then 503)")
 	fs.DurationVar(&c.opts.StallPreempt, "stall-preempt", c.opts.StallPreempt, "a response whose write has waited this long on its client gives its data slot to a waiting request (its connection is closed)")

@@ -1,4 +1,4 @@
-// Command algofig writes the README's algorithms figure (SVG) to stdout.
+// Command algofig writes the algorithms figure of docs/configuration.md (SVG) to stdout.
 package main
 
 import (
