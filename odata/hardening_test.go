@@ -33,7 +33,7 @@ func openEmpty(t *testing.T, b backend) *sqlstore.DB {
 	return db
 }
 
-// costlyFilter is issue 12's: 256 endswith terms, about 10 KB.
+// costlyFilter is an attacker's: 256 endswith terms, about 10 KB.
 func costlyFilter() string {
 	parts := make([]string, 256)
 	for i := range parts {

@@ -1,5 +1,5 @@
 // Command odata-costly-filter checks that costly $filter requests cannot
-// take the OData API from an innocent client (issue 12, item 2).
+// take the OData API from an innocent client.
 //
 // It starts `sluice odata` over a generated SQLite store (-rows) with no
 // per-second limit, then for -duration -attackers keys (8, the size of the

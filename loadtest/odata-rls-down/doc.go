@@ -1,6 +1,6 @@
 // Command odata-rls-down checks that the OData per-key limit holds when the
-// remote rate limit service is down (issue 12, item 7): it used to turn off
-// silently (about 2,200 requests/s on one key, a WARN per request).
+// remote rate limit service is down: a limit that turned off silently would
+// let one key make thousands of requests a second.
 //
 // It starts `sluice odata -rate-limit-service 127.0.0.1:<a port nothing
 // listens on> -requests-per-second 2 -burst 4` (the default -rate-limit-fallback

@@ -1,4 +1,4 @@
-// Command stats-cardinality is the fault scenario of issue 12, item 1: any
+// Command stats-cardinality is a fault scenario: any
 // caller can name statistics (a domain that is not configured, a
 // detailed_metric value), and every reload can replace every rule. Neither
 // may grow sluice's heap. Two phases, each on its own server:
