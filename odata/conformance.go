@@ -177,79 +177,22 @@ func (s *Server) countOnly(ctx *fasthttp.RequestCtx, q *query.Query) {
 // @odata.context, or 404. $select applies; options that make sense only for
 // collections are refused.
 func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param) (found bool) {
-	c := t.coll
-	for _, p := range params {
-		switch p.Name {
-		case "$filter", "$top", "$skiptoken", "$count", "$orderby", "$skip":
-			if strings.TrimSpace(p.Value) != "" {
-				s.fail(ctx, fasthttp.StatusBadRequest, p.Name+" does not apply to a single entity (/"+c.Name+"(key)); use $select")
-				return false
-			}
-		}
-	}
-	q, err := query.Parse(c, params)
-	if err != nil {
-		s.badQuery(ctx, err)
+	q, want, raw, ok := s.entityQuery(ctx, t, params)
+	if !ok {
 		return false
 	}
-	if q.Format == query.FormatCSV {
-		s.fail(ctx, fasthttp.StatusBadRequest, "$format=csv applies to collections, not to a single entity")
-		return false
-	}
-	raw := strings.TrimSpace(t.key)
-	if k, v, ok := strings.Cut(raw, "="); ok && strings.TrimSpace(k) == "Id" {
-		raw = strings.TrimSpace(v)
-	}
-	var want query.Key
-	if c.UUIDKey {
-		u, ok := query.ParseUUID(strings.TrimSuffix(strings.TrimPrefix(raw, "'"), "'"))
-		if !ok {
-			s.fail(ctx, fasthttp.StatusBadRequest, "the key of /"+c.Name+" is a UUID: /"+c.Name+"('<uuid>'), got "+strconv.Quote(t.key))
-			return false
-		}
-		want.UUID = u
-		q.Filter = &query.Compare{Field: "Id", Op: query.OpEq, Value: query.Literal{Type: query.LitUUID, Text: u}}
-	} else {
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || n < 0 || raw[0] == '+' {
-			s.fail(ctx, fasthttp.StatusBadRequest, "the key of /"+c.Name+" is an integer Id: /"+c.Name+"(1), got "+strconv.Quote(t.key))
-			return false
-		}
-		want.Int = n
-		// Keyset paging from just before the key reads that one row
-		// through the primary key.
-		q.After = query.Key{Int: n - 1}
-	}
-	q.Top = 1
-
 	budget, cancel := context.WithTimeout(s.base, s.opts.QueryTimeout)
 	defer cancel()
 	var row []byte
-	if want.Int >= 1 || c.UUIDKey {
-		page, err := s.store.Probe(budget, q)
-		if err != nil {
+	if want.Int >= 1 || t.coll.UUIDKey {
+		var err error
+		if row, err = s.readEntity(budget, q, want); err != nil {
 			s.dbFailed(ctx, budget, err)
 			return false
 		}
-		if page.Rows == 1 && page.First == want {
-			cur, err := s.store.Rows(budget, q, page)
-			if err != nil {
-				s.dbFailed(ctx, budget, err)
-				return false
-			}
-			if cur.Next() {
-				row = appendRow(nil, q, fieldKeys(q), cur.Values())
-			}
-			err = cur.Err()
-			cur.Close()
-			if err != nil {
-				s.dbFailed(ctx, budget, err)
-				return false
-			}
-		}
 	}
 	if row == nil {
-		s.fail(ctx, fasthttp.StatusNotFound, "no row of /"+c.Name+" has the Id "+strconv.Quote(raw))
+		s.fail(ctx, fasthttp.StatusNotFound, "no row of /"+t.coll.Name+" has the Id "+strconv.Quote(raw))
 		return false
 	}
 	b := []byte{'{'}
@@ -262,6 +205,75 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, t target, params []query.Param
 	}
 	s.write(ctx, fasthttp.StatusOK, append(b, row[1:]...))
 	return true
+}
+
+// entityQuery is the query of one entity: its options checked, its key
+// parsed (raw is the key's text) into the page of one row. It answers 400
+// itself when they are wrong.
+func (s *Server) entityQuery(ctx *fasthttp.RequestCtx, t target, params []query.Param) (q *query.Query, want query.Key, raw string, ok bool) {
+	c := t.coll
+	for _, p := range params {
+		switch p.Name {
+		case "$filter", "$top", "$skiptoken", "$count", "$orderby", "$skip":
+			if strings.TrimSpace(p.Value) != "" {
+				s.fail(ctx, fasthttp.StatusBadRequest, p.Name+" does not apply to a single entity (/"+c.Name+"(key)); use $select")
+				return nil, want, "", false
+			}
+		}
+	}
+	q, err := query.Parse(c, params)
+	if err != nil {
+		s.badQuery(ctx, err)
+		return nil, want, "", false
+	}
+	if q.Format == query.FormatCSV {
+		s.fail(ctx, fasthttp.StatusBadRequest, "$format=csv applies to collections, not to a single entity")
+		return nil, want, "", false
+	}
+	raw = strings.TrimSpace(t.key)
+	if k, v, ok := strings.Cut(raw, "="); ok && strings.TrimSpace(k) == "Id" {
+		raw = strings.TrimSpace(v)
+	}
+	if c.UUIDKey {
+		u, ok := query.ParseUUID(strings.TrimSuffix(strings.TrimPrefix(raw, "'"), "'"))
+		if !ok {
+			s.fail(ctx, fasthttp.StatusBadRequest, "the key of /"+c.Name+" is a UUID: /"+c.Name+"('<uuid>'), got "+strconv.Quote(t.key))
+			return nil, want, "", false
+		}
+		want.UUID = u
+		q.Filter = &query.Compare{Field: "Id", Op: query.OpEq, Value: query.Literal{Type: query.LitUUID, Text: u}}
+	} else {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n < 0 || raw[0] == '+' {
+			s.fail(ctx, fasthttp.StatusBadRequest, "the key of /"+c.Name+" is an integer Id: /"+c.Name+"(1), got "+strconv.Quote(t.key))
+			return nil, want, "", false
+		}
+		want.Int = n
+		// Keyset paging from just before the key reads that one row
+		// through the primary key.
+		q.After = query.Key{Int: n - 1}
+	}
+	q.Top = 1
+	return q, want, raw, true
+}
+
+// readEntity reads the one row of q when it is the one wanted: its JSON
+// object, or nil when there is none.
+func (s *Server) readEntity(ctx context.Context, q *query.Query, want query.Key) ([]byte, error) {
+	page, err := s.store.Probe(ctx, q)
+	if err != nil || page.Rows != 1 || page.First != want {
+		return nil, err
+	}
+	cur, err := s.store.Rows(ctx, q, page)
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close()
+	var row []byte
+	if cur.Next() {
+		row = appendRow(nil, q, fieldKeys(q), cur.Values())
+	}
+	return row, cur.Err()
 }
 
 // appendCSVHeader writes the header line: the selected field names in

@@ -133,47 +133,72 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 		g.origin = originName
 	}
 
+	streaming = s.answer(ctx, t, params, g, rec)
+}
+
+// answer serves a request that holds its turn: the documents, an entity,
+// or a query of a collection. It returns true when a body stream was
+// started, which then owns g.
+func (s *Server) answer(ctx *fasthttp.RequestCtx, t target, params []query.Param, g *grant, rec *accessRecord) bool {
 	switch t.kind {
 	case targetRoot:
 		s.serviceDocument(ctx)
-		return
+		return false
 	case targetMetadata:
 		s.metadata(ctx, params)
-		return
+		return false
 	case targetEntity:
 		if s.entity(ctx, t, params) {
 			rec.rows = 1
 		}
-		return
+		return false
 	}
 	q, err := query.Parse(t.coll, params)
 	if err != nil {
 		s.badQuery(ctx, err)
-		return
+		return false
 	}
-	if s.opts.FilterBudget > 0 {
-		if cost, why := sqlstore.Cost(q); cost > s.opts.FilterBudget {
-			s.fail(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(
-				"the $filter costs %d units, over the budget of %d per request: %s. Use fewer alternatives, put an eq, in, lt or gt on a filterable field beside endswith, startswith, contains and ne, or split the request into several",
-				cost, s.opts.FilterBudget, why))
-			return
-		}
-	}
-	if s.slots != nil {
-		g.conn, _ = ctx.Conn().(*stallConn)
-		if !s.slots.acquire(g, time.Now().Add(s.opts.SlotWait), s.turns.closing) {
-			ctx.Response.Header.Set("Retry-After", "1")
-			s.fail(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf(
-				"the server is running as many data queries as it allows (%d); retry in a second", s.slots.size))
-			return
-		}
-		g.query = true
+	if !s.withinBudget(ctx, q) || !s.takeSlot(ctx, g) {
+		return false
 	}
 	if t.kind == targetCount {
 		s.countOnly(ctx, q)
-		return
+		return false
 	}
-	streaming = s.serve(ctx, q, g, rec)
+	return s.serve(ctx, q, g, rec)
+}
+
+// withinBudget refuses (400) a $filter that costs more than FilterBudget,
+// before any SQL runs.
+func (s *Server) withinBudget(ctx *fasthttp.RequestCtx, q *query.Query) bool {
+	if s.opts.FilterBudget <= 0 {
+		return true
+	}
+	cost, why := sqlstore.Cost(q)
+	if cost <= s.opts.FilterBudget {
+		return true
+	}
+	s.fail(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(
+		"the $filter costs %d units, over the budget of %d per request: %s. Use fewer alternatives, put an eq, in, lt or gt on a filterable field beside endswith, startswith, contains and ne, or split the request into several",
+		cost, s.opts.FilterBudget, why))
+	return false
+}
+
+// takeSlot takes a data query slot for g, waiting up to SlotWait; 503
+// when none comes.
+func (s *Server) takeSlot(ctx *fasthttp.RequestCtx, g *grant) bool {
+	if s.slots == nil {
+		return true
+	}
+	g.conn, _ = ctx.Conn().(*stallConn)
+	if !s.slots.acquire(g, time.Now().Add(s.opts.SlotWait), s.turns.closing) {
+		ctx.Response.Header.Set("Retry-After", "1")
+		s.fail(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf(
+			"the server is running as many data queries as it allows (%d); retry in a second", s.slots.size))
+		return false
+	}
+	g.query = true
+	return true
 }
 
 // badQuery answers an error of query.Parse: 400 naming what is wrong.
