@@ -241,31 +241,9 @@ func (hc *h2Conn) send(i int) error {
 func (hc *h2Conn) handle(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
-		if f.IsAck() {
-			return nil
-		}
-		if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
-			hc.streamW = int64(v)
-		}
-		if v, ok := f.Value(http2.SettingHeaderTableSize); ok && v < 4096 {
-			return fmt.Errorf("the server limits the HPACK table to %d bytes; the driver's header blocks need the default 4096", v)
-		}
-		if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok && int(v) < len(hc.calls) {
-			return fmt.Errorf("the server allows %d streams per connection, the workload needs %d", v, len(hc.calls))
-		}
-		return hc.fr.WriteSettingsAck()
+		return hc.onSettings(f)
 	case *http2.WindowUpdateFrame:
-		if f.StreamID == 0 {
-			hc.sendWin += int64(f.Increment)
-			waiting := hc.waiting
-			hc.waiting = nil
-			for _, i := range waiting {
-				if err := hc.send(i); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return hc.onWindowUpdate(f)
 	case *http2.PingFrame:
 		if !f.IsAck() {
 			return hc.fr.WritePing(true, f.Data)
@@ -276,52 +254,99 @@ func (hc *h2Conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		return hc.finish(f.StreamID, fmt.Sprintf("stream reset: %v", f.ErrCode))
 	case *http2.DataFrame:
-		if i, ok := hc.inFlight[f.StreamID]; ok {
-			hc.calls[i].msg = append(hc.calls[i].msg, f.Data()...)
-		}
-		hc.recvd += int64(f.Length)
-		if hc.recvd >= 1<<29 {
-			if err := hc.fr.WriteWindowUpdate(0, uint32(hc.recvd)); err != nil {
-				return err
-			}
-			hc.recvd = 0
-		}
-		if f.StreamEnded() {
-			return hc.finish(f.StreamID, "stream ended without trailers")
-		}
-		return nil
+		return hc.onData(f)
 	case *http2.HeadersFrame:
-		if !f.HeadersEnded() {
-			return errors.New("CONTINUATION frames are not expected from a rate limit service")
-		}
-		hc.grpcStatus, hc.httpStatus = "", ""
-		if _, err := hc.dec.Write(f.HeaderBlockFragment()); err != nil {
-			return fmt.Errorf("response headers: %w", err)
-		}
-		if hc.httpStatus != "" && hc.httpStatus != "200" {
-			return hc.finish(f.StreamID, "HTTP status "+hc.httpStatus)
-		}
-		if !f.StreamEnded() {
-			return nil // the answer's headers; its trailers end it
-		}
-		i, ok := hc.inFlight[f.StreamID]
-		if !ok {
-			return nil
-		}
-		msg := hc.calls[i].msg
-		switch {
-		case hc.grpcStatus != "0":
-			return hc.finish(f.StreamID, "trailers: grpc-status="+hc.grpcStatus)
-		case len(msg) < 5 || int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5:
-			return hc.finish(f.StreamID, fmt.Sprintf("answer of %d bytes is not one gRPC message", len(msg)))
-		}
-		// Decode the answer as a proxy would.
-		if err := proto.Unmarshal(msg[5:], &hc.resp); err != nil {
-			return hc.finish(f.StreamID, "answer: "+err.Error())
-		}
-		return hc.finish(f.StreamID, "")
+		return hc.onHeaders(f)
 	}
 	return nil
+}
+
+// onSettings takes the server's stream window and refuses settings the
+// workload cannot run under.
+func (hc *h2Conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+		hc.streamW = int64(v)
+	}
+	if v, ok := f.Value(http2.SettingHeaderTableSize); ok && v < 4096 {
+		return fmt.Errorf("the server limits the HPACK table to %d bytes; the driver's header blocks need the default 4096", v)
+	}
+	if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok && int(v) < len(hc.calls) {
+		return fmt.Errorf("the server allows %d streams per connection, the workload needs %d", v, len(hc.calls))
+	}
+	return hc.fr.WriteSettingsAck()
+}
+
+// onWindowUpdate grows the connection's send window and sends the calls
+// that were waiting for it.
+func (hc *h2Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if f.StreamID != 0 {
+		return nil
+	}
+	hc.sendWin += int64(f.Increment)
+	waiting := hc.waiting
+	hc.waiting = nil
+	for _, i := range waiting {
+		if err := hc.send(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// onData collects an answer's bytes and returns receive window to the
+// server in large steps.
+func (hc *h2Conn) onData(f *http2.DataFrame) error {
+	if i, ok := hc.inFlight[f.StreamID]; ok {
+		hc.calls[i].msg = append(hc.calls[i].msg, f.Data()...)
+	}
+	hc.recvd += int64(f.Length)
+	if hc.recvd >= 1<<29 {
+		if err := hc.fr.WriteWindowUpdate(0, uint32(hc.recvd)); err != nil {
+			return err
+		}
+		hc.recvd = 0
+	}
+	if f.StreamEnded() {
+		return hc.finish(f.StreamID, "stream ended without trailers")
+	}
+	return nil
+}
+
+// onHeaders reads an answer's headers or trailers; the trailers end the
+// call, whose message is then checked and decoded.
+func (hc *h2Conn) onHeaders(f *http2.HeadersFrame) error {
+	if !f.HeadersEnded() {
+		return errors.New("CONTINUATION frames are not expected from a rate limit service")
+	}
+	hc.grpcStatus, hc.httpStatus = "", ""
+	if _, err := hc.dec.Write(f.HeaderBlockFragment()); err != nil {
+		return fmt.Errorf("response headers: %w", err)
+	}
+	if hc.httpStatus != "" && hc.httpStatus != "200" {
+		return hc.finish(f.StreamID, "HTTP status "+hc.httpStatus)
+	}
+	if !f.StreamEnded() {
+		return nil // the answer's headers; its trailers end it
+	}
+	i, ok := hc.inFlight[f.StreamID]
+	if !ok {
+		return nil
+	}
+	msg := hc.calls[i].msg
+	switch {
+	case hc.grpcStatus != "0":
+		return hc.finish(f.StreamID, "trailers: grpc-status="+hc.grpcStatus)
+	case len(msg) < 5 || int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5:
+		return hc.finish(f.StreamID, fmt.Sprintf("answer of %d bytes is not one gRPC message", len(msg)))
+	}
+	// Decode the answer as a proxy would.
+	if err := proto.Unmarshal(msg[5:], &hc.resp); err != nil {
+		return hc.finish(f.StreamID, "answer: "+err.Error())
+	}
+	return hc.finish(f.StreamID, "")
 }
 
 // finish ends a call (failed unless why is empty) and starts its caller's next

@@ -49,6 +49,9 @@ type row struct {
 	note     string
 }
 
+// run measures the workloads on every target (the no-op baseline, sluice on
+// memory and Redis, and any -compare binary or peer), then the optional
+// scale-out and OData parts, and prints the table (also to -out).
 func run(ctx context.Context, f flags) error {
 	if _, err := os.Stat(f.sluice); err != nil {
 		return fmt.Errorf("sluice binary %s: %w (run make build)", f.sluice, err)
@@ -59,17 +62,11 @@ func run(ctx context.Context, f flags) error {
 	}
 	defer os.RemoveAll(work)
 	runtimeRoot := filepath.Join(work, "runtime")
-	if err := os.MkdirAll(filepath.Join(runtimeRoot, "bench", "config"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(runtimeRoot, "bench", "config", "bench.yaml"), []byte(rules), 0o644); err != nil {
+	if err := writeRules(runtimeRoot, rules); err != nil {
 		return err
 	}
 	peerRoot := filepath.Join(work, "runtime-peer")
-	if err := os.MkdirAll(filepath.Join(peerRoot, "bench", "config"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(peerRoot, "bench", "config", "bench.yaml"), []byte(referenceRules), 0o644); err != nil {
+	if err := writeRules(peerRoot, referenceRules); err != nil {
 		return err
 	}
 	tb := testenv.NewProgramTB(work)
@@ -83,14 +80,12 @@ func run(ctx context.Context, f flags) error {
 	if f.quick {
 		warmup = 500 * time.Millisecond
 	}
-	var rows []row
 	start := time.Now()
 
 	var eng *engineResult
 	if f.only == "" {
 		log.Printf("engine alone (memory backend, in process)")
 		eng = new(engineResult)
-		var err error
 		if *eng, err = benchEngine(f.duration); err != nil {
 			return err
 		}
@@ -103,105 +98,10 @@ func run(ctx context.Context, f flags) error {
 	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
 	defer rc.Close()
 
-	type target struct {
-		system, backend string
-		start           func() (*process, error)
-		redis           bool
-	}
-	targets := []target{
-		{"no-op RLS (baseline)", "-", func() (*process, error) { return startNoop(work) }, false},
-		{"sluice", "memory", func() (*process, error) {
-			return startSluice(f.sluice, work, runtimeRoot, "memory", "")
-		}, false},
-		{"sluice", "redis", func() (*process, error) {
-			return startSluice(f.sluice, work, runtimeRoot, "redis", redis.Addr)
-		}, true},
-	}
-	if f.compare != "" {
-		name := "sluice@" + filepath.Base(f.compare)
-		targets = append(targets,
-			target{name, "memory", func() (*process, error) {
-				return startSluice(f.compare, work, runtimeRoot, "memory", "")
-			}, false},
-			target{name, "redis", func() (*process, error) {
-				return startSluice(f.compare, work, runtimeRoot, "redis", redis.Addr)
-			}, true})
-	}
-	if f.peerAddr != "" {
-		targets = append(targets, target{"peer", "(as configured)", func() (*process, error) {
-			return &process{name: "peer", addr: f.peerAddr}, nil
-		}, true})
-	}
-	if f.peerCmd != "" {
-		targets = append(targets, target{"peer", "redis", func() (*process, error) {
-			return startPeer(f.peerCmd, f.peerEnv, work, peerRoot, redis.Addr)
-		}, true})
-	}
-	// Every system runs from the start; a workload is measured on each in
-	// turn, the no-op first, so that a row and its baseline are seconds
-	// apart. Measured system by system instead, a drift of the machine
-	// between the no-op's turn and a system's moved the ratios by up to
-	// ±20% between two runs. An idle server costs the others nothing.
-	procs := make([]*process, len(targets))
-	defer func() {
-		for _, p := range procs {
-			if p != nil {
-				p.stop()
-			}
-		}
-	}()
-	for i, tg := range targets {
-		if procs[i], err = tg.start(); err != nil {
-			return fmt.Errorf("%s %s: %w", tg.system, tg.backend, err)
-		}
-	}
-	// samples[i][k] are target i's rows of workload k, one per round; the
-	// table shows the median of each (by decisions/s) and its ratio to the
-	// no-op's median.
-	samples := make([][][]row, len(targets))
-	for i := range samples {
-		samples[i] = make([][]row, len(workloads))
-	}
-	for round := 0; round < f.rounds; round++ {
-		for k, w := range workloads {
-			for i, tg := range targets {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if w.Algo != "" && i > 0 && !strings.HasPrefix(tg.system, "sluice") {
-					continue // only sluice has the algorithms (the no-op ignores them)
-				}
-				var redisOf *goredis.Client // the Redis whose counters the row reports
-				if tg.redis {
-					_ = rc.FlushAll(ctx).Err()
-					redisOf = rc
-				}
-				r, err := measure(procs[i], redisOf, w, warmup, f.duration, driveFn)
-				if err != nil {
-					return fmt.Errorf("%s %s, %s: %w", tg.system, tg.backend, w, err)
-				}
-				r.system, r.backend = tg.system, tg.backend
-				samples[i][k] = append(samples[i][k], r)
-			}
-		}
-	}
-	byTarget := make([][]row, len(targets))
-	for k := range workloads {
-		baseline := median(samples[0][k]).res.rate()
-		for i := range targets {
-			if len(samples[i][k]) == 0 {
-				continue
-			}
-			r := median(samples[i][k])
-			r.baseline = baseline
-			r.rounds = len(samples[i][k])
-			byTarget[i] = append(byTarget[i], r)
-		}
-	}
-	for i := range targets {
-		rows = append(rows, byTarget[i]...)
-		procs[i].stop()
-		procs[i] = nil
+	targets := benchTargets(f, work, runtimeRoot, peerRoot, redis.Addr)
+	rows, err := measureTargets(ctx, f, targets, workloads, rc, warmup, driveFn)
+	if err != nil {
+		return err
 	}
 	var scaleTable string
 	if f.scaleOut {
@@ -230,6 +130,138 @@ func run(ctx context.Context, f flags) error {
 		return os.WriteFile(f.out, []byte(table), 0o644)
 	}
 	return nil
+}
+
+// writeRules writes a service's rules where its RUNTIME_ROOT points
+// (domain bench).
+func writeRules(root, yaml string) error {
+	if err := os.MkdirAll(filepath.Join(root, "bench", "config"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(root, "bench", "config", "bench.yaml"), []byte(yaml), 0o644)
+}
+
+// target is one rate limit service measured; redis says whether its
+// decisions land in the bench's Redis (whose counters its rows report).
+type target struct {
+	system, backend string
+	start           func() (*process, error)
+	redis           bool
+}
+
+// benchTargets lists the services to measure, the no-op baseline first.
+func benchTargets(f flags, work, runtimeRoot, peerRoot, redisAddr string) []target {
+	targets := []target{
+		{"no-op RLS (baseline)", "-", func() (*process, error) { return startNoop(work) }, false},
+		{"sluice", "memory", func() (*process, error) {
+			return startSluice(f.sluice, work, runtimeRoot, "memory", "")
+		}, false},
+		{"sluice", "redis", func() (*process, error) {
+			return startSluice(f.sluice, work, runtimeRoot, "redis", redisAddr)
+		}, true},
+	}
+	if f.compare != "" {
+		name := "sluice@" + filepath.Base(f.compare)
+		targets = append(targets,
+			target{name, "memory", func() (*process, error) {
+				return startSluice(f.compare, work, runtimeRoot, "memory", "")
+			}, false},
+			target{name, "redis", func() (*process, error) {
+				return startSluice(f.compare, work, runtimeRoot, "redis", redisAddr)
+			}, true})
+	}
+	if f.peerAddr != "" {
+		targets = append(targets, target{"peer", "(as configured)", func() (*process, error) {
+			return &process{name: "peer", addr: f.peerAddr}, nil
+		}, true})
+	}
+	if f.peerCmd != "" {
+		targets = append(targets, target{"peer", "redis", func() (*process, error) {
+			return startPeer(f.peerCmd, f.peerEnv, work, peerRoot, redisAddr)
+		}, true})
+	}
+	return targets
+}
+
+// measureTargets runs every workload on every target for f.rounds rounds
+// and returns the rows, target by target: each the median of its rounds,
+// with the no-op's median as its baseline.
+//
+// Every system runs from the start; a workload is measured on each in turn,
+// the no-op first, so that a row and its baseline are seconds apart.
+// Measured system by system instead, a drift of the machine between the
+// no-op's turn and a system's would skew the ratios. An idle server costs
+// the others nothing.
+func measureTargets(ctx context.Context, f flags, targets []target, workloads []workload, rc *goredis.Client, warmup time.Duration, driveFn driveFunc) ([]row, error) {
+	procs := make([]*process, len(targets))
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
+				p.stop()
+			}
+		}
+	}()
+	for i, tg := range targets {
+		var err error
+		if procs[i], err = tg.start(); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", tg.system, tg.backend, err)
+		}
+	}
+	// samples[i][k] are target i's rows of workload k, one per round.
+	samples := make([][][]row, len(targets))
+	for i := range samples {
+		samples[i] = make([][]row, len(workloads))
+	}
+	for round := 0; round < f.rounds; round++ {
+		for k, w := range workloads {
+			for i, tg := range targets {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				if w.Algo != "" && i > 0 && !strings.HasPrefix(tg.system, "sluice") {
+					continue // only sluice has the algorithms (the no-op ignores them)
+				}
+				var redisOf *goredis.Client // the Redis whose counters the row reports
+				if tg.redis {
+					_ = rc.FlushAll(ctx).Err()
+					redisOf = rc
+				}
+				r, err := measure(procs[i], redisOf, w, warmup, f.duration, driveFn)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s, %s: %w", tg.system, tg.backend, w, err)
+				}
+				r.system, r.backend = tg.system, tg.backend
+				samples[i][k] = append(samples[i][k], r)
+			}
+		}
+	}
+	var rows []row
+	for i, byWorkload := range medians(samples) {
+		rows = append(rows, byWorkload...)
+		procs[i].stop()
+		procs[i] = nil
+	}
+	return rows, nil
+}
+
+// medians turns samples[i][k] (target i, workload k, one row per round)
+// into each target's rows: the median by decisions/s of each workload, with
+// the no-op's (target 0) median as its baseline.
+func medians(samples [][][]row) [][]row {
+	byTarget := make([][]row, len(samples))
+	for k := range samples[0] {
+		baseline := median(samples[0][k]).res.rate()
+		for i := range samples {
+			if len(samples[i][k]) == 0 {
+				continue
+			}
+			r := median(samples[i][k])
+			r.baseline = baseline
+			r.rounds = len(samples[i][k])
+			byTarget[i] = append(byTarget[i], r)
+		}
+	}
+	return byTarget
 }
 
 func startNoop(work string) (*process, error) {

@@ -11,101 +11,15 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/odata"
-	"github.com/sluicehq/sluice/odata/csvimport"
-	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 	"github.com/sluicehq/sluice/transport"
 )
-
-// defaultODataDB is the embedded store used when no -db is given; var/ is
-// ignored by git.
-const defaultODataDB = "sqlite:var/odata.sqlite"
-
-func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", defaultODataDB, `store: "postgres://user@host/db" or "sqlite:/path/file.sqlite" (or $SLUICE_DB, or the file $SLUICE_DB_FILE: keeps a password off the command line)`)
-}
-
-// parseWithDB parses the command's arguments, then fills in the store from
-// the environment when -db was not given (dbFromEnv).
-func parseWithDB(fs *flag.FlagSet, args []string, db *string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	return dbFromEnv(fs, db, os.LookupEnv)
-}
-
-// withStore opens the store for a command that works on it until done or
-// interrupted (import, generate, keys), and closes it after.
-func withStore(dsn string, fn func(ctx context.Context, store *sqlstore.DB) error) error {
-	ctx, stop := signalContext()
-	defer stop()
-	store, err := openODataStore(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return fn(ctx, store)
-}
-
-// dbFromEnv fills in the store from SLUICE_DB or SLUICE_DB_FILE (a file
-// holding the URL, as a mounted secret) when -db was not given, so that a
-// password need not be on the command line, where ps and the debug port's
-// cmdline show it. Call it after fs.Parse.
-func dbFromEnv(fs *flag.FlagSet, db *string, lookup func(string) (string, bool)) error {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "db" })
-	env, envSet := lookup("SLUICE_DB")
-	file, fileSet := lookup("SLUICE_DB_FILE")
-	switch {
-	case envSet && fileSet:
-		return errors.New("SLUICE_DB and SLUICE_DB_FILE are both set; set one")
-	case given:
-		return nil
-	case envSet:
-		if strings.TrimSpace(env) == "" {
-			return errors.New("SLUICE_DB is set but empty")
-		}
-		*db = strings.TrimSpace(env)
-	case fileSet:
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("SLUICE_DB_FILE: %w", err)
-		}
-		v := strings.TrimSpace(string(b))
-		if v == "" {
-			return fmt.Errorf("SLUICE_DB_FILE: %s is empty", file)
-		}
-		*db = v
-	}
-	return nil
-}
-
-// openODataStore opens a store, creating the directory of an SQLite file.
-// cfgs is at most one Config (none: no statement timeout, for the
-// maintenance commands).
-func openODataStore(ctx context.Context, dsn string, cfgs ...sqlstore.Config) (*sqlstore.DB, error) {
-	if !sqlstore.IsPostgres(dsn) {
-		if dir := filepath.Dir(strings.TrimPrefix(dsn, "sqlite:")); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, err
-			}
-		}
-	}
-	var cfg sqlstore.Config
-	if len(cfgs) > 0 {
-		cfg = cfgs[0]
-	}
-	return sqlstore.OpenWith(ctx, dsn, cfg)
-}
 
 // odataConfig is the command-line configuration of the OData API, shared by
 // `sluice odata` and `sluice serve` (see odataFlags).
@@ -123,8 +37,6 @@ type odataConfig struct {
 	accessLog   bool
 }
 
-// odataFlags registers the OData API's flags on fs, with the documented
-// defaults.
 // parseODataFlags parses the flags of a command that serves the OData API
 // (odata, serve).
 func parseODataFlags(command string, args []string) (*odataConfig, error) {
@@ -133,6 +45,8 @@ func parseODataFlags(command string, args []string) (*odataConfig, error) {
 	return c, parseWithDB(fs, args, &c.db)
 }
 
+// odataFlags registers the OData API's flags on fs, with the documented
+// defaults.
 func odataFlags(fs *flag.FlagSet) *odataConfig {
 	c := &odataConfig{opts: odata.DefaultOptions()}
 	fs.StringVar(&c.db, "db", defaultODataDB, `OData store: "postgres://...", libpq keywords ("host=... dbname=...") or "sqlite:/path" (an empty SQLite store gets demo data; or $SLUICE_DB, or the file $SLUICE_DB_FILE)`)
@@ -182,7 +96,45 @@ type odataService struct {
 
 // startOData opens the store (generating demo data into an empty one), builds
 // the limiter and the server, and listens. It prints progress to stderr.
+//
+// The settings are checked before anything is opened; from the store on,
+// what was opened is closed again if a later step fails.
 func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odataService, err error) {
+	if err := c.complete(log); err != nil {
+		return nil, err
+	}
+	// Every read statement is bounded on the database too, by the same
+	// budget as the request (row streams by the body's).
+	db, err := openODataStore(ctx, c.db, sqlstore.Config{StatementTimeout: c.opts.QueryTimeout, StreamTimeout: c.opts.StreamTimeout})
+	if err != nil {
+		return nil, err
+	}
+	s := &odataService{db: db}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if err := s.prepareDemo(ctx, c); err != nil {
+		return nil, err
+	}
+	lim, err := s.newLimiter(c, log)
+	if err != nil {
+		return nil, err
+	}
+	if s.srv, err = odata.NewServer(c.opts, db, db, lim); err != nil {
+		return nil, err
+	}
+	if s.ln, err = net.Listen("tcp", c.opts.Addr); err != nil {
+		return nil, fmt.Errorf("odata: listen on %s: %w", c.opts.Addr, err)
+	}
+	return s, nil
+}
+
+// complete turns the flag values into server options (origins, proxies,
+// loggers) and checks them all, so that a bad setting fails before the
+// store is opened.
+func (c *odataConfig) complete(log *slog.Logger) error {
 	if c.cors != "" {
 		for _, o := range strings.Split(c.cors, ",") {
 			if o = strings.TrimSpace(o); o != "" {
@@ -197,7 +149,7 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 			}
 			prefix, err := parsePrefix(p)
 			if err != nil {
-				return nil, fmt.Errorf("-trusted-proxies: %q is neither a CIDR (10.0.0.0/8) nor an address: %w", p, err)
+				return fmt.Errorf("-trusted-proxies: %q is neither a CIDR (10.0.0.0/8) nor an address: %w", p, err)
 			}
 			c.opts.TrustedProxies = append(c.opts.TrustedProxies, prefix)
 		}
@@ -208,90 +160,85 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 		// LOG_LEVEL=warn, only by -access-log=false.
 		al, err := transport.NewLogger(os.Stderr, transport.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.opts.AccessLog = al
 	}
 	if err := c.opts.Validate(); err != nil {
-		return nil, err
+		return err
 	}
 	if c.drain <= 0 {
-		return nil, errors.New("-odata-shutdown-timeout must be positive")
+		return errors.New("-odata-shutdown-timeout must be positive")
 	}
 	switch c.fallback {
 	case "local", "deny", "allow":
 	default:
-		return nil, fmt.Errorf("-rate-limit-fallback must be local, deny or allow, got %q", c.fallback)
+		return fmt.Errorf("-rate-limit-fallback must be local, deny or allow, got %q", c.fallback)
 	}
 	if c.rateService != "" && c.fallback == "local" && c.rps == 0 {
-		return nil, errors.New("-rate-limit-fallback local needs -requests-per-second above 0 (the limit that applies while the service is down)")
+		return errors.New("-rate-limit-fallback local needs -requests-per-second above 0 (the limit that applies while the service is down)")
 	}
-	// Every read statement is bounded on the database too, by the same
-	// budget as the request (row streams by the body's).
-	db, err := openODataStore(ctx, c.db, sqlstore.Config{StatementTimeout: c.opts.QueryTimeout, StreamTimeout: c.opts.StreamTimeout})
+	return nil
+}
+
+// prepareDemo generates demo data into an empty store, and gives the
+// embedded demo store a key to print.
+func (s *odataService) prepareDemo(ctx context.Context, c *odataConfig) error {
+	empty, err := s.db.Empty(ctx)
 	if err != nil {
-		return nil, err
-	}
-	s := &odataService{db: db}
-	defer func() {
-		if err != nil {
-			s.close()
-		}
-	}()
-	empty, err := db.Empty(ctx)
-	if err != nil {
-		return nil, err
+		return err
 	}
 	if empty {
 		fmt.Fprintf(os.Stderr, "The OData store %s is empty: generating %d demo observations.\n", redact.String(c.db), c.demoRows)
 		bar := newProgressBar(os.Stderr, "generate", "rows")
-		s.demoKey, err = odata.EnsureDemo(ctx, db, c.demoRows, bar.update)
+		s.demoKey, err = odata.EnsureDemo(ctx, s.db, c.demoRows, bar.update)
 		bar.finish()
-		if err != nil {
-			return nil, err
-		}
-	} else if c.db == defaultODataDB {
+		return err
+	}
+	if c.db == defaultODataDB {
 		// The embedded demo store: a fresh key each start, so the printed
 		// curl lines work (keys are stored hashed and cannot be shown again).
-		if s.demoKey, err = odata.EnsureDemo(ctx, db, 0, nil); err != nil {
-			return nil, err
-		}
+		s.demoKey, err = odata.EnsureDemo(ctx, s.db, 0, nil)
 	}
-	var lim odata.RateLimiter
+	return err
+}
+
+// newLimiter builds the rate limiter the flags ask for: the remote service
+// (with its fallback), the in-process engine, or none when
+// -requests-per-second is 0. What it opens is kept on s, so that s.close
+// closes it also when a later step fails.
+func (s *odataService) newLimiter(c *odataConfig, log *slog.Logger) (odata.RateLimiter, error) {
+	local := odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)}
 	switch {
 	case c.rateService != "":
 		r, err := odata.NewRemoteLimiter(odata.RemoteLimiterOptions{Target: c.rateService, Timeout: time.Second})
 		if err != nil {
 			return nil, err
 		}
-		s.limiter, lim = r, r
+		s.limiter = r
 		switch c.fallback {
 		case "local":
-			l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
+			l, err := odata.NewLocalLimiter(local)
 			if err != nil {
 				return nil, err
 			}
 			s.extra = l
-			lim = odata.NewFallbackLimiter(r, l, log)
+			return odata.NewFallbackLimiter(r, l, log), nil
 		case "deny":
 			c.opts.FailOpen = false
 		case "allow":
 			c.opts.FailOpen = true
 		}
+		return r, nil
 	case c.rps > 0:
-		l, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)})
+		l, err := odata.NewLocalLimiter(local)
 		if err != nil {
 			return nil, err
 		}
-		s.limiter, lim = l, l
+		s.limiter = l
+		return l, nil
 	}
-	if s.srv, err = odata.NewServer(c.opts, db, db, lim); err != nil {
-		return nil, err
-	}
-	if s.ln, err = net.Listen("tcp", c.opts.Addr); err != nil {
-		return nil, fmt.Errorf("odata: listen on %s: %w", c.opts.Addr, err)
-	}
-	return s, nil
+	return nil, nil
 }
 
 // run serves until ctx ends, then shuts down (giving responses in progress
@@ -397,253 +344,6 @@ func runOData(args []string) error {
 	}
 	s.printTryLines(os.Stdout, c.opts.Root, c.db)
 	return s.run(ctx, c.drain, log)
-}
-
-func runImport(args []string) error {
-	fs := flag.NewFlagSet("import", flag.ContinueOnError)
-	db := dbFlag(fs)
-	meta := fs.String("metadata", "", "metadata JSON of the dataset the CSV files belong to (default: each CSV's <name>.json)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sluice import [-db DSN] [-metadata FILE.json] FILE.csv...")
-		fs.PrintDefaults()
-	}
-	if err := parseWithDB(fs, args, db); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("no CSV file given")
-	}
-	// Group the files by dataset, in the order given.
-	var sets []csvimport.Dataset
-	index := map[string]int{}
-	for _, f := range fs.Args() {
-		m := *meta
-		if m == "" {
-			m = strings.TrimSuffix(f, filepath.Ext(f)) + ".json"
-		}
-		i, ok := index[m]
-		if !ok {
-			i = len(sets)
-			index[m] = i
-			sets = append(sets, csvimport.Dataset{Metadata: m})
-		}
-		sets[i].CSV = append(sets[i].CSV, f)
-	}
-	return withStore(*db, func(ctx context.Context, store *sqlstore.DB) error {
-		bar := newProgressBar(os.Stderr, "import", "bytes")
-		res, err := csvimport.Import(ctx, store, sets, bar.update)
-		bar.finish()
-		if err != nil {
-			return fmt.Errorf("nothing was imported: %w", err)
-		}
-		fmt.Printf("imported %d datasets, %d locations, %d observations into %s\n", res.Datasets, res.Locations, res.Observations, redact.String(*db))
-		return nil
-	})
-}
-
-func runGenerate(args []string) error {
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	db := dbFlag(fs)
-	rows := fs.Int64("rows", odata.DemoRows, "observations to generate")
-	seed := fs.Uint64("seed", 1, "random seed (the same seed gives the same data; use another to add more)")
-	datasets := fs.Int("datasets", 0, "datasets (default: grows with -rows, dozens)")
-	locations := fs.Int("locations", 0, "locations (default: grows with -rows, up to thousands)")
-	if err := parseWithDB(fs, args, db); err != nil {
-		return err
-	}
-	cfg := gen.Config{Rows: *rows, Datasets: *datasets, Locations: *locations, Seed: *seed}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	g, err := gen.New(cfg)
-	if err != nil {
-		return err
-	}
-	return withStore(*db, func(ctx context.Context, store *sqlstore.DB) error {
-		start := time.Now()
-		bar := newProgressBar(os.Stderr, "generate", "rows")
-		res, err := gen.Load(ctx, store, g, func(done int64) { bar.update(done, *rows) })
-		bar.finish()
-		if err != nil {
-			return fmt.Errorf("nothing was added: %w", err)
-		}
-		fmt.Printf("generated %d datasets, %d locations, %d observations into %s in %s (indexes and statistics included)\n",
-			res.Datasets, res.Locations, res.Observations, redact.String(*db), time.Since(start).Round(time.Second))
-		return nil
-	})
-}
-
-// keysUsage is the help of `sluice keys`.
-const keysUsage = `usage: sluice keys <command> [-db DSN] [args]
-
-commands:
-  add NAME          create a key; its secret is printed once (only its SHA-256 is stored)
-  list              list keys: id, name, creation and revocation times (never secrets)
-  revoke ID|NAME    revoke the active keys with that id or name (403 from then on)
-
-flags:
-  -db DSN           store: "postgres://user@host/db" or "sqlite:/path/file.sqlite" (default ` + defaultODataDB + `)
-`
-
-func runKeys(args []string) error {
-	return runKeysTo(os.Stdout, args)
-}
-
-func runKeysTo(out io.Writer, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, keysUsage)
-		return errors.New("no keys command given (add, list, revoke)")
-	}
-	sub := args[0]
-	switch sub {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(out, keysUsage)
-		return nil
-	}
-	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), keysUsage) }
-	db := dbFlag(fs)
-	if err := parseWithDB(fs, args[1:], db); err != nil {
-		return err
-	}
-	// Each command checks its arguments before the store is opened.
-	var run func(ctx context.Context, store *sqlstore.DB) error
-	switch sub {
-	case "add":
-		if fs.NArg() != 1 {
-			return errors.New("usage: sluice keys add [-db DSN] NAME")
-		}
-		run = func(ctx context.Context, store *sqlstore.DB) error {
-			secret, k, err := store.AddKey(ctx, fs.Arg(0))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "key %s (%s) created. Its secret is shown only now:\n%s\n", k.ID, k.Name, secret)
-			return nil
-		}
-	case "list":
-		run = func(ctx context.Context, store *sqlstore.DB) error { return listKeys(ctx, out, store) }
-	case "revoke":
-		if fs.NArg() != 1 {
-			return errors.New("usage: sluice keys revoke [-db DSN] ID|NAME")
-		}
-		run = func(ctx context.Context, store *sqlstore.DB) error {
-			n, err := store.RevokeKey(ctx, fs.Arg(0))
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				return fmt.Errorf("no active key has the id or name %q", fs.Arg(0))
-			}
-			fmt.Fprintf(out, "revoked %d key(s)\n", n)
-			return nil
-		}
-	default:
-		return fmt.Errorf("unknown keys command %q (add, list, revoke; see sluice keys --help)", sub)
-	}
-	return withStore(*db, run)
-}
-
-// listKeys prints the keys as a table, oldest first.
-func listKeys(ctx context.Context, out io.Writer, store *sqlstore.DB) error {
-	keys, err := store.ListKeys(ctx)
-	if err != nil {
-		return err
-	}
-	sort.SliceStable(keys, func(i, j int) bool { return keys[i].CreatedAt < keys[j].CreatedAt })
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tREVOKED")
-	for _, k := range keys {
-		revoked := k.RevokedAt
-		if revoked == "" {
-			revoked = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt, revoked)
-	}
-	return tw.Flush()
-}
-
-// progressBar draws `label [=====>    ]  45%  4.5M/10.0M rows  210k rows/s  ETA 25s`
-// on a terminal, redrawn at most five times a second; elsewhere it prints a
-// line every ten seconds.
-type progressBar struct {
-	w           io.Writer
-	label       string
-	unit        string
-	tty         bool
-	start       time.Time
-	last        time.Time
-	done, total int64
-	drawn       bool
-}
-
-func newProgressBar(w *os.File, label, unit string) *progressBar {
-	fi, err := w.Stat()
-	tty := err == nil && fi.Mode()&os.ModeCharDevice != 0
-	return &progressBar{w: w, label: label, unit: unit, tty: tty, start: time.Now()}
-}
-
-func (p *progressBar) update(done, total int64) {
-	p.done, p.total = done, total
-	every := 200 * time.Millisecond
-	if !p.tty {
-		every = 10 * time.Second
-	}
-	if now := time.Now(); now.Sub(p.last) >= every {
-		p.last = now
-		p.draw()
-	}
-}
-
-func (p *progressBar) draw() {
-	if p.total <= 0 {
-		return
-	}
-	frac := float64(p.done) / float64(p.total)
-	frac = min(max(frac, 0), 1)
-	const width = 30
-	filled := int(frac * width)
-	bar := strings.Repeat("=", filled)
-	if filled < width {
-		bar += ">" + strings.Repeat(" ", width-filled-1)
-	}
-	elapsed := time.Since(p.start).Seconds()
-	rate := float64(p.done) / max(elapsed, 1e-9)
-	eta := "-"
-	if rate > 0 && p.done < p.total {
-		eta = (time.Duration(float64(p.total-p.done)/rate) * time.Second).Round(time.Second).String()
-	}
-	line := fmt.Sprintf("%s [%s] %3.0f%%  %s/%s %s  %s %s/s  ETA %s", p.label, bar, frac*100,
-		human(float64(p.done)), human(float64(p.total)), p.unit, human(rate), p.unit, eta)
-	if p.tty {
-		fmt.Fprintf(p.w, "\r%-100s", line)
-	} else {
-		fmt.Fprintln(p.w, line)
-	}
-	p.drawn = true
-}
-
-// finish draws the final state and ends the line.
-func (p *progressBar) finish() {
-	if p.total > 0 {
-		p.draw()
-	}
-	if p.drawn && p.tty {
-		fmt.Fprintln(p.w)
-	}
-}
-
-func human(v float64) string {
-	switch {
-	case v >= 1e9:
-		return fmt.Sprintf("%.1fG", v/1e9)
-	case v >= 1e6:
-		return fmt.Sprintf("%.1fM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
 }
 
 // parsePrefix reads a CIDR, or an address as the prefix of itself alone.

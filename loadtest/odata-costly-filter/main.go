@@ -82,6 +82,9 @@ func get(c *http.Client, target, key string) answer {
 	return a
 }
 
+// run starts the OData API, checks the two attack filters, then lets the
+// attackers send them while the innocent key reads at its pace, and judges
+// what the innocent key got.
 func run(o options) ([]string, error) {
 	log.Printf("server: sluice odata, %d generated rows, %d attacker keys, %d heavy keys and 1 innocent key", o.rows, o.attackers, o.heavy)
 	srv, err := odataserver.Start(o.bin, o.rows, o.attackers+o.heavy+1, 0)
@@ -89,93 +92,137 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	over := srv.Root + "/Observations?$top=10&$filter=" + url.QueryEscape(endswiths(256))
-	within := srv.Root + "/Records?$top=10000&$filter=" + url.QueryEscape(endswiths(30))
-	innocentURL := srv.Root + "/Observations?$top=1&$filter=" + url.QueryEscape("CharacteristicName eq 'pH'")
-	c := &http.Client{Timeout: 2 * time.Minute}
+	a := &attack{
+		o:        o,
+		c:        &http.Client{Timeout: 2 * time.Minute},
+		keys:     srv.Keys,
+		over:     srv.Root + "/Observations?$top=10&$filter=" + url.QueryEscape(endswiths(256)),
+		within:   srv.Root + "/Records?$top=10000&$filter=" + url.QueryEscape(endswiths(30)),
+		innocent: srv.Root + "/Observations?$top=1&$filter=" + url.QueryEscape("CharacteristicName eq 'pH'"),
+		statuses: map[string]map[int]int{"over budget": {}, "within budget": {}, "innocent": {}},
+	}
 
 	// Check the two attack filters are what they should be before the run.
-	if a := get(c, over, srv.Keys[0]); a.status != 400 && !o.baseline {
-		return nil, fmt.Errorf("the over-budget filter answered %d %s %v, want 400", a.status, a.body, a.err)
+	if r := get(a.c, a.over, srv.Keys[0]); r.status != 400 && !o.baseline {
+		return nil, fmt.Errorf("the over-budget filter answered %d %s %v, want 400", r.status, r.body, r.err)
 	}
-	if a := get(c, within, srv.Keys[0]); a.status != 200 {
-		return nil, fmt.Errorf("the within-budget filter answered %d %s %v, want 200", a.status, a.body, a.err)
+	if r := get(a.c, a.within, srv.Keys[0]); r.status != 200 {
+		return nil, fmt.Errorf("the within-budget filter answered %d %s %v, want 200", r.status, r.body, r.err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration)
 	defer cancel()
-	var mu sync.Mutex
-	var broken []string
-	brokenf := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(broken) < 20 {
-			broken = append(broken, fmt.Sprintf(format, args...))
-		}
-	}
-	statuses := map[string]map[int]int{"over budget": {}, "within budget": {}, "innocent": {}}
-	count := func(kind string, status int) { mu.Lock(); statuses[kind][status]++; mu.Unlock() }
-	var overLat []time.Duration
 	var wg sync.WaitGroup
 	for i := range o.attackers + o.heavy {
-		key := srv.Keys[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n := 0; ctx.Err() == nil && n < 100000; n++ {
-				if i < o.attackers {
-					a := get(c, over, key)
-					count("over budget", a.status)
-					if !o.baseline && (a.status != 400 || !strings.Contains(a.body, "budget")) {
-						brokenf("attacker %d: over-budget filter answered %d %q %v", i, a.status, a.body, a.err)
-					}
-					mu.Lock()
-					overLat = append(overLat, a.took)
-					mu.Unlock()
-					continue
-				}
-				a := get(c, within, key)
-				count("within budget", a.status)
-				if a.err != nil || a.status >= 500 && a.status != 503 {
-					brokenf("attacker %d: within-budget filter answered %d %q %v", i, a.status, a.body, a.err)
-				}
-			}
+			a.attacker(ctx, i)
 		}()
 	}
+	lat := a.innocentReads(ctx)
+	wg.Wait()
+	return a.verdict(lat)
+}
+
+// attack is the shared state of one run: the three requests, the keys, and
+// what the clients saw.
+type attack struct {
+	o                      options
+	c                      *http.Client
+	keys                   []string
+	over, within, innocent string // URLs
+
+	mu       sync.Mutex
+	broken   []string
+	statuses map[string]map[int]int // by kind of request, by HTTP status
+	overLat  []time.Duration
+}
+
+// brokenf notes a failure; the first 20 are kept.
+func (a *attack) brokenf(format string, args ...any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.broken) < 20 {
+		a.broken = append(a.broken, fmt.Sprintf(format, args...))
+	}
+}
+
+func (a *attack) count(kind string, status int) {
+	a.mu.Lock()
+	a.statuses[kind][status]++
+	a.mu.Unlock()
+}
+
+// attacker i sends its filter until ctx ends: the over-budget one (which
+// must be refused with 400) for the first -attackers keys, the costliest
+// within budget for the -heavy keys after them (which may be shed with 503,
+// but no other 5xx or transport error).
+func (a *attack) attacker(ctx context.Context, i int) {
+	key := a.keys[i]
+	for n := 0; ctx.Err() == nil && n < 100000; n++ {
+		if i < a.o.attackers {
+			r := get(a.c, a.over, key)
+			a.count("over budget", r.status)
+			if !a.o.baseline && (r.status != 400 || !strings.Contains(r.body, "budget")) {
+				a.brokenf("attacker %d: over-budget filter answered %d %q %v", i, r.status, r.body, r.err)
+			}
+			a.mu.Lock()
+			a.overLat = append(a.overLat, r.took)
+			a.mu.Unlock()
+			continue
+		}
+		r := get(a.c, a.within, key)
+		a.count("within budget", r.status)
+		if r.err != nil || r.status >= 500 && r.status != 503 {
+			a.brokenf("attacker %d: within-budget filter answered %d %q %v", i, r.status, r.body, r.err)
+		}
+	}
+}
+
+// innocentReads makes the innocent key's request every -every until ctx
+// ends; each must be answered 200 within -max-latency. It returns their
+// latencies.
+func (a *attack) innocentReads(ctx context.Context) []time.Duration {
 	var lat []time.Duration
-	tick := time.NewTicker(o.every)
+	tick := time.NewTicker(a.o.every)
 	defer tick.Stop()
-	innocent := srv.Keys[o.attackers+o.heavy]
-loop:
+	innocent := a.keys[a.o.attackers+a.o.heavy]
 	for n := 0; n < 100000; n++ {
 		select {
 		case <-ctx.Done():
-			break loop
+			return lat
 		case <-tick.C:
 		}
-		a := get(c, innocentURL, innocent)
-		count("innocent", a.status)
-		lat = append(lat, a.took)
-		if a.status != 200 || a.err != nil {
-			brokenf("innocent request %d: %d %q %v after %s", n, a.status, a.body, a.err, a.took.Round(time.Millisecond))
-		} else if a.took > o.maxLatency {
-			brokenf("innocent request %d took %s (allowed %s)", n, a.took.Round(time.Millisecond), o.maxLatency)
+		r := get(a.c, a.innocent, innocent)
+		a.count("innocent", r.status)
+		lat = append(lat, r.took)
+		if r.status != 200 || r.err != nil {
+			a.brokenf("innocent request %d: %d %q %v after %s", n, r.status, r.body, r.err, r.took.Round(time.Millisecond))
+		} else if r.took > a.o.maxLatency {
+			a.brokenf("innocent request %d took %s (allowed %s)", n, r.took.Round(time.Millisecond), a.o.maxLatency)
 		}
 	}
-	wg.Wait()
+	return lat
+}
+
+// verdict logs what each kind of request got and returns what was wrong;
+// call it after every client has stopped.
+func (a *attack) verdict(lat []time.Duration) ([]string, error) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	sort.Slice(overLat, func(i, j int) bool { return overLat[i] < overLat[j] })
+	sort.Slice(a.overLat, func(i, j int) bool { return a.overLat[i] < a.overLat[j] })
 	for _, kind := range []string{"innocent", "over budget", "within budget"} {
-		log.Printf("%-13s statuses %v", kind, statuses[kind])
+		log.Printf("%-13s statuses %v", kind, a.statuses[kind])
 	}
 	if len(lat) == 0 {
 		return nil, fmt.Errorf("the innocent key made no request")
 	}
 	log.Printf("innocent latency: %s", harness.Summarize(lat))
-	if len(overLat) > 0 {
-		log.Printf("over-budget filter latency: %s", harness.Summarize(overLat))
+	if len(a.overLat) > 0 {
+		log.Printf("over-budget filter latency: %s", harness.Summarize(a.overLat))
 	}
-	if o.heavy > 0 && statuses["within budget"][200] == 0 {
+	broken := a.broken
+	if a.o.heavy > 0 && a.statuses["within budget"][200] == 0 {
 		broken = append(broken, "no within-budget costly filter was served: the attack did not load the database")
 	}
 	return broken, nil

@@ -57,13 +57,14 @@ func (o options) validate() error {
 	return nil
 }
 
+// run starts sluice on Redis under load, kills Redis and brings it back
+// (timeline), then judges the calls of each phase.
 func run(o options) ([]string, error) {
 	sc, err := harness.NewScenario("redis-kill", o.bin, "redis")
 	if err != nil {
 		return nil, err
 	}
 	defer sc.Close()
-	redis, tb := sc.Redis, sc.TB
 	sc.Sluice.BackendTimeout = o.backendTimeout
 	ctx := context.Background()
 	s, client, err := sc.StartRLS(ctx, "faults.yaml", harness.FaultRules)
@@ -88,74 +89,125 @@ func run(o options) ([]string, error) {
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- harness.RunLoad(loadCtx, lc, call, rec.Record) }()
 
-	t0 := time.Now()
+	tl, err := killAndRestart(o, sc)
+	stopLoad()
+	if lerr := <-loadDone; err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	tl.end = time.Now()
+
+	p := phases{tl: tl, calls: rec.Calls()}
+	broken := p.checkBound(bound)
+	broken = append(broken, p.checkDown()...)
+	broken = append(broken, p.checkRecovery(o)...)
+	for code, msg := range rec.FirstErrors() {
+		log.Printf("first %s: %s", code, msg)
+	}
+	if len(broken) > 0 {
+		log.Printf("sluice log tail:\n%s", s.LogTail(15))
+	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
+	return broken, nil
+}
+
+// timeline is when each step of the fault happened.
+type timeline struct {
+	t0                 time.Time // load running, Redis up
+	killStart, killed  time.Time
+	restartStart, back time.Time
+	end                time.Time // load stopped
+}
+
+// killAndRestart lets the load run, kills Redis, keeps it down, restarts
+// it and lets the load run again, noting when each step happened.
+func killAndRestart(o options, sc *harness.Scenario) (timeline, error) {
+	redis, tb := sc.Redis, sc.TB
+	var tl timeline
+	tl.t0 = time.Now()
 	time.Sleep(o.before)
-	killStart := time.Now()
+	tl.killStart = time.Now()
 	redis.Kill()
-	killed := time.Now()
-	log.Printf("redis killed at +%s", killed.Sub(t0).Round(time.Millisecond))
+	tl.killed = time.Now()
+	log.Printf("redis killed at +%s", tl.killed.Sub(tl.t0).Round(time.Millisecond))
 	time.Sleep(o.down)
-	restartStart := time.Now()
+	tl.restartStart = time.Now()
 	redis.Restart(tb)
 	if err := tb.Err(); err != nil {
-		stopLoad()
-		<-loadDone
-		return nil, err
+		return tl, err
 	}
-	back := time.Now()
-	log.Printf("redis back at +%s (restart took %s)", back.Sub(t0).Round(time.Millisecond), back.Sub(restartStart).Round(time.Millisecond))
+	tl.back = time.Now()
+	log.Printf("redis back at +%s (restart took %s)", tl.back.Sub(tl.t0).Round(time.Millisecond), tl.back.Sub(tl.restartStart).Round(time.Millisecond))
 	time.Sleep(o.after)
-	stopLoad()
-	if err := <-loadDone; err != nil {
-		return nil, err
-	}
-	end := time.Now()
+	return tl, nil
+}
 
-	calls := rec.Calls()
-	var broken []string
-	report := func(name string, from, to time.Time, pick func(c harness.Call) bool) []harness.Call {
-		var in []harness.Call
-		for _, c := range calls {
-			if pick(c) {
-				in = append(in, c)
-			}
-		}
-		byCode := map[codes.Code]int{}
-		lat := make([]time.Duration, 0, len(in))
-		for _, c := range in {
-			byCode[c.Code]++
-			lat = append(lat, c.Latency)
-		}
-		log.Printf("%-9s +%s..+%s: %6d calls %s; %s", name, from.Sub(t0).Round(time.Millisecond), to.Sub(t0).Round(time.Millisecond),
-			len(in), harness.CodeCounts(byCode), harness.Summarize(lat))
-		return in
-	}
-	endOf := func(c harness.Call) time.Time { return c.Start.Add(c.Latency) }
+// phases judges the recorded calls against the timeline.
+type phases struct {
+	tl    timeline
+	calls []harness.Call
+}
 
-	// 1. Every call answered within the bound.
+func endOf(c harness.Call) time.Time { return c.Start.Add(c.Latency) }
+
+// since is t as an offset from the start of the timeline, for the log.
+func (p phases) since(t time.Time) time.Duration { return t.Sub(p.tl.t0).Round(time.Millisecond) }
+
+// report logs the calls pick selects as one phase from..to and returns them.
+func (p phases) report(name string, from, to time.Time, pick func(c harness.Call) bool) []harness.Call {
+	var in []harness.Call
+	for _, c := range p.calls {
+		if pick(c) {
+			in = append(in, c)
+		}
+	}
+	byCode := map[codes.Code]int{}
+	lat := make([]time.Duration, 0, len(in))
+	for _, c := range in {
+		byCode[c.Code]++
+		lat = append(lat, c.Latency)
+	}
+	log.Printf("%-9s +%s..+%s: %6d calls %s; %s", name, p.since(from), p.since(to),
+		len(in), harness.CodeCounts(byCode), harness.Summarize(lat))
+	return in
+}
+
+// checkBound: every call is answered within the bound, Redis up or down.
+func (p phases) checkBound(bound time.Duration) []string {
 	var late []harness.Call
-	for _, c := range calls {
+	for _, c := range p.calls {
 		if c.Latency > bound {
 			late = append(late, c)
 		}
 	}
-	if len(late) > 0 {
-		sort.Slice(late, func(i, j int) bool { return late[i].Latency > late[j].Latency })
-		broken = append(broken, fmt.Sprintf("%d of %d calls took longer than the bound %s (slowest %s, %s, started at +%s)",
-			len(late), len(calls), bound, late[0].Latency.Round(time.Millisecond), late[0].Code, late[0].Start.Sub(t0).Round(time.Millisecond)))
+	if len(late) == 0 {
+		return nil
 	}
+	sort.Slice(late, func(i, j int) bool { return late[i].Latency > late[j].Latency })
+	return []string{fmt.Sprintf("%d of %d calls took longer than the bound %s (slowest %s, %s, started at +%s)",
+		len(late), len(p.calls), bound, late[0].Latency.Round(time.Millisecond), late[0].Code, p.since(late[0].Start))}
+}
 
-	healthy := report("before", t0, killStart, func(c harness.Call) bool { return endOf(c).Before(killStart) })
+// checkDown: every call is OK before the kill and Unavailable while Redis
+// is down; the calls across the kill and the restart are only logged.
+func (p phases) checkDown() []string {
+	tl := p.tl
+	var broken []string
+	healthy := p.report("before", tl.t0, tl.killStart, func(c harness.Call) bool { return endOf(c).Before(tl.killStart) })
 	for _, c := range healthy {
 		if c.Code != codes.OK {
 			broken = append(broken, fmt.Sprintf("before the kill a call failed with %s (sluice was not healthy to begin with)", c.Code))
 			break
 		}
 	}
-	report("straddle", killStart, killed, func(c harness.Call) bool { return !endOf(c).Before(killStart) && c.Start.Before(killed) })
-
-	// 2. Unavailable while down.
-	down := report("down", killed, restartStart, func(c harness.Call) bool { return !c.Start.Before(killed) && endOf(c).Before(restartStart) })
+	p.report("straddle", tl.killStart, tl.killed, func(c harness.Call) bool {
+		return !endOf(c).Before(tl.killStart) && c.Start.Before(tl.killed)
+	})
+	down := p.report("down", tl.killed, tl.restartStart, func(c harness.Call) bool {
+		return !c.Start.Before(tl.killed) && endOf(c).Before(tl.restartStart)
+	})
 	if len(down) == 0 {
 		broken = append(broken, "no call was made while Redis was down")
 	}
@@ -168,12 +220,17 @@ func run(o options) ([]string, error) {
 	if len(wrong) > 0 {
 		broken = append(broken, fmt.Sprintf("while Redis was down some answers were not Unavailable: %s", harness.CodeCounts(wrong)))
 	}
-	report("restart", restartStart, back, func(c harness.Call) bool {
-		return !endOf(c).Before(restartStart) && c.Start.Before(back) && !c.Start.Before(killed)
+	p.report("restart", tl.restartStart, tl.back, func(c harness.Call) bool {
+		return !endOf(c).Before(tl.restartStart) && c.Start.Before(tl.back) && !c.Start.Before(tl.killed)
 	})
+	return broken
+}
 
-	// 3. Recovery.
-	after := report("after", back, end, func(c harness.Call) bool { return !c.Start.Before(back) })
+// checkRecovery: an OK answer comes within -recover of Redis being back,
+// and from then on every call is OK.
+func (p phases) checkRecovery(o options) []string {
+	tl := p.tl
+	after := p.report("after", tl.back, tl.end, func(c harness.Call) bool { return !c.Start.Before(tl.back) })
 	firstOK := -1
 	for i, c := range after {
 		if c.Code == codes.OK {
@@ -182,31 +239,24 @@ func run(o options) ([]string, error) {
 		}
 	}
 	if firstOK < 0 {
-		broken = append(broken, fmt.Sprintf("no OK answer in the %s after Redis came back", o.after))
-	} else {
-		rec := endOf(after[firstOK]).Sub(back)
-		log.Printf("recovery: first OK answer %s after Redis was back", rec.Round(time.Millisecond))
-		if rec > o.recover {
-			broken = append(broken, fmt.Sprintf("first OK came %s after Redis was back (bound %s)", rec.Round(time.Millisecond), o.recover))
-		}
-		failed := map[codes.Code]int{}
-		var lastFail time.Time
-		for _, c := range after[firstOK:] {
-			if c.Code != codes.OK {
-				failed[c.Code]++
-				lastFail = c.Start
-			}
-		}
-		if len(failed) > 0 {
-			broken = append(broken, fmt.Sprintf("after the first OK, calls still failed: %s (last started +%s)", harness.CodeCounts(failed), lastFail.Sub(t0).Round(time.Millisecond)))
+		return []string{fmt.Sprintf("no OK answer in the %s after Redis came back", o.after)}
+	}
+	var broken []string
+	rec := endOf(after[firstOK]).Sub(tl.back)
+	log.Printf("recovery: first OK answer %s after Redis was back", rec.Round(time.Millisecond))
+	if rec > o.recover {
+		broken = append(broken, fmt.Sprintf("first OK came %s after Redis was back (bound %s)", rec.Round(time.Millisecond), o.recover))
+	}
+	failed := map[codes.Code]int{}
+	var lastFail time.Time
+	for _, c := range after[firstOK:] {
+		if c.Code != codes.OK {
+			failed[c.Code]++
+			lastFail = c.Start
 		}
 	}
-	for code, msg := range rec.FirstErrors() {
-		log.Printf("first %s: %s", code, msg)
+	if len(failed) > 0 {
+		broken = append(broken, fmt.Sprintf("after the first OK, calls still failed: %s (last started +%s)", harness.CodeCounts(failed), p.since(lastFail)))
 	}
-	if len(broken) > 0 {
-		log.Printf("sluice log tail:\n%s", s.LogTail(15))
-	}
-	broken = harness.StopClean(broken, s, 15*time.Second)
-	return broken, nil
+	return broken
 }

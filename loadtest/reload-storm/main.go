@@ -73,6 +73,9 @@ func main() {
 	harness.Verdict(run(o))
 }
 
+// run starts sluice under load, rewrites its rule file o.reloads times,
+// then checks the three promises of the doc: no failed request, every
+// write seen, the last good file enforced.
 func run(o options) ([]string, error) {
 	sc, err := harness.NewScenario("reload-storm", o.bin, "memory")
 	if err != nil {
@@ -80,10 +83,8 @@ func run(o options) ([]string, error) {
 	}
 	defer sc.Close()
 	sc.Sluice.LogLevel = "info"
-	cfg := sc.Sluice
-	const file = "storm.yaml"
 	ctx := context.Background()
-	s, client, err := sc.StartRLS(ctx, file, goodFile(0))
+	s, client, err := sc.StartRLS(ctx, ruleFile, goodFile(0))
 	if err != nil {
 		return nil, err
 	}
@@ -99,39 +100,8 @@ func run(o options) ([]string, error) {
 	lc := harness.LoadConfig{Callers: o.callers, Duration: time.Duration(o.reloads)*o.wait + time.Minute, MaxCallsPerCaller: 10_000_000}
 	go func() { loadDone <- harness.RunLoad(loadCtx, lc, call, rec.Record) }()
 
-	var broken []string
-	lastGood := 0
 	start := time.Now()
-	stormErr := func() error {
-		for i := 1; i <= o.reloads; i++ {
-			okBefore, errBefore, err := counts(s)
-			if err != nil {
-				return err
-			}
-			bad := isBad(i, o.reloads+1)
-			body := goodFile(i)
-			if bad {
-				body = badFiles[i%len(badFiles)]
-			} else {
-				lastGood = i
-			}
-			if err := testenv.WriteRules(cfg, file, body); err != nil {
-				return err
-			}
-			okAfter, errAfter, err := waitReload(s, okBefore+errBefore, o.wait)
-			if err != nil {
-				broken = append(broken, fmt.Sprintf("write %d (bad=%v): %v", i, bad, err))
-				continue
-			}
-			switch {
-			case bad && (errAfter-errBefore != 1 || okAfter != okBefore):
-				broken = append(broken, fmt.Sprintf("write %d (bad file): %d successful and %d failed loads, want 0 and 1", i, okAfter-okBefore, errAfter-errBefore))
-			case !bad && (okAfter-okBefore != 1 || errAfter != errBefore):
-				broken = append(broken, fmt.Sprintf("write %d (good file): %d successful and %d failed loads, want 1 and 0", i, okAfter-okBefore, errAfter-errBefore))
-			}
-		}
-		return nil
-	}()
+	broken, lastGood, stormErr := storm(o, s, sc.Sluice)
 	stormTook := time.Since(start)
 	stopLoad()
 	if err := <-loadDone; err != nil {
@@ -143,7 +113,61 @@ func run(o options) ([]string, error) {
 	okN, errN, _ := counts(s)
 	log.Printf("%d writes in %s: %d successful loads (1 at startup), %d refused", o.reloads, stormTook.Round(time.Millisecond), okN, errN)
 
-	// 1. No failed request.
+	broken = append(broken, checkLoad(rec)...)
+	enforced, err := checkLastGood(o, s, client, lastGood)
+	if err != nil {
+		return nil, err
+	}
+	broken = append(broken, enforced...)
+	if len(broken) > 0 {
+		log.Printf("sluice log tail:\n%s", s.LogTail(10))
+	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
+	return broken, nil
+}
+
+// ruleFile is the file under sluice's runtime directory that the storm
+// rewrites.
+const ruleFile = "storm.yaml"
+
+// storm writes the rule files one by one, each after sluice has reacted to
+// the last, and checks promise 2: each write is followed by exactly the
+// reload outcome it deserves. It returns what was wrong and the index of
+// the last good file written.
+func storm(o options, s *testenv.Sluice, cfg testenv.SluiceConfig) (broken []string, lastGood int, err error) {
+	for i := 1; i <= o.reloads; i++ {
+		okBefore, errBefore, err := counts(s)
+		if err != nil {
+			return broken, lastGood, err
+		}
+		bad := isBad(i, o.reloads+1)
+		body := goodFile(i)
+		if bad {
+			body = badFiles[i%len(badFiles)]
+		} else {
+			lastGood = i
+		}
+		if err := testenv.WriteRules(cfg, ruleFile, body); err != nil {
+			return broken, lastGood, err
+		}
+		okAfter, errAfter, err := waitReload(s, okBefore+errBefore, o.wait)
+		if err != nil {
+			broken = append(broken, fmt.Sprintf("write %d (bad=%v): %v", i, bad, err))
+			continue
+		}
+		switch {
+		case bad && (errAfter-errBefore != 1 || okAfter != okBefore):
+			broken = append(broken, fmt.Sprintf("write %d (bad file): %d successful and %d failed loads, want 0 and 1", i, okAfter-okBefore, errAfter-errBefore))
+		case !bad && (okAfter-okBefore != 1 || errAfter != errBefore):
+			broken = append(broken, fmt.Sprintf("write %d (good file): %d successful and %d failed loads, want 1 and 0", i, okAfter-okBefore, errAfter-errBefore))
+		}
+	}
+	return broken, lastGood, nil
+}
+
+// checkLoad checks promise 1: every call during the storm was answered OK
+// and none was over the limit of the unlimited load key.
+func checkLoad(rec *harness.Recorder) []string {
 	calls := rec.Calls()
 	failed := map[codes.Code]int{}
 	var over int
@@ -158,6 +182,7 @@ func run(o options) ([]string, error) {
 		}
 	}
 	log.Printf("load during the storm: %d calls, %s", len(calls), harness.Summarize(lat))
+	var broken []string
 	if len(calls) == 0 {
 		broken = append(broken, "no call was made during the storm")
 	}
@@ -172,13 +197,18 @@ func run(o options) ([]string, error) {
 	if over > 0 {
 		broken = append(broken, fmt.Sprintf("%d calls were OVER_LIMIT on an effectively unlimited key", over))
 	}
+	return broken
+}
 
-	// 3. The last good configuration is enforced.
+// checkLastGood checks promise 3: the last good file's probe limit shows in
+// /rlconfig and is the one enforced.
+func checkLastGood(o options, s *testenv.Sluice, client rlsv3.RateLimitServiceClient, lastGood int) ([]string, error) {
 	want := probeLimit(lastGood)
 	dump, err := get("http://" + s.Debug + "/rlconfig")
 	if err != nil {
 		return nil, err
 	}
+	var broken []string
 	if marker := fmt.Sprintf("storm.probe: unit=HOUR requests_per_unit=%d,", want); !strings.Contains(dump, marker) {
 		broken = append(broken, fmt.Sprintf("/rlconfig lacks %q (write %d was the last good file); it shows:\n%s", marker, lastGood, dump))
 	}
@@ -187,10 +217,6 @@ func run(o options) ([]string, error) {
 	} else {
 		log.Printf("enforced: probe limit %d of good write %d (the last of the %d writes was a bad file)", want, lastGood, o.reloads)
 	}
-	if len(broken) > 0 {
-		log.Printf("sluice log tail:\n%s", s.LogTail(10))
-	}
-	broken = harness.StopClean(broken, s, 15*time.Second)
 	return broken, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
@@ -49,6 +50,8 @@ func main() {
 	harness.Verdict(run(o))
 }
 
+// run starts sluice under load, parks calls in it (a Redis write pause),
+// sends SIGTERM, and then judges the exit and the calls' answers.
 func run(o options) ([]string, error) {
 	sc, err := harness.NewScenario("sigterm", o.bin, o.backend)
 	if err != nil {
@@ -82,17 +85,10 @@ func run(o options) ([]string, error) {
 
 	t0 := time.Now()
 	time.Sleep(o.warmup)
-	if o.hold > 0 {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := admin.Do(pctx, "CLIENT", "PAUSE", o.hold.Milliseconds(), "WRITE").Err()
-		cancel()
-		if err != nil {
-			stopLoad()
-			<-loadDone
-			return nil, fmt.Errorf("CLIENT PAUSE: %w", err)
-		}
-		// Let every caller's current call reach sluice and park there.
-		time.Sleep(o.hold / 3)
+	if err := parkCalls(ctx, o, admin); err != nil {
+		stopLoad()
+		<-loadDone
+		return nil, err
 	}
 	signalled := time.Now()
 	if err := s.Signal(syscall.SIGTERM); err != nil {
@@ -100,16 +96,7 @@ func run(o options) ([]string, error) {
 		<-loadDone
 		return nil, err
 	}
-	var broken []string
-	var exited time.Time
-	select {
-	case <-s.Done():
-		exited = time.Now()
-	case <-time.After(o.exitWithin):
-		broken = append(broken, fmt.Sprintf("sluice still running %s after SIGTERM", o.exitWithin))
-		s.Kill()
-		exited = time.Now()
-	}
+	broken, exited := awaitExit(o, s)
 	// Callers keep calling until sluice is gone, so calls after the signal
 	// are exercised too; a few more after the exit show connect refusals.
 	time.Sleep(100 * time.Millisecond)
@@ -123,7 +110,53 @@ func run(o options) ([]string, error) {
 	log.Printf("SIGTERM at +%s; sluice exited %s later with status %d",
 		signalled.Sub(t0).Round(time.Millisecond), exited.Sub(signalled).Round(time.Millisecond), s.ExitCode())
 
-	calls := rec.Calls()
+	broken = append(broken, checkCalls(o, rec.Calls(), signalled)...)
+	if o.hold == 0 {
+		log.Print("no hold: calls started just before the signal may not have reached sluice yet; -hold makes the in-flight set exact")
+	}
+	for code, msg := range rec.FirstErrors() {
+		log.Printf("first %s: %s", code, msg)
+	}
+	if len(broken) > 0 {
+		log.Printf("sluice log tail:\n%s", s.LogTail(15))
+	}
+	return broken, nil
+}
+
+// parkCalls pauses Redis writes for -hold and waits until every caller's
+// current call has reached sluice and waits there, so that the signal
+// finds calls in flight. With -hold 0 it does nothing.
+func parkCalls(ctx context.Context, o options, admin *goredis.Client) error {
+	if o.hold <= 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := admin.Do(pctx, "CLIENT", "PAUSE", o.hold.Milliseconds(), "WRITE").Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("CLIENT PAUSE: %w", err)
+	}
+	// Let every caller's current call reach sluice and park there.
+	time.Sleep(o.hold / 3)
+	return nil
+}
+
+// awaitExit waits up to -exit-within for sluice to exit after the signal,
+// killing it if it does not, and returns when it was gone.
+func awaitExit(o options, s *testenv.Sluice) (broken []string, exited time.Time) {
+	select {
+	case <-s.Done():
+	case <-time.After(o.exitWithin):
+		broken = append(broken, fmt.Sprintf("sluice still running %s after SIGTERM", o.exitWithin))
+		s.Kill()
+	}
+	return broken, time.Now()
+}
+
+// checkCalls judges the answers around the signal: calls started before
+// it (the in-flight ones among them) get real answers, and no call waits
+// longer than -answer-within.
+func checkCalls(o options, calls []harness.Call, signalled time.Time) []string {
 	var before, parked, after []harness.Call
 	for _, c := range calls {
 		if c.Start.Before(signalled) {
@@ -135,20 +168,11 @@ func run(o options) ([]string, error) {
 			after = append(after, c)
 		}
 	}
-	describe := func(name string, cs []harness.Call) map[codes.Code]int {
-		by := map[codes.Code]int{}
-		lat := make([]time.Duration, 0, len(cs))
-		for _, c := range cs {
-			by[c.Code]++
-			lat = append(lat, c.Latency)
-		}
-		log.Printf("%-22s %6d calls %s; %s", name, len(cs), harness.CodeCounts(by), harness.Summarize(lat))
-		return by
-	}
 	byBefore := describe("started before SIGTERM", before)
 	describe("in flight at SIGTERM", parked)
 	describe("started after SIGTERM", after)
 
+	var broken []string
 	// 1. In-flight calls get real answers.
 	if n := len(before) - byBefore[codes.OK]; n > 0 {
 		broken = append(broken, fmt.Sprintf("%d calls started before SIGTERM failed (%s)", n, harness.CodeCounts(withoutOK(byBefore))))
@@ -168,16 +192,20 @@ func run(o options) ([]string, error) {
 	if slow > 0 {
 		broken = append(broken, fmt.Sprintf("%d calls waited longer than %s (slowest %s)", slow, o.answerIn, slowest.Round(time.Millisecond)))
 	}
-	if o.hold == 0 {
-		log.Print("no hold: calls started just before the signal may not have reached sluice yet; -hold makes the in-flight set exact")
+	return broken
+}
+
+// describe logs a group of calls (answers by code, latency) and returns
+// its answers by code.
+func describe(name string, cs []harness.Call) map[codes.Code]int {
+	by := map[codes.Code]int{}
+	lat := make([]time.Duration, 0, len(cs))
+	for _, c := range cs {
+		by[c.Code]++
+		lat = append(lat, c.Latency)
 	}
-	for code, msg := range rec.FirstErrors() {
-		log.Printf("first %s: %s", code, msg)
-	}
-	if len(broken) > 0 {
-		log.Printf("sluice log tail:\n%s", s.LogTail(15))
-	}
-	return broken, nil
+	log.Printf("%-22s %6d calls %s; %s", name, len(cs), harness.CodeCounts(by), harness.Summarize(lat))
+	return by
 }
 
 func withoutOK(m map[codes.Code]int) map[codes.Code]int {

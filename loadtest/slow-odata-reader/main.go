@@ -61,28 +61,15 @@ func main() {
 	harness.Verdict(run(o))
 }
 
+// run sizes a page and the idle server, lets slow readers crawl through
+// their pages while sampling the server's memory, then judges the growth
+// and the pages.
 func run(o options) ([]string, error) {
-	var root string
-	var keys []string
-	var pid int
-	if o.server == "self" {
-		log.Printf("server: sluice odata in its own process; generating %d rows", o.rows)
-		// The readers hold their pages (and connections) at once on purpose:
-		// the data query cap must not refuse any of them.
-		srv, err := odataserver.Start(o.bin, o.rows, o.readers+1, 0, "-max-queries", fmt.Sprint(o.readers+1))
-		if err != nil {
-			return nil, err
-		}
-		defer srv.Stop()
-		root, keys, pid = srv.Root, srv.Keys, srv.PID
-	} else {
-		root, pid = strings.TrimRight(o.url, "/"), o.pid
-		for _, k := range strings.Split(o.keys, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				keys = append(keys, k)
-			}
-		}
+	root, keys, pid, stop, err := server(o)
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
 	if len(keys) < o.readers {
 		return nil, fmt.Errorf("%d keys for %d readers: each reader needs its own key", len(keys), o.readers)
 	}
@@ -100,71 +87,21 @@ func run(o options) ([]string, error) {
 	}
 	log.Printf("one page: %d rows, %.1f MiB, read at full speed in %s", sizing.rows, float64(sizing.bytes)/(1<<20), sizing.took.Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
-	var idle []float64
-	for range 5 {
-		rss, err := testenv.RSS(pid)
-		if err != nil {
-			return nil, err
-		}
-		idle = append(idle, float64(rss))
-		time.Sleep(200 * time.Millisecond)
+	baseline, err := idleRSS(pid)
+	if err != nil {
+		return nil, err
 	}
-	baseline := harness.Median(idle)
 	log.Printf("idle server RSS %.1f MiB", baseline/(1<<20))
 
 	// 2. Crawl.
-	fast := make(chan struct{})
-	results := make([]result, o.readers)
-	var wg sync.WaitGroup
-	for i := range o.readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = read(page, keys[i+1], &throttle{rate: o.rate, fast: fast})
-		}()
+	c, err := crawl(o, page, keys, pid)
+	if err != nil {
+		return nil, err
 	}
-	var samples []float64
-	var peak float64
-	start := time.Now()
-	tick := time.NewTicker(500 * time.Millisecond)
-	for time.Since(start) < o.slow {
-		<-tick.C
-		rss, err := testenv.RSS(pid)
-		if err != nil {
-			tick.Stop()
-			close(fast)
-			wg.Wait()
-			return nil, fmt.Errorf("server RSS: %w (did it die?)", err)
-		}
-		samples = append(samples, float64(rss))
-		peak = max(peak, float64(rss))
-		if len(samples)%10 == 0 {
-			log.Printf("+%2.0fs server RSS %.1f MiB", time.Since(start).Seconds(), float64(rss)/(1<<20))
-		}
-	}
-	tick.Stop()
-	close(fast)
-	wg.Wait()
 
 	// 3. Verdicts.
-	var broken []string
-	growth := peak - baseline
-	held := float64(o.readers) * float64(sizing.bytes)
-	allowed := o.share * held
-	log.Printf("crawl: %d readers × %.1f MiB pages for %s; peak RSS %.1f MiB, %+.1f MiB over idle = %.1f MiB a reader, %.0f%% of a page (allowed %.1f MiB = %.0f%% of the %.0f MiB buffering the pages would cost)",
-		o.readers, float64(sizing.bytes)/(1<<20), o.slow, peak/(1<<20), growth/(1<<20), growth/float64(o.readers)/(1<<20),
-		100*growth/held, allowed/(1<<20), 100*o.share, held/(1<<20))
-	if growth > allowed {
-		broken = append(broken, fmt.Sprintf("server RSS rose %.1f MiB over idle while readers crawled (allowed %.1f MiB)", growth/(1<<20), allowed/(1<<20)))
-	}
-	rule := harness.GrowthRule{Relative: 0.05, Absolute: 8 << 20, MinSamples: 6}
-	if g := rule.Check(samples); !g.Judged {
-		broken = append(broken, fmt.Sprintf("only %d RSS samples in the slow phase; raise -slow", len(samples)))
-	} else if g.Grew {
-		broken = append(broken, fmt.Sprintf("server RSS kept growing while readers crawled: last-third median %.1f MiB > %.1f MiB (first-third median %.1f MiB)",
-			g.LastMedian/(1<<20), g.Limit/(1<<20), g.FirstMedian/(1<<20)))
-	}
-	for i, r := range results {
+	broken := checkMemory(o, sizing, baseline, c)
+	for i, r := range c.results {
 		switch {
 		case r.err != nil:
 			broken = append(broken, fmt.Sprintf("reader %d: %v", i, r.err))
@@ -176,6 +113,108 @@ func run(o options) ([]string, error) {
 		log.Printf("all %d pages arrived whole (%d rows each)", o.readers, sizing.rows)
 	}
 	return broken, nil
+}
+
+// server is the OData API under test: one started here (-server self),
+// whose stop ends it, or the one at -url with -keys and -pid.
+func server(o options) (root string, keys []string, pid int, stop func(), err error) {
+	if o.server != "self" {
+		for _, k := range strings.Split(o.keys, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				keys = append(keys, k)
+			}
+		}
+		return strings.TrimRight(o.url, "/"), keys, o.pid, func() {}, nil
+	}
+	log.Printf("server: sluice odata in its own process; generating %d rows", o.rows)
+	// The readers hold their pages (and connections) at once on purpose:
+	// the data query cap must not refuse any of them.
+	srv, err := odataserver.Start(o.bin, o.rows, o.readers+1, 0, "-max-queries", fmt.Sprint(o.readers+1))
+	if err != nil {
+		return "", nil, 0, nil, err
+	}
+	return srv.Root, srv.Keys, srv.PID, srv.Stop, nil
+}
+
+// idleRSS is the median of five samples of the server's resident memory.
+func idleRSS(pid int) (float64, error) {
+	var idle []float64
+	for range 5 {
+		rss, err := testenv.RSS(pid)
+		if err != nil {
+			return 0, err
+		}
+		idle = append(idle, float64(rss))
+		time.Sleep(200 * time.Millisecond)
+	}
+	return harness.Median(idle), nil
+}
+
+// crawled is what the crawl saw: each reader's page, and the server's
+// memory sampled twice a second.
+type crawled struct {
+	results []result
+	samples []float64
+	peak    float64
+}
+
+// crawl has o.readers readers (keys after the first) read the page at
+// o.rate for o.slow, sampling the server's memory, then lets them finish
+// at full speed.
+func crawl(o options, page string, keys []string, pid int) (crawled, error) {
+	fast := make(chan struct{})
+	c := crawled{results: make([]result, o.readers)}
+	var wg sync.WaitGroup
+	for i := range o.readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.results[i] = read(page, keys[i+1], &throttle{rate: o.rate, fast: fast})
+		}()
+	}
+	// However the sampling ends, the readers are let go and waited for.
+	defer wg.Wait()
+	defer close(fast)
+	start := time.Now()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(start) < o.slow {
+		<-tick.C
+		rss, err := testenv.RSS(pid)
+		if err != nil {
+			return c, fmt.Errorf("server RSS: %w (did it die?)", err)
+		}
+		c.samples = append(c.samples, float64(rss))
+		c.peak = max(c.peak, float64(rss))
+		if len(c.samples)%10 == 0 {
+			log.Printf("+%2.0fs server RSS %.1f MiB", time.Since(start).Seconds(), float64(rss)/(1<<20))
+		}
+	}
+	return c, nil
+}
+
+// checkMemory judges the server's memory during the crawl: its rise over
+// idle must stay within -share of what buffering the pages would cost, and
+// it must stop growing.
+func checkMemory(o options, sizing result, baseline float64, c crawled) []string {
+	var broken []string
+	growth := c.peak - baseline
+	held := float64(o.readers) * float64(sizing.bytes)
+	allowed := o.share * held
+	log.Printf("crawl: %d readers × %.1f MiB pages for %s; peak RSS %.1f MiB, %+.1f MiB over idle = %.1f MiB a reader, %.0f%% of a page (allowed %.1f MiB = %.0f%% of the %.0f MiB buffering the pages would cost)",
+		o.readers, float64(sizing.bytes)/(1<<20), o.slow, c.peak/(1<<20), growth/(1<<20), growth/float64(o.readers)/(1<<20),
+		100*growth/held, allowed/(1<<20), 100*o.share, held/(1<<20))
+	if growth > allowed {
+		broken = append(broken, fmt.Sprintf("server RSS rose %.1f MiB over idle while readers crawled (allowed %.1f MiB)", growth/(1<<20), allowed/(1<<20)))
+	}
+	rule := harness.GrowthRule{Relative: 0.05, Absolute: 8 << 20, MinSamples: 6}
+	if g := rule.Check(c.samples); !g.Judged {
+		broken = append(broken, fmt.Sprintf("only %d RSS samples in the slow phase; raise -slow", len(c.samples)))
+	} else if g.Grew {
+		broken = append(broken, fmt.Sprintf("server RSS kept growing while readers crawled: last-third median %.1f MiB > %.1f MiB (first-third median %.1f MiB)",
+			g.LastMedian/(1<<20), g.Limit/(1<<20), g.FirstMedian/(1<<20)))
+	}
+	return broken
 }
 
 // throttle paces a reader's body reads at rate bytes/s until fast closes.

@@ -102,6 +102,8 @@ func (t *tally) record(_ int, c harness.Call, err error) {
 	}
 }
 
+// run keeps sluice under a steady mixed load for -duration, sampling its
+// memory and goroutines, then judges their growth and the answers.
 func run(o options) ([]string, error) {
 	sc, err := harness.NewScenario("soak", o.bin, o.backend)
 	if err != nil {
@@ -114,73 +116,115 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 
-	var seq atomic.Uint64
-	httpClient := &http.Client{Timeout: 10 * time.Second}
-	// Callers 0..n-1 use the shared connection, n and n+1 call /json, n+2
-	// redials every 100 calls (it is the only caller touching redial state).
-	n := o.callers
-	var redial *grpc.ClientConn
-	var redialCalls int
-	defer func() {
-		if redial != nil {
-			redial.Close()
-		}
-	}()
-	call := func(ctx context.Context, caller int) (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		i := seq.Add(1)
-		req := harness.Request("soak",
-			harness.Descriptor("k", fmt.Sprint(i%100_000)),
-			harness.Descriptor("user", fmt.Sprint(i%64)),
-			harness.Descriptor("tenant", fmt.Sprint(i%10), "path", fmt.Sprintf("/p/%d", i%500)))
-		switch {
-		case caller < n:
-			return harness.Decide(ctx, client, req)
-		case caller < n+2:
-			return jsonCall(ctx, httpClient, s.HTTP, i)
-		default:
-			if redial == nil || redialCalls == 100 {
-				if redial != nil {
-					redial.Close()
-				}
-				c, err := harness.Dial(s.GRPC)
-				if err != nil {
-					return false, err
-				}
-				redial, redialCalls = c, 0
-			}
-			redialCalls++
-			return harness.Decide(ctx, rlsv3.NewRateLimitServiceClient(redial), req)
-		}
-	}
+	mc := &mixedCaller{n: o.callers, client: client, http: &http.Client{Timeout: 10 * time.Second}, s: s}
+	defer mc.close()
 	t := &tally{first: map[codes.Code]string{}}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	loadDone := make(chan error, 1)
-	lc := harness.LoadConfig{Callers: n + 3, Duration: o.duration + time.Minute, MaxCallsPerCaller: 1 << 40, Pause: o.pause}
-	go func() { loadDone <- harness.RunLoad(loadCtx, lc, call, t.record) }()
+	lc := harness.LoadConfig{Callers: o.callers + 3, Duration: o.duration + time.Minute, MaxCallsPerCaller: 1 << 40, Pause: o.pause}
+	go func() { loadDone <- harness.RunLoad(loadCtx, lc, mc.call, t.record) }()
 
+	start := time.Now()
+	samples, csv, sampleErr := sampleFor(ctx, o, s, t, start)
+	stopLoad()
+	if err := <-loadDone; err != nil {
+		return nil, err
+	}
+	if sampleErr != nil {
+		return nil, fmt.Errorf("sampling: %w; sluice log tail:\n%s", sampleErr, s.LogTail(10))
+	}
+	if o.csv != "" {
+		if err := os.WriteFile(o.csv, csv, 0o644); err != nil {
+			return nil, err
+		}
+	}
+
+	broken := judgeGrowth(samples)
+	total := t.ok.Load() + t.over.Load() + t.failed.Load()
+	log.Printf("%d calls in %s: %d OK, %d OVER_LIMIT, %d failed", total, time.Since(start).Round(time.Second), t.ok.Load(), t.over.Load(), t.failed.Load())
+	if t.failed.Load() > 0 {
+		t.mu.Lock()
+		broken = append(broken, fmt.Sprintf("%d calls failed; first errors: %v", t.failed.Load(), t.first))
+		t.mu.Unlock()
+	}
+	if t.over.Load() == 0 {
+		broken = append(broken, "no OVER_LIMIT answer: the load did not exercise limits")
+	}
+	broken = harness.StopClean(broken, s, 15*time.Second)
+	return broken, nil
+}
+
+// mixedCaller makes the soak's calls. Callers 0..n-1 use the shared
+// connection, n and n+1 call /json, n+2 redials every 100 calls (it is the
+// only caller touching redial state).
+type mixedCaller struct {
+	n           int
+	client      rlsv3.RateLimitServiceClient
+	http        *http.Client
+	s           *testenv.Sluice
+	seq         atomic.Uint64
+	redial      *grpc.ClientConn
+	redialCalls int
+}
+
+func (m *mixedCaller) call(ctx context.Context, caller int) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	i := m.seq.Add(1)
+	req := harness.Request("soak",
+		harness.Descriptor("k", fmt.Sprint(i%100_000)),
+		harness.Descriptor("user", fmt.Sprint(i%64)),
+		harness.Descriptor("tenant", fmt.Sprint(i%10), "path", fmt.Sprintf("/p/%d", i%500)))
+	switch {
+	case caller < m.n:
+		return harness.Decide(ctx, m.client, req)
+	case caller < m.n+2:
+		return jsonCall(ctx, m.http, m.s.HTTP, i)
+	default:
+		if m.redial == nil || m.redialCalls == 100 {
+			if m.redial != nil {
+				m.redial.Close()
+			}
+			c, err := harness.Dial(m.s.GRPC)
+			if err != nil {
+				return false, err
+			}
+			m.redial, m.redialCalls = c, 0
+		}
+		m.redialCalls++
+		return harness.Decide(ctx, rlsv3.NewRateLimitServiceClient(m.redial), req)
+	}
+}
+
+// close closes the redialling caller's connection; call it after the load
+// has stopped.
+func (m *mixedCaller) close() {
+	if m.redial != nil {
+		m.redial.Close()
+	}
+}
+
+// sampleFor samples sluice every -interval until -duration is covered,
+// logging each sample, and returns the samples and their CSV.
+func sampleFor(ctx context.Context, o options, s *testenv.Sluice, t *tally, start time.Time) ([]sample, []byte, error) {
 	var samples []sample
 	var csv bytes.Buffer
 	csv.WriteString("seconds,rss_bytes,goroutines,calls,failed\n")
-	start := time.Now()
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
-	var sampleErr error
 	for len(samples) < int(o.duration/o.interval) {
 		<-tick.C
 		sp := sample{at: time.Since(start)}
+		var err error
 		if sp.rss, err = testenv.RSS(s.PID()); err != nil {
-			sampleErr = err
-			break
+			return samples, csv.Bytes(), err
 		}
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		sp.goroutines, err = harness.Goroutines(gctx, s.Debug)
 		cancel()
 		if err != nil {
-			sampleErr = err
-			break
+			return samples, csv.Bytes(), err
 		}
 		sp.calls = t.ok.Load() + t.over.Load() + t.failed.Load()
 		sp.failed = t.failed.Load()
@@ -194,19 +238,12 @@ func run(o options) ([]string, error) {
 		log.Printf("+%4.0fs rss %6.1f MiB  goroutines %4d  calls %9d (%6.0f/s)  failed %d",
 			sp.at.Seconds(), float64(sp.rss)/(1<<20), sp.goroutines, sp.calls, rate, sp.failed)
 	}
-	stopLoad()
-	if err := <-loadDone; err != nil {
-		return nil, err
-	}
-	if sampleErr != nil {
-		return nil, fmt.Errorf("sampling: %w; sluice log tail:\n%s", sampleErr, s.LogTail(10))
-	}
-	if o.csv != "" {
-		if err := os.WriteFile(o.csv, csv.Bytes(), 0o644); err != nil {
-			return nil, err
-		}
-	}
+	return samples, csv.Bytes(), nil
+}
 
+// judgeGrowth checks that resident memory and goroutines stayed flat over
+// the samples (rssRule, gorRule) and logs each verdict.
+func judgeGrowth(samples []sample) []string {
 	var broken []string
 	rss := make([]float64, len(samples))
 	gor := make([]float64, len(samples))
@@ -230,18 +267,7 @@ func run(o options) ([]string, error) {
 	}
 	judge("RSS", rssRule, rss, 1<<20, " MiB")
 	judge("goroutines", gorRule, gor, 1, "")
-	total := t.ok.Load() + t.over.Load() + t.failed.Load()
-	log.Printf("%d calls in %s: %d OK, %d OVER_LIMIT, %d failed", total, time.Since(start).Round(time.Second), t.ok.Load(), t.over.Load(), t.failed.Load())
-	if t.failed.Load() > 0 {
-		t.mu.Lock()
-		broken = append(broken, fmt.Sprintf("%d calls failed; first errors: %v", t.failed.Load(), t.first))
-		t.mu.Unlock()
-	}
-	if t.over.Load() == 0 {
-		broken = append(broken, "no OVER_LIMIT answer: the load did not exercise limits")
-	}
-	broken = harness.StopClean(broken, s, 15*time.Second)
-	return broken, nil
+	return broken
 }
 
 // jsonCall posts one decision to /json; 200 is OK, 429 is OVER_LIMIT, and

@@ -293,6 +293,8 @@ func (r *reader) bad(col, format string, args ...any) error {
 	return &LineError{File: r.file, Line: r.line, Column: col, Msg: fmt.Sprintf(format, args...)}
 }
 
+// set checks one cell and stores it: first as a value of its column's kind,
+// then in the location or observation field the column names.
 func (r *reader) set(name, raw string, loc *sqlstore.Location, o *sqlstore.Observation) error {
 	if strings.IndexByte(raw, 0) >= 0 {
 		return r.bad(name, "holds a NUL byte")
@@ -303,32 +305,44 @@ func (r *reader) set(name, raw string, loc *sqlstore.Location, o *sqlstore.Obser
 	if list, ok := vocabularyOf[name]; ok && !r.p.v.List(list).Contains(raw) {
 		return r.bad(name, "%q is not an allowed value", raw)
 	}
-	f := recordFields[name]
-	var cell sqlstore.Cell
-	switch f.Kind {
+	cell, err := r.cell(name, raw)
+	if err != nil {
+		return err
+	}
+	return r.place(name, raw, cell, loc, o)
+}
+
+// cell parses raw as a value of the column's kind.
+func (r *reader) cell(name, raw string) (sqlstore.Cell, error) {
+	switch recordFields[name].Kind {
 	case query.KindFloat:
 		v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
 		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-			return r.bad(name, "%q is not a number", raw)
+			return sqlstore.Cell{}, r.bad(name, "%q is not a number", raw)
 		}
-		cell = sqlstore.Num(v)
+		return sqlstore.Num(v), nil
 	case query.KindDate:
 		if _, ok := query.ParseInstant(raw); !ok || len(raw) != 10 {
-			return r.bad(name, "%q is not a date (YYYY-MM-DD)", raw)
+			return sqlstore.Cell{}, r.bad(name, "%q is not a date (YYYY-MM-DD)", raw)
 		}
-		cell = sqlstore.Text(raw)
+		return sqlstore.Text(raw), nil
 	case query.KindTime:
 		t, ok := normalTime(raw)
 		if !ok {
-			return r.bad(name, "%q is not a time (HH:MM:SS)", raw)
+			return sqlstore.Cell{}, r.bad(name, "%q is not a time (HH:MM:SS)", raw)
 		}
-		cell = sqlstore.Text(t)
+		return sqlstore.Text(t), nil
 	default:
 		if csvsafe.Formula([]byte(raw)) {
-			return r.bad(name, "%q would run as a formula in a spreadsheet (CWE-1236: it begins with %q); make it text by prefixing it with ' or remove that character", raw, raw[:1])
+			return sqlstore.Cell{}, r.bad(name, "%q would run as a formula in a spreadsheet (CWE-1236: it begins with %q); make it text by prefixing it with ' or remove that character", raw, raw[:1])
 		}
-		cell = sqlstore.Text(raw)
+		return sqlstore.Text(raw), nil
 	}
+}
+
+// place stores a parsed cell where its column belongs: the location's own
+// fields, a check against the metadata, or the observation's tail.
+func (r *reader) place(name, raw string, cell sqlstore.Cell, loc *sqlstore.Location, o *sqlstore.Observation) error {
 	switch name {
 	case "Id":
 	case "DOI":

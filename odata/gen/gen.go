@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -126,166 +124,6 @@ func (g *Generator) Datasets() []*sqlstore.Dataset { return g.datasets }
 // either load them or number them (1, 2, ...) before calling Next.
 func (g *Generator) Locations() []*sqlstore.Location { return g.locations }
 
-// --- vocabularies ---------------------------------------------------------
-
-// profile describes how one characteristic's results look.
-type profile struct {
-	name       string
-	unit       string
-	median     float64 // of a log-normal
-	sigma      float64
-	decimals   int
-	speciation string
-	fractions  []string
-	lab        bool
-	method     [3]string
-}
-
-type vocab struct {
-	v          *values.Schema
-	core       []*profile // field parameters, measured everywhere
-	lab        []*profile // common lab parameters
-	tail       []*profile // everything else with a known unit, Zipf-weighted
-	titanium   *profile
-	locTypes   []string
-	locTypeCum []float64
-	days       []string // YYYY-MM-DD from 1995-01-01
-	times      []string // HH:MM:00
-	firstYear  int
-}
-
-func newVocab(v *values.Schema) (*vocab, error) {
-	names := v.List(values.CharacteristicName)
-	mk := func(name, unit string, median, sigma float64, dec int) (*profile, error) {
-		if !names.Contains(name) {
-			return nil, fmt.Errorf("gen: %q is not in the CharacteristicName vocabulary", name)
-		}
-		return &profile{name: name, unit: unit, median: median, sigma: sigma, decimals: dec}, nil
-	}
-	voc := &vocab{v: v, firstYear: 1995}
-	for _, c := range []struct {
-		name, unit    string
-		median, sigma float64
-		dec           int
-	}{
-		{"Temperature, water", "deg C", 12, 0.5, 1},
-		{"pH", "None", 7.6, 0.06, 2},
-		{"Dissolved oxygen (DO)", "mg/L", 9.5, 0.25, 2},
-		{"Specific conductance", "uS/cm", 250, 0.9, 0},
-		{"Turbidity", "NTU", 4, 1.1, 1},
-	} {
-		p, err := mk(c.name, c.unit, c.median, c.sigma, c.dec)
-		if err != nil {
-			return nil, err
-		}
-		voc.core = append(voc.core, p)
-	}
-	for _, c := range []struct {
-		name, unit    string
-		median, sigma float64
-		dec           int
-		spec          string
-		fractions     []string
-		method        [3]string
-	}{
-		{"Total Phosphorus, mixed forms", "mg/L", 0.03, 0.9, 4, "as P", []string{"Total", "Dissolved"}, [3]string{"4500-P E", "APHA", "Phosphorus, ascorbic acid method"}},
-		{"Total Nitrogen, mixed forms", "mg/L", 0.6, 0.7, 3, "as N", []string{"Total"}, [3]string{"4500-N C", "APHA", "Nitrogen (total), persulfate method"}},
-		{"Nitrate", "mg/L", 0.3, 1.0, 3, "as N", []string{"Dissolved"}, [3]string{"4110 B", "APHA", "Ion chromatography"}},
-		{"Ammonia", "mg/L", 0.05, 1.0, 3, "as N", []string{"Total"}, [3]string{"4500-NH3 G", "APHA", "Automated phenate method"}},
-		{"Chloride", "mg/L", 15, 1.0, 1, "", []string{"Dissolved"}, [3]string{"4110 B", "APHA", "Ion chromatography"}},
-		{"Escherichia coli", "MPN/100mL", 20, 1.4, 0, "", nil, [3]string{"9223 B", "APHA", "Enzyme substrate test"}},
-		{"Total suspended solids", "mg/L", 6, 1.0, 1, "", []string{"Non-Filterable (Particle)"}, [3]string{"2540 D", "APHA", "Total suspended solids dried at 103-105 C"}},
-		{"Aluminum", "ug/L", 40, 1.2, 1, "", []string{"Total", "Dissolved"}, [3]string{"200.8", "USEPA", "ICP-MS"}},
-		{"Iron", "ug/L", 150, 1.1, 1, "", []string{"Total", "Dissolved"}, [3]string{"200.8", "USEPA", "ICP-MS"}},
-		{"Copper", "ug/L", 1.2, 0.8, 2, "", []string{"Total", "Dissolved"}, [3]string{"200.8", "USEPA", "ICP-MS"}},
-		{"Zinc", "ug/L", 3, 1.0, 2, "", []string{"Total", "Dissolved"}, [3]string{"200.8", "USEPA", "ICP-MS"}},
-		{"Calcium", "mg/L", 25, 0.7, 2, "", []string{"Dissolved"}, [3]string{"200.7", "USEPA", "ICP-OES"}},
-		{"Sulfate", "mg/L", 12, 1.0, 2, "as SO4", []string{"Dissolved"}, [3]string{"4110 B", "APHA", "Ion chromatography"}},
-	} {
-		p, err := mk(c.name, c.unit, c.median, c.sigma, c.dec)
-		if err != nil {
-			return nil, err
-		}
-		p.speciation, p.fractions, p.method, p.lab = c.spec, c.fractions, c.method, true
-		voc.lab = append(voc.lab, p)
-	}
-	taken := map[string]bool{}
-	for _, p := range append(append([]*profile(nil), voc.core...), voc.lab...) {
-		taken[p.name] = true
-	}
-	units := v.List(values.ResultUnit)
-	for _, p := range append(append([]*profile(nil), voc.core...), voc.lab...) {
-		if !units.Contains(p.unit) {
-			return nil, fmt.Errorf("gen: unit %q of %s is not a ResultUnit", p.unit, p.name)
-		}
-	}
-	tailNames := v.UnitCharacteristics()
-	// A fixed order that does not follow the alphabet, so that rarity is
-	// spread over the names.
-	r := rand.New(rand.NewPCG(7, 11))
-	r.Shuffle(len(tailNames), func(i, j int) { tailNames[i], tailNames[j] = tailNames[j], tailNames[i] })
-	for _, name := range tailNames {
-		if taken[name] {
-			continue
-		}
-		// The lookup's first unit that the ResultUnit list allows ("" is
-		// no unit); the lookup also names units the list spells otherwise
-		// (m3/s for m3/sec), and a characteristic with none is left out.
-		unit := ""
-		for _, u := range v.Units(name) {
-			if u == "" {
-				u = "None"
-			}
-			if units.Contains(u) {
-				unit = u
-				break
-			}
-		}
-		if unit == "" {
-			continue
-		}
-		p := &profile{name: name, unit: unit, median: 0.5, sigma: 1.3, decimals: 3, lab: true,
-			fractions: []string{"Total"}, method: [3]string{"LAB-" + strconv.Itoa(len(voc.tail)+100), "PROPRIETARY", "Laboratory method"}}
-		if name == "Titanium" {
-			voc.titanium = p
-			continue
-		}
-		voc.tail = append(voc.tail, p)
-	}
-	if voc.titanium == nil {
-		return nil, errors.New("gen: Titanium is missing from the vocabularies")
-	}
-	types := []struct {
-		t string
-		w float64
-	}{
-		{"River/Stream", 60}, {"Lake/Pond", 22}, {"Well", 4}, {"Wetland", 3}, {"Reservoir", 3},
-		{"Estuary", 2}, {"Great Lake", 2}, {"Spring", 1}, {"Ocean", 1}, {"Pond-Stormwater", 1}, {"Canal Drainage", 1},
-	}
-	locTypes := v.List(values.MonitoringLocationType)
-	sum := 0.0
-	for _, t := range types {
-		if !locTypes.Contains(t.t) {
-			return nil, fmt.Errorf("gen: %q is not a MonitoringLocationType", t.t)
-		}
-		sum += t.w
-		voc.locTypes = append(voc.locTypes, t.t)
-		voc.locTypeCum = append(voc.locTypeCum, sum)
-	}
-	for d := time.Date(voc.firstYear, 1, 1, 0, 0, 0, 0, time.UTC); d.Year() < 2025; d = d.AddDate(0, 0, 1) {
-		voc.days = append(voc.days, d.Format(time.DateOnly))
-	}
-	for m := 0; m < 24*60; m++ {
-		voc.times = append(voc.times, fmt.Sprintf("%02d:%02d:00", m/60, m%60))
-	}
-	return voc, nil
-}
-
-func pickCum(r *rand.Rand, cum []float64) int {
-	x := r.Float64() * cum[len(cum)-1]
-	return sort.SearchFloat64s(cum, x)
-}
-
 // --- datasets and locations ----------------------------------------------
 
 type province struct {
@@ -332,6 +170,8 @@ var (
 	detections = []string{"Not Detected", "Below Detection/Quantification Limit", "Below Detection/Quantification Limit", "Detected Not Quantified"}
 )
 
+// build makes the datasets, then the locations, drawing from g.rng in a
+// fixed order so that a seed always gives the same data.
 func (g *Generator) build(voc *vocab) {
 	r := g.rng
 	provCum := make([]float64, len(provinces))
@@ -350,77 +190,12 @@ func (g *Generator) build(voc *vocab) {
 	}
 	var assigned int64
 	for i := 0; i < g.cfg.Datasets; i++ {
-		provIdx := pickCum(r, provCum)
-		prov := provinces[provIdx]
-		org := orgs[r.IntN(len(orgs))]
-		water := waters[r.IntN(len(waters))]
-		k := kindField
-		switch x := r.Float64(); {
-		case x < 0.35:
-			k = kindLab
-		case x < 0.5:
-			k = kindContinuous
-		}
 		rows := int64(float64(g.cfg.Rows) * weights[i] / wsum)
 		if i == g.cfg.Datasets-1 {
 			rows = g.cfg.Rows - assigned
 		}
 		assigned += rows
-		startYear := voc.firstYear + r.IntN(22)
-		endYear := min(2024, startYear+2+r.IntN(12))
-		first := dayIndex(voc, startYear)
-		plan := &datasetPlan{kind: k, rows: rows, firstDay: first, spanDays: dayIndex(voc, endYear+1) - first,
-			lab: labs[r.IntN(len(labs))], equipment: []string{"Probe/Sensor", "Water Bottle", "Bucket", "Van Dorn Bottle"}[r.IntN(4)],
-			method:   [3]string{"", []string{"YSI", "HACH", "HANNA", "Oakton"}[r.IntN(4)], "Multiparameter meter"},
-			province: provIdx}
-		g.chooseCharacteristics(voc, plan)
-		doi := fmt.Sprintf("10.25976/%s-%s", g.token(4), g.token(4))
-		name := fmt.Sprintf("%s %s %s Water Quality Monitoring", org, water, features[r.IntN(len(features))])
-		if k == kindContinuous {
-			name = fmt.Sprintf("%s Continuous %s Sensor Network", org, water)
-		}
-		created := time.Date(2018+r.IntN(6), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60), r.IntN(1000)*1e6, time.UTC)
-		published := created.Add(time.Duration(1+r.IntN(30*24)) * time.Hour)
-		version := fmt.Sprintf("%d.%d.%d", 1+r.IntN(3), r.IntN(5), r.IntN(3))
-		var source *string
-		if r.IntN(2) == 0 {
-			u := "https://" + strings.ToLower(strings.ReplaceAll(org, " ", "")) + ".ca/data"
-			source = &u
-		}
-		licence := "https://opendatacommons.org/licenses/by/1-0/"
-		if r.IntN(3) == 0 {
-			licence = "https://creativecommons.org/licenses/by/4.0/"
-		}
-		extent := [2]string{voc.days[first], voc.days[dayIndex(voc, endYear+1)-1]}
-		ds := &sqlstore.Dataset{
-			ID:                         g.uuid(),
-			DOI:                        doi,
-			Version:                    version,
-			DatasetName:                name,
-			DataStewardEmail:           "data@" + strings.ToLower(strings.ReplaceAll(org, " ", "")) + ".ca",
-			DataCollectionOrganization: org,
-			DataUploadOrganization:     org,
-			ProgressCode:               []string{"onGoing", "completed", "onGoing"}[r.IntN(3)],
-			MaintenanceFrequencyCode:   []string{"annually", "asNeeded", "irregular", "monthly"}[r.IntN(4)],
-			Abstract: fmt.Sprintf("Water quality data collected by %s in the %s watershed, %s, from %d to %d. "+
-				"Volunteers and staff sampled %s sites following a documented protocol.", org, water, prov.name, startYear, endYear,
-				[]string{"river", "lake", "stream and lake"}[r.IntN(3)]),
-			DataCollectionInformation: "Samples were collected by trained monitors; field parameters were measured with calibrated meters.",
-			DataProcessing:            "Data were reviewed for outliers and transcription errors before upload.",
-			FundingSources:            []string{"Environment and Climate Change Canada", "The Gordon Foundation", "Provincial government", "RBC Foundation"}[r.IntN(4)],
-			DataSourceURL:             source,
-			OtherDataSources:          "",
-			Citation:                  fmt.Sprintf("%s. %d. %s (Version %s) [Data set]. DataStream. https://doi.org/%s", org, published.Year(), name, version, doi),
-			Licence:                   licence,
-			Disclaimer:                "",
-			TopicCategoryCode:         []string{"inlandWaters"},
-			Keywords:                  []string{"water quality", strings.ToLower(prov.name), strings.ToLower(water)},
-			CreateTimestamp:           created.Format(query.TimestampLayout),
-			PublishedTimestamp:        published.Format(query.TimestampLayout),
-			TemporalExtent:            &extent,
-		}
-		g.datasets = append(g.datasets, ds)
-		g.plans = append(g.plans, plan)
+		g.addDataset(voc, rows, provCum)
 	}
 	// Every dataset gets at least one location; the rest go to datasets in
 	// proportion to their size.
@@ -430,6 +205,91 @@ func (g *Generator) build(voc *vocab) {
 			di = pickWeighted(r, weights, wsum)
 		}
 		g.addLocation(voc, di, provCum)
+	}
+}
+
+// origin is who runs a dataset, where and when: what its metadata is
+// written from.
+type origin struct {
+	org, water         string
+	prov               province
+	kind               kind
+	startYear, endYear int
+	firstDay           int
+}
+
+// addDataset draws one dataset of rows observations: its plan, then its
+// metadata.
+func (g *Generator) addDataset(voc *vocab, rows int64, provCum []float64) {
+	r := g.rng
+	provIdx := pickCum(r, provCum)
+	o := origin{prov: provinces[provIdx], org: orgs[r.IntN(len(orgs))], water: waters[r.IntN(len(waters))], kind: kindField}
+	switch x := r.Float64(); {
+	case x < 0.35:
+		o.kind = kindLab
+	case x < 0.5:
+		o.kind = kindContinuous
+	}
+	o.startYear = voc.firstYear + r.IntN(22)
+	o.endYear = min(2024, o.startYear+2+r.IntN(12))
+	o.firstDay = dayIndex(voc, o.startYear)
+	plan := &datasetPlan{kind: o.kind, rows: rows, firstDay: o.firstDay, spanDays: dayIndex(voc, o.endYear+1) - o.firstDay,
+		lab: labs[r.IntN(len(labs))], equipment: []string{"Probe/Sensor", "Water Bottle", "Bucket", "Van Dorn Bottle"}[r.IntN(4)],
+		method:   [3]string{"", []string{"YSI", "HACH", "HANNA", "Oakton"}[r.IntN(4)], "Multiparameter meter"},
+		province: provIdx}
+	g.chooseCharacteristics(voc, plan)
+	g.datasets = append(g.datasets, g.describe(voc, o))
+	g.plans = append(g.plans, plan)
+}
+
+// describe writes the metadata of a dataset from its origin.
+func (g *Generator) describe(voc *vocab, o origin) *sqlstore.Dataset {
+	r := g.rng
+	org, water := o.org, o.water
+	doi := fmt.Sprintf("10.25976/%s-%s", g.token(4), g.token(4))
+	name := fmt.Sprintf("%s %s %s Water Quality Monitoring", org, water, features[r.IntN(len(features))])
+	if o.kind == kindContinuous {
+		name = fmt.Sprintf("%s Continuous %s Sensor Network", org, water)
+	}
+	created := time.Date(2018+r.IntN(6), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60), r.IntN(1000)*1e6, time.UTC)
+	published := created.Add(time.Duration(1+r.IntN(30*24)) * time.Hour)
+	version := fmt.Sprintf("%d.%d.%d", 1+r.IntN(3), r.IntN(5), r.IntN(3))
+	var source *string
+	if r.IntN(2) == 0 {
+		u := "https://" + strings.ToLower(strings.ReplaceAll(org, " ", "")) + ".ca/data"
+		source = &u
+	}
+	licence := "https://opendatacommons.org/licenses/by/1-0/"
+	if r.IntN(3) == 0 {
+		licence = "https://creativecommons.org/licenses/by/4.0/"
+	}
+	extent := [2]string{voc.days[o.firstDay], voc.days[dayIndex(voc, o.endYear+1)-1]}
+	return &sqlstore.Dataset{
+		ID:                         g.uuid(),
+		DOI:                        doi,
+		Version:                    version,
+		DatasetName:                name,
+		DataStewardEmail:           "data@" + strings.ToLower(strings.ReplaceAll(org, " ", "")) + ".ca",
+		DataCollectionOrganization: org,
+		DataUploadOrganization:     org,
+		ProgressCode:               []string{"onGoing", "completed", "onGoing"}[r.IntN(3)],
+		MaintenanceFrequencyCode:   []string{"annually", "asNeeded", "irregular", "monthly"}[r.IntN(4)],
+		Abstract: fmt.Sprintf("Water quality data collected by %s in the %s watershed, %s, from %d to %d. "+
+			"Volunteers and staff sampled %s sites following a documented protocol.", org, water, o.prov.name, o.startYear, o.endYear,
+			[]string{"river", "lake", "stream and lake"}[r.IntN(3)]),
+		DataCollectionInformation: "Samples were collected by trained monitors; field parameters were measured with calibrated meters.",
+		DataProcessing:            "Data were reviewed for outliers and transcription errors before upload.",
+		FundingSources:            []string{"Environment and Climate Change Canada", "The Gordon Foundation", "Provincial government", "RBC Foundation"}[r.IntN(4)],
+		DataSourceURL:             source,
+		OtherDataSources:          "",
+		Citation:                  fmt.Sprintf("%s. %d. %s (Version %s) [Data set]. DataStream. https://doi.org/%s", org, published.Year(), name, version, doi),
+		Licence:                   licence,
+		Disclaimer:                "",
+		TopicCategoryCode:         []string{"inlandWaters"},
+		Keywords:                  []string{"water quality", strings.ToLower(o.prov.name), strings.ToLower(water)},
+		CreateTimestamp:           created.Format(query.TimestampLayout),
+		PublishedTimestamp:        published.Format(query.TimestampLayout),
+		TemporalExtent:            &extent,
 	}
 }
 

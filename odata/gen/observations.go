@@ -41,14 +41,28 @@ var (
 		"Quality Control Sample-Field Replicate", "Quality Control Sample-Field Blank", "Sample-Integrated Vertical Profile"}
 )
 
+// tail is an observation's columns after its dataset and location.
+type tail = [query.TailLen]sqlstore.Cell
+
+// fill draws one observation of plan: where and what, then the activity,
+// the result and how it was analysed. The draws from g.rng keep this order
+// so that a seed always gives the same rows.
 func (g *Generator) fill(plan *datasetPlan, o *sqlstore.Observation) {
-	r, voc := g.rng, g.voc
+	r := g.rng
 	loc := plan.locs[r.IntN(len(plan.locs))]
 	p := plan.chars[pickCum(r, plan.charCum)]
 	*o = sqlstore.Observation{DOI: loc.DOI, LocationID: loc.ID}
 	t := &o.Tail
-	text := sqlstore.Text
+	day := g.fillActivity(plan, p, loc, t)
+	g.fillResult(p, t)
+	g.fillMethod(plan, p, day, t)
+}
 
+// fillActivity sets how and when the sample was taken; it returns the
+// index of its day.
+func (g *Generator) fillActivity(plan *datasetPlan, p *profile, loc *sqlstore.Location, t *tail) int {
+	r, voc := g.rng, g.voc
+	text := sqlstore.Text
 	switch {
 	case plan.kind == kindContinuous:
 		t[query.ActivityType] = text("Field Msr/Obs-Continuous Time Series")
@@ -83,6 +97,14 @@ func (g *Generator) fill(plan *datasetPlan, o *sqlstore.Observation) {
 	if r.IntN(10) < 6 {
 		t[query.SampleCollectionEquipmentName] = text(plan.equipment)
 	}
+	return day
+}
+
+// fillResult sets what was measured and its value, or, for some lab
+// results, a detection condition instead of a value.
+func (g *Generator) fillResult(p *profile, t *tail) {
+	r := g.rng
+	text := sqlstore.Text
 	t[query.CharacteristicName] = text(p.name)
 	if p.speciation != "" {
 		t[query.MethodSpeciation] = text(p.speciation)
@@ -116,19 +138,26 @@ func (g *Generator) fill(plan *datasetPlan, o *sqlstore.Observation) {
 	if r.IntN(50) == 0 {
 		t[query.ResultComment] = text(comments[r.IntN(len(comments))])
 	}
-	if p.lab {
-		if p.method[0] != "" {
-			t[query.ResultAnalyticalMethodID] = text(p.method[0])
-		}
-		t[query.ResultAnalyticalMethodContext] = text(p.method[1])
-		t[query.ResultAnalyticalMethodName] = text(p.method[2])
-		t[query.AnalysisStartDate] = text(voc.days[min(day+1+r.IntN(14), len(voc.days)-1)])
-		t[query.LaboratoryName] = text(plan.lab)
-		t[query.LaboratorySampleID] = text(g.labIDs[r.IntN(len(g.labIDs))])
-	} else {
+}
+
+// fillMethod sets the analytical method: the lab's for lab parameters,
+// the field meter's otherwise.
+func (g *Generator) fillMethod(plan *datasetPlan, p *profile, day int, t *tail) {
+	r, voc := g.rng, g.voc
+	text := sqlstore.Text
+	if !p.lab {
 		t[query.ResultAnalyticalMethodContext] = text(plan.method[1])
 		t[query.ResultAnalyticalMethodName] = text(plan.method[2])
+		return
 	}
+	if p.method[0] != "" {
+		t[query.ResultAnalyticalMethodID] = text(p.method[0])
+	}
+	t[query.ResultAnalyticalMethodContext] = text(p.method[1])
+	t[query.ResultAnalyticalMethodName] = text(p.method[2])
+	t[query.AnalysisStartDate] = text(voc.days[min(day+1+r.IntN(14), len(voc.days)-1)])
+	t[query.LaboratoryName] = text(plan.lab)
+	t[query.LaboratorySampleID] = text(g.labIDs[r.IntN(len(g.labIDs))])
 }
 
 // Load generates the data set of g into db in one transaction, reporting
