@@ -85,7 +85,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // arithmetic judges: tokens in use before and after the step (the hits
 // added, whether or not the bucket took them), and the burst as the limit.
 // A step is refused exactly when after > limit, as in TokenBucketStep.
-func bucketUsage(op *Increment) (before, after, limit uint64) {
+func bucketUsage(op *CounterOp) (before, after, limit uint64) {
 	debt := max(int64(op.After)-op.Now, 0)
 	if op.Interval <= 0 {
 		return 0, op.Hits, uint64(op.Burst)

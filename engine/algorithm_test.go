@@ -205,7 +205,7 @@ func TestSlidingWindowDecisions(t *testing.T) {
 		}
 	}
 	last := f.counter.ops[len(f.counter.ops)-1]
-	if len(last) != 2 || last[0].Kind != engine.OpIncrement || last[0].TTL != 120*time.Second ||
+	if len(last) != 2 || last[0].Kind != engine.OpAdd || last[0].TTL != 120*time.Second ||
 		last[1].Kind != engine.OpGet || last[1].Key != "algo_sw_x_1795313460" {
 		t.Fatalf("ops %+v", last)
 	}

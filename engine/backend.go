@@ -9,8 +9,8 @@ import (
 type OpKind uint8
 
 const (
-	// OpIncrement adds Hits and sets the TTL (Redis INCRBY + EXPIRE); After is the new value.
-	OpIncrement OpKind = iota
+	// OpAdd adds Hits and sets the TTL (Redis INCRBY + EXPIRE); After is the new value.
+	OpAdd OpKind = iota
 	// OpGet reads the counter without changing it or its TTL (Redis GET); After is the value, 0 if missing.
 	OpGet
 	// OpTokenBucket is one GCRA step on a bucket whose only state is its
@@ -25,11 +25,11 @@ const (
 	OpTokenBucket
 )
 
-// Increment is one counter update: add Hits to the counter at Key, set its
+// CounterOp is one counter update: add Hits to the counter at Key, set its
 // expiry to TTL from now, and report the count after the add in After.
 // Hits may be 0, which reads the counter without changing it (the reference
 // still sends INCRBY 0 + EXPIRE, so the key's TTL is refreshed).
-type Increment struct {
+type CounterOp struct {
 	Key  string
 	Hits uint64
 	TTL  time.Duration
@@ -51,7 +51,7 @@ type Increment struct {
 // missing) and returns the TAT to store, or ok false when the step is
 // refused and nothing changes. Every backend uses it (the Redis script does
 // the same arithmetic), so they all decide alike.
-func TokenBucketStep(tat int64, op *Increment) (next int64, ok bool) {
+func TokenBucketStep(tat int64, op *CounterOp) (next int64, ok bool) {
 	if op.Hits > uint64(op.Burst) {
 		return tat, false // never fits; also keeps Hits×Interval from overflowing
 	}
@@ -85,9 +85,9 @@ func CeilSeconds(d time.Duration) int64 {
 // merges and a backend applies in order; so a backend can send a whole batch
 // as one pipelined round trip.
 type Backend interface {
-	// IncrementBatch applies every increment of the batch and fills After.
+	// Exec applies every increment of the batch and fills After.
 	// An error fails the whole batch; it is returned to every waiter.
-	IncrementBatch(ctx context.Context, batch []Increment) error
+	Exec(ctx context.Context, batch []CounterOp) error
 	// Close releases connections. The backend is not used after Close.
 	Close() error
 }

@@ -15,26 +15,47 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
-// Counter applies increments to the counters. The actors package implements it
-// by batching increments per shard; DirectCounter hands them to a backend
-// without batching.
+// Counter applies counter operations. The actors package implements it by
+// gathering the operations of many decisions into one backend call per
+// shard; DirectCounter hands each decision's to a backend by itself.
 type Counter interface {
-	// Increment fills After of every op, or fails them all.
-	Increment(ctx context.Context, ops []Increment) error
+	// Apply fills After of every op, or fails them all. batch, when not
+	// nil, is the open batch whose last operations ops are: the counter
+	// closes it as soon as they are sent, before it waits for their
+	// answers, so that what the batch held leaves with them.
+	Apply(ctx context.Context, ops []CounterOp, batch Batch) error
 }
 
-// DirectCounter is a Counter that sends each decision's increments straight
+// Batch is an open batch: requests read together (the calls one read of
+// a gRPC connection brought) whose counter operations are on their way.
+// While a batch is open, a counter with network calls holds its calls for
+// it (for a bounded time), so that the operations of batches read at about
+// the same moment share one call. The one who opens a batch closes it once
+// the batch is decided; the counter closes it earlier, as its operations
+// are sent (Counter.Apply). Close may be called more than once.
+type Batch interface{ Close() }
+
+// closeBatch closes b, if any.
+func closeBatch(b Batch) {
+	if b != nil {
+		b.Close()
+	}
+}
+
+// DirectCounter is a Counter that sends each decision's operations straight
 // to its Backend, one call per decision. It suits callers with nothing to
-// batch (the OData API's in-process limiter: one request is one key) and
+// gather (the OData API's in-process limiter: one request is one key) and
 // tests that need the engine without the actors layer.
 type DirectCounter struct{ Backend Backend }
 
-// Increment applies ops as one batch.
-func (c DirectCounter) Increment(ctx context.Context, ops []Increment) error {
-	return c.Backend.IncrementBatch(ctx, ops)
+// Apply runs ops as one backend call; it holds nothing, so it closes batch
+// first.
+func (c DirectCounter) Apply(ctx context.Context, ops []CounterOp, batch Batch) error {
+	closeBatch(batch)
+	return c.Backend.Exec(ctx, ops)
 }
 
-// WaitBounder is implemented by Counters that answer every Increment within
+// WaitBounder is implemented by Counters that answer every Apply within
 // WaitBound by themselves; the engine then sets no deadline of its own when
 // that bound is within its Timeout (a timer and a context fewer per decision).
 type WaitBounder interface {
@@ -200,7 +221,7 @@ type limitInfo struct {
 	prev   uint64
 	// token_bucket: the step as the backend answered it, and the limit the
 	// counts are judged against (the burst; requests_per_unit otherwise).
-	bucket Increment
+	bucket CounterOp
 	limitN uint64
 }
 
@@ -208,7 +229,7 @@ type limitInfo struct {
 type decision struct {
 	resp     Response
 	statuses [3]DescriptorStatus
-	ops      [3]Increment
+	ops      [3]CounterOp
 }
 
 // response is d's response with room for n statuses in d itself, or nil
@@ -223,6 +244,13 @@ func (d *decision) response(n int) *Response {
 
 // ShouldRateLimit decides one request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
+	return s.decideOne(ctx, req, nil)
+}
+
+// decideOne decides req; batch, if not nil, is closed once req's first
+// counter operations are sent, or when it returns.
+func (s *Service) decideOne(ctx context.Context, req *Request, batch Batch) (*Response, error) {
+	defer closeBatch(batch)
 	cfg, err := s.check(req)
 	if err != nil {
 		return nil, err
@@ -237,19 +265,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 		infos = make([]limitInfo, len(req.Descriptors))
 	}
 	var d *decision
-	var ops []Increment
+	var ops []CounterOp
 	if len(infos) <= len(d.ops) {
 		d = new(decision)
 		ops = d.ops[:0:len(infos)]
 	} else {
-		ops = make([]Increment, 0, len(infos))
+		ops = make([]CounterOp, 0, len(infos))
 	}
 	now := s.o.Clock()
 	if ops, err = s.prepare(cfg, req, infos, ops, now); err != nil {
 		return nil, err
 	}
 	if len(ops) > 0 {
-		if err := s.count(ctx, infos, ops, now); err != nil {
+		if err := s.count(ctx, infos, ops, now, batch); err != nil {
 			s.backendError.Inc()
 			return nil, BackendError(err)
 		}
@@ -265,28 +293,23 @@ type BatchItem struct {
 	Err  error
 }
 
-// ShouldRateLimitBatch decides requests that arrived together (the calls a
-// gRPC server read from one connection at once) as ShouldRateLimit decides
-// each, with one Counter.Increment for the operations of them all: one
-// message per shard, one wait, instead of one of each per request. Counts
-// are as if the requests had come one after another in items' order. A
-// request's own error (a bad request, an invalid key) is its alone; a
-// counter failure fails every request that had operations. With
-// StopIncrementOnLimit each request reads before it counts, so the requests
-// are decided one per goroutine instead.
-func (s *Service) ShouldRateLimitBatch(ctx context.Context, items []BatchItem) {
+// ShouldRateLimitBatch decides the requests of batch (the calls a gRPC
+// server read from one connection at once) as ShouldRateLimit decides
+// each, with one Counter.Apply for the operations of them all: one message
+// per shard, one wait, instead of one of each per request. Counts are as
+// if the requests had come one after another in items' order. A request's
+// own error (a bad request, an invalid key) is its alone; a counter
+// failure fails every request that had operations. With
+// StopIncrementOnLimit each request reads before it counts, so the
+// requests are decided one per goroutine instead, and batch is closed once
+// every one of them has sent its first operations. batch may be nil; it is
+// closed by the time ShouldRateLimitBatch returns.
+func (s *Service) ShouldRateLimitBatch(ctx context.Context, batch Batch, items []BatchItem) {
 	if s.o.StopIncrementOnLimit {
-		var wg sync.WaitGroup
-		for i := range items {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				items[i].Resp, items[i].Err = s.ShouldRateLimit(ctx, items[i].Req)
-			}()
-		}
-		wg.Wait()
+		s.decideEach(ctx, batch, items)
 		return
 	}
+	defer closeBatch(batch)
 	type part struct {
 		infos  []limitInfo
 		lo, hi int // the request's ops
@@ -297,7 +320,7 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, items []BatchItem) {
 		n += len(items[i].Req.Descriptors)
 	}
 	infos := make([]limitInfo, n)
-	ops := make([]Increment, 0, n)
+	ops := make([]CounterOp, 0, n)
 	now := s.o.Clock()
 	for i := range items {
 		req := items[i].Req
@@ -319,7 +342,7 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, items []BatchItem) {
 	}
 	var err error
 	if len(ops) > 0 {
-		err = s.increment(ctx, ops)
+		err = s.apply(ctx, ops, batch)
 	}
 	// One allocation holds the responses of the requests with up to three
 	// descriptors.
@@ -338,6 +361,52 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, items []BatchItem) {
 			s.fill(p.infos, ops, nil)
 		}
 		items[i].Resp = s.respond(items[i].Req, p.infos, ds[i].response(len(p.infos)), now)
+	}
+}
+
+// decideEach decides the requests of batch one per goroutine; each holds
+// a part of batch, and batch closes when the last part does.
+func (s *Service) decideEach(ctx context.Context, batch Batch, items []BatchItem) {
+	var parts *batchParts
+	if batch != nil {
+		parts = &batchParts{batch: batch}
+		parts.left.Store(int32(len(items)))
+	}
+	var wg sync.WaitGroup
+	for i := range items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			items[i].Resp, items[i].Err = s.decideOne(ctx, items[i].Req, parts.part())
+		}()
+	}
+	wg.Wait()
+	closeBatch(batch) // also when items is empty
+}
+
+// batchParts closes batch once each of its parts has closed.
+type batchParts struct {
+	batch Batch
+	left  atomic.Int32
+}
+
+// part is one share of p, or nil when there is no batch.
+func (p *batchParts) part() Batch {
+	if p == nil {
+		return nil
+	}
+	return &batchPart{p: p}
+}
+
+// batchPart is one request's share of a batch.
+type batchPart struct {
+	p      *batchParts
+	closed atomic.Bool
+}
+
+func (b *batchPart) Close() {
+	if !b.closed.Swap(true) && b.p.left.Add(-1) == 0 {
+		b.p.batch.Close()
 	}
 }
 
@@ -369,7 +438,7 @@ func (s *Service) check(req *Request) (*Config, error) {
 // prepare matches req's descriptors into infos (one each), counts their
 // hits, and appends their counter operations to ops; each info's op and
 // prevOp index ops as returned.
-func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []Increment, now time.Time) ([]Increment, error) {
+func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []CounterOp, now time.Time) ([]CounterOp, error) {
 	for i := range req.Descriptors {
 		m, found := cfg.getLimit(req.Domain, &req.Descriptors[i])
 		if !found {
@@ -434,18 +503,18 @@ func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []In
 		case SlidingWindow:
 			// The counter lives one unit longer: the next window reads it.
 			ttl := s.ttl(l.Unit) + time.Duration(l.Unit.Seconds())*time.Second
-			ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: ttl, PerSecond: perSecond})
+			ops = append(ops, CounterOp{Key: in.key, Hits: in.hits, TTL: ttl, PerSecond: perSecond})
 			in.prevOp = len(ops)
 			prevKey := s.cacheKey(req.Domain, req.Descriptors[i].Entries, in.m.sharedValues, l.Unit, unix-l.Unit.Seconds())
-			ops = append(ops, Increment{Key: prevKey, Kind: OpGet, PerSecond: perSecond})
+			ops = append(ops, CounterOp{Key: prevKey, Kind: OpGet, PerSecond: perSecond})
 		case TokenBucket:
 			interval := bucketInterval(l.RequestsPerUnit, l.Unit)
 			burst := bucketBurst(l, l.RequestsPerUnit, interval)
 			in.limitN = uint64(burst)
-			ops = append(ops, Increment{Key: in.key, Hits: in.hits, Kind: OpTokenBucket, PerSecond: perSecond,
+			ops = append(ops, CounterOp{Key: in.key, Hits: in.hits, Kind: OpTokenBucket, PerSecond: perSecond,
 				Now: now.UnixMicro(), Interval: interval, Burst: burst})
 		default:
-			ops = append(ops, Increment{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: perSecond})
+			ops = append(ops, CounterOp{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: perSecond})
 		}
 	}
 	return ops, nil
@@ -491,14 +560,15 @@ func (s *Service) respond(req *Request, infos []limitInfo, resp *Response, now t
 	return resp
 }
 
-// count runs the increments. With StopIncrementOnLimit it follows the
+// count applies the operations. With StopIncrementOnLimit it follows the
 // reference: when a key is over in the local cache, every other key is sent
 // with 0 hits; otherwise every counter is first read (a fixed window's with
 // OpGet, a GET that changes nothing), and if any key would go over its
 // limit, only those keys are incremented and the others are sent with 0 hits.
-func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment, now time.Time) error {
+// batch is closed as the first operations are sent.
+func (s *Service) count(ctx context.Context, infos []limitInfo, ops []CounterOp, now time.Time, batch Batch) error {
 	if !s.o.StopIncrementOnLimit {
-		if err := s.increment(ctx, ops); err != nil {
+		if err := s.apply(ctx, ops, batch); err != nil {
 			return err
 		}
 		s.fill(infos, ops, nil)
@@ -518,21 +588,23 @@ func (s *Service) count(ctx context.Context, infos []limitInfo, ops []Increment,
 		for j := range ops {
 			ops[j].Hits = 0
 		}
-	} else if err := s.readFirst(ctx, infos, ops, hits, now); err != nil {
+	} else if err := s.readFirst(ctx, infos, ops, hits, now, batch); err != nil {
 		return err
+	} else {
+		batch = nil // closed by the reads
 	}
-	if err := s.o.Counter.Increment(ctx, ops); err != nil {
+	if err := s.o.Counter.Apply(ctx, ops, batch); err != nil {
 		return err
 	}
 	s.fill(infos, ops, hits)
 	return nil
 }
 
-// increment runs ops through the Counter within the decision timeout.
-func (s *Service) increment(ctx context.Context, ops []Increment) error {
+// apply runs ops through the Counter within the decision timeout.
+func (s *Service) apply(ctx context.Context, ops []CounterOp, batch Batch) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	return s.o.Counter.Increment(ctx, ops)
+	return s.o.Counter.Apply(ctx, ops, batch)
 }
 
 // bound is ctx with the decision timeout as its deadline, unless the caller's
@@ -553,16 +625,16 @@ func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFun
 // readFirst reads every counter of ops (a fixed window's with OpGet, other
 // algorithms' with a step of 0 hits) and, if any descriptor would go over its
 // limit with its hits, sets the hits of all the others to 0.
-func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []Increment, hits []uint64, now time.Time) error {
-	reads := make([]Increment, len(ops))
+func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []CounterOp, hits []uint64, now time.Time, batch Batch) error {
+	reads := make([]CounterOp, len(ops))
 	copy(reads, ops)
 	for j := range reads {
 		reads[j].Hits = 0
-		if reads[j].Kind == OpIncrement {
-			reads[j] = Increment{Key: ops[j].Key, Kind: OpGet, PerSecond: ops[j].PerSecond}
+		if reads[j].Kind == OpAdd {
+			reads[j] = CounterOp{Key: ops[j].Key, Kind: OpGet, PerSecond: ops[j].PerSecond}
 		}
 	}
-	if err := s.o.Counter.Increment(ctx, reads); err != nil {
+	if err := s.o.Counter.Apply(ctx, reads, batch); err != nil {
 		return err
 	}
 	over := make([]bool, len(ops))
@@ -585,7 +657,7 @@ func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []Increm
 
 // overIfCounted reports whether adding hits to what the read-only pass of
 // stop-increment mode found would put the descriptor over its limit.
-func (in *limitInfo) overIfCounted(ops []Increment, hits uint64, now time.Time) bool {
+func (in *limitInfo) overIfCounted(ops []CounterOp, hits uint64, now time.Time) bool {
 	op := ops[in.op]
 	switch in.m.limit.Algorithm {
 	case TokenBucket:
@@ -606,7 +678,7 @@ func (in *limitInfo) overIfCounted(ops []Increment, hits uint64, now time.Time) 
 // after - hits in unsigned arithmetic, so below 0 it wraps (a stat then
 // counts the key as already near or over, as the reference does). Other
 // algorithms judge a key left alone as if its hits had been added.
-func (s *Service) fill(infos []limitInfo, ops []Increment, wanted []uint64) {
+func (s *Service) fill(infos []limitInfo, ops []CounterOp, wanted []uint64) {
 	for i := range infos {
 		in := &infos[i]
 		if in.op < 0 {

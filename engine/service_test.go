@@ -371,7 +371,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 	if len(reads) != 2 || reads[0].Kind != engine.OpGet || reads[1].Kind != engine.OpGet {
 		t.Fatalf("first call %+v: want two reads", reads)
 	}
-	if len(incs) != 2 || incs[0].Kind != engine.OpIncrement || incs[0].Hits != 1 || incs[1].Hits != 0 {
+	if len(incs) != 2 || incs[0].Kind != engine.OpAdd || incs[0].Hits != 1 || incs[1].Hits != 0 {
 		t.Fatalf("second call %+v: want k_two +1, near +0", incs)
 	}
 	// near was only read: a fresh request sees it untouched.
@@ -389,7 +389,7 @@ func TestContextDeadlineBoundsTheWait(t *testing.T) {
 	defer close(blocked)
 	o := engine.DefaultOptions()
 	o.Timeout = 20 * time.Millisecond
-	o.Counter = counterFunc(func(ctx context.Context, _ []engine.Increment) error {
+	o.Counter = counterFunc(func(ctx context.Context, _ []engine.CounterOp) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -412,9 +412,11 @@ func TestContextDeadlineBoundsTheWait(t *testing.T) {
 	}
 }
 
-type counterFunc func(context.Context, []engine.Increment) error
+type counterFunc func(context.Context, []engine.CounterOp) error
 
-func (f counterFunc) Increment(ctx context.Context, ops []engine.Increment) error { return f(ctx, ops) }
+func (f counterFunc) Apply(ctx context.Context, ops []engine.CounterOp, _ engine.Batch) error {
+	return f(ctx, ops)
+}
 
 // deadlineCounter records whether the engine gave its calls a deadline.
 type deadlineCounter struct {
@@ -424,9 +426,9 @@ type deadlineCounter struct {
 }
 
 func (c *deadlineCounter) WaitBound() time.Duration { return c.bound }
-func (c *deadlineCounter) Increment(ctx context.Context, ops []engine.Increment) error {
+func (c *deadlineCounter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
 	_, c.hadDeadline = ctx.Deadline()
-	return c.backendCounter.Increment(ctx, ops)
+	return c.backendCounter.Apply(ctx, ops, batch)
 }
 
 // TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait: a counter that answers

@@ -13,9 +13,13 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// Decider is what the servers need from the engine.
+// Decider is what the servers need from the engine: a decision, and the
+// decisions of a batch (requests read together, decided with one counter
+// call; see engine.Batch). Every wrapper of a Decider passes both on, so
+// that wrapping one cannot turn batches off unseen.
 type Decider interface {
 	ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error)
+	ShouldRateLimitBatch(ctx context.Context, batch engine.Batch, items []engine.BatchItem)
 }
 
 // rlsServer is the gRPC RateLimitService.

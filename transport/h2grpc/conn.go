@@ -26,11 +26,6 @@ const (
 	defaultFrameSize = 16384
 	// readBufSize is the connection reader's buffer.
 	readBufSize = 32 << 10
-	// maxHeld bounds the frames read while calls (or a PING
-	// acknowledgement) wait for the end of a read, and so the calls of
-	// one batch: the first of them waits for the reader to reach the
-	// last.
-	maxHeld = 64
 )
 
 var clientPreface = []byte(http2.ClientPreface)
@@ -63,13 +58,12 @@ type stream struct {
 	streaming StreamMethod
 	// batch and path: the method may serve calls read together
 	// (Options.Batches). group is the calls of a batch, this one first,
-	// on the stream a worker is given, with the context and done of
-	// Options.Announce.
-	batch     BatchMethod
-	path      string
-	group     []*stream
-	batchCtx  context.Context
-	batchDone func()
+	// on the stream a worker is given, and serve what the batch method
+	// returned for them when they were dispatched.
+	batch BatchMethod
+	path  string
+	group []*stream
+	serve BatchServe
 
 	// mu: flow control of our DATA and the stream's end.
 	sendWindow int64              // the peer's stream window updates minus what we sent, plus its initial window at creation
@@ -112,7 +106,7 @@ type conn struct {
 	lastID      uint32
 	ready       []*stream // complete unary calls not yet dispatched
 	ackOwed     bool      // a PING acknowledgement waits in out for a write
-	heldFrames  int       // frames read since ready or ackOwed became non-empty
+	framesRead  int       // frames read since ready or ackOwed became non-empty
 	resets      ourResets // streams we reset while their request was coming
 	flood       floodGuard
 
@@ -269,9 +263,9 @@ func (c *conn) read() error {
 		if len(c.ready) > 0 || c.ackOwed {
 			// A peer that keeps the buffer full must not hold back the
 			// calls and the acknowledgement read first: at most
-			// maxHeld frames wait for the end of a read.
-			c.heldFrames++
-			if c.heldFrames >= maxHeld || !frameBuffered(br) {
+			// Options.FramesPerRead frames wait for the end of a read.
+			c.framesRead++
+			if c.framesRead >= c.s.o.FramesPerRead || !frameBuffered(br) {
 				c.endOfRead()
 			}
 		}
@@ -561,7 +555,7 @@ func frameBuffered(br *bufio.Reader) bool {
 // a PING with every batch of calls once answers flow). With no calls to
 // carry it, it is written now.
 func (c *conn) endOfRead() {
-	c.heldFrames = 0
+	c.framesRead = 0
 	owed := c.ackOwed
 	c.ackOwed = false
 	if len(c.ready) > 0 {
@@ -615,10 +609,9 @@ func (c *conn) dispatchBatch() {
 	clear(c.ready[len(rest):])
 	c.ready = rest
 	st := group[0]
-	st.group, st.batchCtx = group, c.ctx
-	if c.s.o.Announce != nil {
-		st.batchCtx, st.batchDone = c.s.o.Announce(c.ctx)
-	}
+	// Before the batch waits for a worker: what serves it may start
+	// getting ready (the rate limit service opens its batch here).
+	st.group, st.serve = group, st.batch()
 	c.s.dispatch(st)
 }
 
@@ -703,20 +696,14 @@ func (c *conn) run(st *stream) {
 // in one write.
 func (c *conn) runBatch(sts []*stream) {
 	defer c.calls.Add(-len(sts))
-	ctx := sts[0].batchCtx
-	if done := sts[0].batchDone; done != nil {
-		defer done()
-	}
-	run, ctx, cancel, expiry := c.batchDeadlines(ctx, sts)
+	run, ctx, cancel, expiry := c.batchDeadlines(c.ctx, sts)
 	calls := make([]Call, len(run))
 	outs := make([]*[]byte, len(run))
 	for i, st := range run {
 		outs[i] = getBuf(256)
 		calls[i] = Call{In: (*st.msg)[5:], Out: append((*outs[i])[:0], 0, 0, 0, 0, 0)}
 	}
-	if len(run) > 0 {
-		sts[0].batch(ctx, calls)
-	}
+	sts[0].serve(ctx, calls) // also with no calls: it was promised them
 	cancel()
 	for _, st := range sts {
 		c.release(st)
