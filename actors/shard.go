@@ -216,8 +216,8 @@ func (s *shard) flush(id laneID, items []item) {
 
 // worker makes the backend calls of one lane, one at a time, for as long as
 // the Router runs. Long-lived workers keep their grown stacks and need no
-// goroutine per call (both showed in profiles at low load); each answers its
-// waiters itself and then tells the shard, which sends what piled up.
+// goroutine per call; each answers its waiters itself and then tells the
+// shard, which sends what piled up.
 func (r *Router) worker(s *shard, id laneID, self *actor.PID) {
 	defer r.workers.Done()
 	backend := s.backends[id]

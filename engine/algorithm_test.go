@@ -269,7 +269,7 @@ func FuzzAlgorithmDecisions(f *testing.F) {
 			r.Descriptors[0].HitsAddend = &hits
 			resp, err := fx.svc.ShouldRateLimit(context.Background(), r)
 			if hits > engine.MaxHitsAddend {
-				// More than a counter can take: the caller's error (issue 10).
+				// More than a counter can take: the caller's error.
 				if !errors.Is(err, engine.ErrInvalidRequest) {
 					t.Fatalf("hits %d: %v, want ErrInvalidRequest", hits, err)
 				}

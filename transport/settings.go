@@ -228,8 +228,8 @@ func DefaultMemoryMaxBytes() int64 {
 	return min(max(int64(si.Totalram)*int64(si.Unit)/8, lo), hi)
 }
 
-// RedisSettings are one Redis instance's client options plus the shard
-// batching knobs that keep the reference's pipeline variables meaningful.
+// RedisSettings are one Redis instance's client options plus the bounds of
+// the shards' calls that keep the reference's pipeline variables meaningful.
 type RedisSettings struct {
 	Options redis.Options
 	// Pipeline bounds the shards' calls to this instance: Window is

@@ -301,8 +301,7 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.CounterOp) error {
 			// Someone else stepped (or the key expired) in between: read
 			// again after a pause that grows and spreads the writers out;
 			// without it, writers that lose once tend to lose again in
-			// lockstep (4 replicas on one key on a loaded 2-core machine
-			// lost 16 times in a row).
+			// lockstep, replicas on one hot key above all.
 			t := time.NewTimer(backoff.Delay(attempt, 50*time.Microsecond, 5*time.Millisecond, rand.Float64()))
 			select {
 			case <-t.C:

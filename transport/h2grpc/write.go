@@ -228,7 +228,7 @@ func (c *conn) flushAsyncLocked() {
 func (c *conn) writeLocked(yield bool) {
 	for len(c.out) > 0 && !c.dead {
 		if yield && len(c.out) < c.s.o.WriteYieldBelow {
-			// Answers of one backend batch become ready together: let the
+			// Answers of one backend call become ready together: let the
 			// other waiters that just woke add theirs, so that one write
 			// carries them all.
 			yield = false

@@ -101,9 +101,9 @@ func TestServiceFromManagementServer(t *testing.T) {
 	}
 
 	// An ACK means the rules are in use: right after each ACK the new limit
-	// applies. (The ACK used to be sent when the rules were handed over, not
-	// when they were loaded; a busy machine then saw the previous rules. Rule
-	// sets large enough to take a while to load make that gap visible.)
+	// applies. (An ACK sent when the rules are handed over, before they are
+	// loaded, would let a busy machine see the previous rules; rule sets
+	// large enough to take a while to load make that gap visible.)
 	for rpu := uint32(10); rpu < 13; rpu++ {
 		v := fmt.Sprintf("v2.%d", rpu)
 		big := rule("rules", "d", rpu)
