@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestBatchHoldsUntilSent: while an open batch has not sent its
@@ -24,7 +25,7 @@ func TestBatchHoldsUntilSent(t *testing.T) {
 
 	batch := r.OpenBatch()
 	go send(nil, "a")
-	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	if n := b.calls.Load(); n != 0 {
 		t.Fatalf("%d backend calls while a batch is open", n)
 	}
@@ -48,7 +49,7 @@ func TestBatchCloseReleases(t *testing.T) {
 	go func() {
 		errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "c", Hits: 1, TTL: time.Minute}}, nil)
 	}()
-	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	if n := b.calls.Load(); n != 0 {
 		t.Fatalf("%d backend calls while a batch is open", n)
 	}
@@ -84,7 +85,7 @@ func TestBatchHeldAtClose(t *testing.T) {
 	batch := r.OpenBatch()
 	errs := make(chan error, 1)
 	go func() { errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "k", Hits: 1}}, nil) }()
-	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestBatchHoldBounded(t *testing.T) {
 	defer batch.Close()
 	errs := make(chan error, 2)
 	go func() { errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "slow", Hits: 1}}, nil) }()
-	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	// Longer than the shard holds: the next arrival sends both.
 	time.Sleep(5 * time.Millisecond)
 	go func() { errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "c", Hits: 1}}, nil) }()

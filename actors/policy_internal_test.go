@@ -7,6 +7,7 @@ import (
 
 // TestNextStep is the flush decision, case by case.
 func TestNextStep(t *testing.T) {
+	t.Parallel()
 	idle := laneState{pending: 1, maxInFlight: 2, network: true}
 	with := func(f func(*laneState)) laneState { st := idle; f(&st); return st }
 	window := Pipeline{Window: time.Millisecond}
@@ -46,6 +47,7 @@ func TestNextStep(t *testing.T) {
 }
 
 func TestBatchPolicyDefaultsAndValidate(t *testing.T) {
+	t.Parallel()
 	p := DefaultBatchPolicy()
 	if p.Hold != 250*time.Microsecond || p.ParallelMin != 1 || p.FramesPerRead != 64 || p.WriteYieldBelow != 4<<10 || p.NoReleaseYield {
 		t.Fatalf("defaults: %+v", p)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -143,15 +144,15 @@ func TestBatchingAndCoalescing(t *testing.T) {
 		results <- ops[0].After
 	}
 	go send("hot", 1) // first: goes out alone and blocks in the backend
-	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	// These arrive while the first call is in flight, one at a time so that
 	// their arrival order is known.
 	for i, h := range []uint64{2, 3, 5} {
 		go send("hot", h)
-		waitFor(t, func() bool { return r.Pending(0) == i+1 })
+		testenv.Eventually(t, "pending == i+1", func() bool { return r.Pending(0) == i+1 })
 	}
 	go send("cold", 7)
-	waitFor(t, func() bool { return r.Pending(0) == 4 })
+	testenv.Eventually(t, "pending == 4", func() bool { return r.Pending(0) == 4 })
 	b.gate <- struct{}{} // release the first call
 	b.gate <- struct{}{} // and the batch
 	got := map[uint64]bool{}
@@ -193,17 +194,17 @@ func TestGroupCommit(t *testing.T) {
 	for i := 1; i <= inFlight; i++ {
 		go send("hot")
 		// Each is sent without waiting for the calls already out.
-		waitFor(t, func() bool { return b.calls.Load() == int64(i) && r.Pending(0) == 0 })
+		testenv.Eventually(t, "backend calls == i && pending == 0", func() bool { return b.calls.Load() == int64(i) && r.Pending(0) == 0 })
 	}
 	for i := 1; i <= 4; i++ {
 		go send("hot")
-		waitFor(t, func() bool { return r.Pending(0) == i })
+		testenv.Eventually(t, "pending == i", func() bool { return r.Pending(0) == i })
 	}
 	if got := b.calls.Load(); got != inFlight {
 		t.Fatalf("%d calls with %d allowed in flight", got, inFlight)
 	}
 	b.gate <- struct{}{} // one call ends: the pile leaves as one call
-	waitFor(t, func() bool { return b.calls.Load() == inFlight+1 && r.Pending(0) == 0 })
+	testenv.Eventually(t, "backend calls == in flight+1 && pending == 0", func() bool { return b.calls.Load() == inFlight+1 && r.Pending(0) == 0 })
 	for i := 0; i < inFlight; i++ {
 		b.gate <- struct{}{}
 	}
@@ -253,20 +254,20 @@ func TestParallelMin(t *testing.T) {
 		}()
 	}
 	send("k0")
-	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	for i := 1; i < parallelMin; i++ {
 		send(fmt.Sprintf("k%d", i))
-		waitFor(t, func() bool { return r.Pending(0) == i })
+		testenv.Eventually(t, "pending == i", func() bool { return r.Pending(0) == i })
 	}
 	if got := b.calls.Load(); got != 1 {
 		t.Fatalf("%d calls with %d keys waiting: a call under ParallelMin must wait for the call out", got, parallelMin-1)
 	}
 	send(fmt.Sprintf("k%d", parallelMin))
-	waitFor(t, func() bool { return b.calls.Load() == 2 && r.Pending(0) == 0 })
+	testenv.Eventually(t, "backend calls == 2 && pending == 0", func() bool { return b.calls.Load() == 2 && r.Pending(0) == 0 })
 	send("late")
-	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	b.gate <- struct{}{} // a call returns: the one waiting leaves
-	waitFor(t, func() bool { return b.calls.Load() == 3 && r.Pending(0) == 0 })
+	testenv.Eventually(t, "backend calls == 3 && pending == 0", func() bool { return b.calls.Load() == 3 && r.Pending(0) == 0 })
 	b.gate <- struct{}{}
 	b.gate <- struct{}{}
 	wg.Wait()
@@ -342,7 +343,7 @@ func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 	for i := 0; i < 20; i++ {
 		go func() { errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "k", Hits: 1}}, nil) }()
 	}
-	waitFor(t, func() bool { return b.calls.Load() == int64(inFlight) && r.Pending(0) == 20-inFlight })
+	testenv.Eventually(t, "backend calls == in flight && pending == 20-in flight", func() bool { return b.calls.Load() == int64(inFlight) && r.Pending(0) == 20-inFlight })
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -498,17 +499,6 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // panicky is an inline backend that panics on its first call: a bug in a
 // shard must still answer the waiters, and the shard must keep working.
 type panicky struct {
@@ -594,7 +584,7 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 		results <- result{name, ops[0].After}
 	}
 	go send("first", engine.CounterOp{Key: "k", Hits: 4, TTL: time.Minute})
-	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	queued := []struct {
 		name string
 		op   engine.CounterOp
@@ -607,7 +597,7 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 	}
 	for i, q := range queued {
 		go send(q.name, q.op)
-		waitFor(t, func() bool { return r.Pending(0) == i+1 })
+		testenv.Eventually(t, "pending == i+1", func() bool { return r.Pending(0) == i+1 })
 	}
 	b.gate <- struct{}{}
 	b.gate <- struct{}{}

@@ -54,6 +54,7 @@ func statsOf(s *stats.Store) string {
 // exactly as the same requests sent one after another, with one counter call
 // for all of them.
 func TestBatchDecidesAsOneByOne(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stop increment on limit %v", stop), func(t *testing.T) {
 			mutate := func(o *engine.Options) { o.StopIncrementOnLimit = stop }
@@ -98,6 +99,7 @@ func TestBatchDecidesAsOneByOne(t *testing.T) {
 // TestBatchBackendError: a counter failure fails the requests that had
 // something to count, and only those; their own errors stay theirs.
 func TestBatchBackendError(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	f.counter.err = errors.New("connection refused")
 	items := []engine.BatchItem{
@@ -149,6 +151,7 @@ func (b *closeRecorder) Close() {
 // counts on a goroutine of its own, one request's read must not end the
 // hold for the others.
 func TestBatchClosedOnceSent(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stop=%v", stop), func(t *testing.T) {
 			f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = stop }, "probe.yaml")
@@ -180,6 +183,7 @@ func TestBatchClosedOnceSent(t *testing.T) {
 // TestBatchClosedWithNothingToSend: a batch whose requests all fail
 // before counting is closed all the same.
 func TestBatchClosedWithNothingToSend(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []bool{false, true} {
 		f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = stop }, "probe.yaml")
 		b := &closeRecorder{counter: f.counter}

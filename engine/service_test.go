@@ -43,6 +43,7 @@ func showAll(r *engine.Response) string {
 // TestProbeTable walks the rows of ratelimit-compat.md §2.2 that are decided
 // by the engine (HTTP-level rows are in transport's tests).
 func TestProbeTable(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		req  *engine.Request
 		want string
@@ -121,6 +122,7 @@ func TestProbeTable(t *testing.T) {
 }
 
 func TestRequestErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	noCfg := newFixture(t, nil)
 	cases := []struct {
@@ -151,6 +153,7 @@ func TestRequestErrors(t *testing.T) {
 }
 
 func TestBackendErrorOnlyForCountedDescriptors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	f.counter.err = errors.New("connection refused")
 	_, err := f.svc.ShouldRateLimit(context.Background(), req("probe", kv("k", "two")))
@@ -167,6 +170,7 @@ func TestBackendErrorOnlyForCountedDescriptors(t *testing.T) {
 }
 
 func TestCacheKeys(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		prefix string
@@ -207,6 +211,7 @@ func TestCacheKeys(t *testing.T) {
 }
 
 func TestTTLAndJitter(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) {
 		o.ExpirationJitterMax = 300 * time.Second
 		o.Jitter = func(n int64) int64 {
@@ -230,6 +235,7 @@ func TestTTLAndJitter(t *testing.T) {
 }
 
 func TestWindowsRollOverWithClock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	for i := 0; i < 3; i++ {
 		f.do(t, req("probe", kv("k", "two")))
@@ -245,6 +251,7 @@ func TestWindowsRollOverWithClock(t *testing.T) {
 }
 
 func TestGlobalShadowMode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.ShadowMode = true }, "probe.yaml")
 	f.do(t, req("probe", kv("zero", "x")))
 	resp := f.do(t, req("probe", kv("zero", "x")))
@@ -257,6 +264,7 @@ func TestGlobalShadowMode(t *testing.T) {
 }
 
 func TestGlobalQuotaMode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.QuotaMode = true }, "probe.yaml")
 	// With every descriptor a quota, one over and one not is still OK overall.
 	f.do(t, req("probe", kv("k", "two")))
@@ -270,6 +278,7 @@ func TestGlobalQuotaMode(t *testing.T) {
 }
 
 func TestResponseHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.Headers.Enabled = true }, "probe.yaml", "rl.yaml")
 	hdr := func(r *engine.Response) string {
 		var s []string
@@ -297,6 +306,7 @@ func TestResponseHeaders(t *testing.T) {
 }
 
 func TestDynamicMetadata(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.DynamicMetadata = true }, "probe.yaml", "rl.yaml")
 	r := req("rl", kv("service", "service_1"), kv("service", "service_2"))
 	first := f.do(t, r).DynamicMetadata
@@ -334,6 +344,7 @@ func TestDynamicMetadata(t *testing.T) {
 }
 
 func TestUnlimitedTouchesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	r := f.do(t, req("probe", kv("free", "x")))
 	if r.Statuses[0].LimitRemaining != math.MaxUint32 || f.counter.calls != 0 {
@@ -351,6 +362,7 @@ func TestUnlimitedTouchesNothing(t *testing.T) {
 }
 
 func TestStopIncrementWhenOverLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = true }, "probe.yaml")
 	// k_two gets to its limit; then a request with k_two and near: k_two is over,
 	// so near must not be counted.
@@ -385,6 +397,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 }
 
 func TestContextDeadlineBoundsTheWait(t *testing.T) {
+	t.Parallel()
 	blocked := make(chan struct{})
 	defer close(blocked)
 	o := engine.DefaultOptions()
@@ -435,6 +448,7 @@ func (c *deadlineCounter) Apply(ctx context.Context, ops []engine.CounterOp, bat
 // within the engine's timeout by itself (the actors Router) gets no deadline
 // (no timer per decision); one that might wait longer does.
 func TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		bound        time.Duration
 		wantDeadline bool

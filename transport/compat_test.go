@@ -130,7 +130,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 				settle := func(key, want string) {
 					t.Helper()
 					if sb.value != nil {
-						waitFor(t, key+" = "+want, func() bool { return sb.value(key) == want })
+						testenv.Eventually(t, key+" = "+want, func() bool { return sb.value(key) == want })
 					}
 				}
 				send := func(body, want string) {

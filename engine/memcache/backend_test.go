@@ -51,13 +51,7 @@ func newBackend(t testing.TB, o Options) *Backend {
 // waitApplied waits until n increments have been applied in the background.
 func waitApplied(t *testing.T, b *Backend, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Stats().Applied < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %+v of %d increments applied", b.Stats(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, fmt.Sprintf("%d increments applied", n), func() bool { return b.Stats().Applied >= n })
 }
 
 // metaTTL asks memcached for a key's value and remaining TTL with the meta
@@ -280,13 +274,7 @@ func TestServerDownFailsBatchAndHealth(t *testing.T) {
 	ctx := testCtx(t)
 	waitHealth := func(want bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for b.Healthy() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("Healthy() stayed %v", !want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("Healthy() = %v", want), func() bool { return b.Healthy() == want })
 	}
 	waitHealth(true)
 	m.Kill()

@@ -291,13 +291,7 @@ func TestHealthFollowsConnections(t *testing.T) {
 			r.Kill()
 			waitHealth := func(want bool) {
 				t.Helper()
-				deadline := time.Now().Add(10 * time.Second)
-				for b.Healthy() != want {
-					if time.Now().After(deadline) {
-						t.Fatalf("Healthy() stayed %v, want %v (pool %+v)", !want, want, b.PoolStats())
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				testenv.Eventually(t, fmt.Sprintf("Healthy() = %v", want), func() bool { return b.Healthy() == want })
 			}
 			if !active {
 				// Without the switch health ignores Redis, like the reference.
@@ -406,10 +400,8 @@ func TestSentinelFailover(t *testing.T) {
 		return append([]outcome(nil), outcomes...)
 	}
 	waitOutcomes := func(n int) {
-		deadline := time.Now().Add(10 * time.Second)
-		for len(snapshot()) < n && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		t.Helper()
+		testenv.Eventually(t, fmt.Sprintf("%d increments through the failover", n), func() bool { return len(snapshot()) >= n })
 	}
 	waitOutcomes(50)
 	g.Failover(t)

@@ -33,10 +33,10 @@ type stream struct {
 	// deadline is when the grpc-timeout header, counted from the
 	// request's headers, runs out; zero without one.
 	deadline time.Time
-	// msg collects the request's DATA; held is its size, counted in the
+	// msg collects the request's DATA; charged is its size, counted in the
 	// connection's buffered bytes until the method is done (-1: released).
-	msg  *[]byte
-	held int
+	msg     *[]byte
+	charged int
 	// recvd counts DATA bytes against the stream window we granted.
 	recvd int64
 	// contentLength is the request's content-length, or -1.

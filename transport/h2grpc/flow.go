@@ -15,12 +15,12 @@ func (c *conn) release(st *stream) {
 		putBuf(st.msg)
 		st.msg = nil
 	}
-	if st.held > 0 {
+	if st.charged > 0 {
 		c.mu.Lock()
-		c.buffered -= int64(st.held)
+		c.buffered -= int64(st.charged)
 		c.mu.Unlock()
 	}
-	st.held = -1
+	st.charged = -1
 }
 
 // giveBackLocked returns n bytes of connection window to the peer, in

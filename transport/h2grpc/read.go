@@ -314,7 +314,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if c.idle(id) {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
-	if st == nil || st.remoteDone || !st.served() || st.held < 0 {
+	if st == nil || st.remoteDone || !st.served() || st.charged < 0 {
 		return c.dataNotServed(st, id) // answered early, reset, ended or refused
 	}
 	o := &c.s.o
@@ -329,7 +329,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	full := c.buffered+int64(len(data)) > int64(o.MaxRequestBytes)
 	if !full {
 		c.buffered += int64(len(data))
-		st.held += len(data)
+		st.charged += len(data)
 	}
 	c.mu.Unlock()
 	if full {
@@ -405,7 +405,7 @@ func (c *conn) onReset(id uint32) {
 	if st == nil {
 		return
 	}
-	receiving := !st.remoteDone && st.served() && st.held >= 0
+	receiving := !st.remoteDone && st.served() && st.charged >= 0
 	st.remoteDone = true
 	if receiving {
 		c.release(st)
