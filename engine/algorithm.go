@@ -82,10 +82,98 @@ const (
 	localOver         // over its limit, by the local over-limit cache
 )
 
-// countings are the algorithms, by Algorithm.
-var countings = [...]counting{FixedWindow: fixedWindow{}, SlidingWindow: slidingWindow{}, TokenBucket: tokenBucket{}}
+// The compile-time check that each algorithm has all of counting.
+var (
+	_ counting = fixedWindow{}
+	_ counting = slidingWindow{}
+	_ counting = tokenBucket{}
+)
 
-func (a Algorithm) counting() counting { return countings[a] }
+// The methods of an Algorithm's counting, called through a switch rather
+// than the interface: a pointer handed to a dynamic call escapes, and a
+// decision's working state (its limitInfos, on the stack) would move to
+// the heap with it.
+
+func (a Algorithm) admit(in *limitInfo) error {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.admit(in)
+	case TokenBucket:
+		return tokenBucket{}.admit(in)
+	}
+	return fixedWindow{}.admit(in)
+}
+
+func (a Algorithm) key(s *Service, d *descriptorAt, in *limitInfo) string {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.key(s, d, in)
+	case TokenBucket:
+		return tokenBucket{}.key(s, d, in)
+	}
+	return fixedWindow{}.key(s, d, in)
+}
+
+func (a Algorithm) appendOps(s *Service, d *descriptorAt, in *limitInfo, ops []CounterOp) []CounterOp {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.appendOps(s, d, in, ops)
+	case TokenBucket:
+		return tokenBucket{}.appendOps(s, d, in, ops)
+	}
+	return fixedWindow{}.appendOps(s, d, in, ops)
+}
+
+func (a Algorithm) overIfCounted(in *limitInfo, reads []CounterOp, hits uint64, now time.Time) bool {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.overIfCounted(in, reads, hits, now)
+	case TokenBucket:
+		return tokenBucket{}.overIfCounted(in, reads, hits, now)
+	}
+	return fixedWindow{}.overIfCounted(in, reads, hits, now)
+}
+
+func (a Algorithm) fill(in *limitInfo, ops []CounterOp, wanted []uint64) {
+	switch a {
+	case SlidingWindow:
+		slidingWindow{}.fill(in, ops, wanted)
+	case TokenBucket:
+		tokenBucket{}.fill(in, ops, wanted)
+	default:
+		fixedWindow{}.fill(in, ops, wanted)
+	}
+}
+
+func (a Algorithm) counts(in *limitInfo, now time.Time) (before, after uint64) {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.counts(in, now)
+	case TokenBucket:
+		return tokenBucket{}.counts(in, now)
+	}
+	return fixedWindow{}.counts(in, now)
+}
+
+func (a Algorithm) reset(in *limitInfo, v verdict, window time.Duration, now time.Time) time.Duration {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.reset(in, v, window, now)
+	case TokenBucket:
+		return tokenBucket{}.reset(in, v, window, now)
+	}
+	return fixedWindow{}.reset(in, v, window, now)
+}
+
+func (a Algorithm) cacheTTL(unit, reset time.Duration) time.Duration {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.cacheTTL(unit, reset)
+	case TokenBucket:
+		return tokenBucket{}.cacheTTL(unit, reset)
+	}
+	return fixedWindow{}.cacheTTL(unit, reset)
+}
 
 // descriptorAt is descriptor i of a request, at time now: what cache keys
 // and operations are made of.

@@ -110,7 +110,7 @@ func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []Co
 		d.i = i
 		in.hits = hitsAddend(req, i)
 		in.limitN = uint64(l.RequestsPerUnit)
-		alg := l.Algorithm.counting()
+		alg := l.Algorithm
 		if err := alg.admit(in); err != nil {
 			s.serviceError.Inc()
 			return ops, err
@@ -270,7 +270,7 @@ func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []Counte
 // overIfCounted reports whether adding hits to what the read-only pass of
 // stop-increment mode found would put the descriptor over its limit.
 func (in *limitInfo) overIfCounted(reads []CounterOp, hits uint64, now time.Time) bool {
-	return in.m.limit.Algorithm.counting().overIfCounted(in, reads, hits, now)
+	return in.m.limit.Algorithm.overIfCounted(in, reads, hits, now)
 }
 
 // fill copies counts back: after is the backend's count, before is after
@@ -281,7 +281,7 @@ func (s *Service) fill(infos []limitInfo, ops []CounterOp, wanted []uint64) {
 	for i := range infos {
 		in := &infos[i]
 		if in.op >= 0 {
-			in.m.limit.Algorithm.counting().fill(in, ops, wanted)
+			in.m.limit.Algorithm.fill(in, ops, wanted)
 		}
 	}
 }
@@ -310,7 +310,7 @@ func (s *Service) decide(in *limitInfo, now time.Time) DescriptorStatus {
 		cl = &CurrentLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
 	}
 	st := DescriptorStatus{CurrentLimit: cl, Code: CodeOK}
-	alg := l.Algorithm.counting()
+	alg := l.Algorithm
 	before, after := alg.counts(in, now)
 	v := within
 	switch {

@@ -62,9 +62,8 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		policy = s.counters.router.Policy()
 	}
 	o.FramesPerRead, o.WriteYieldBelow = policy.FramesPerRead, policy.WriteYieldBelow
-	o.Batches = map[string]h2grpc.BatchMethod{
-		rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: n.countedBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rls.nativeBatch(open)),
-	}
+	full := rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
+	o.Batches = map[string]h2grpc.BatchMethod{full: rls.nativeBatch(open, n.methodStats(full))}
 	return h2grpc.NewServer(o)
 }
 
@@ -78,38 +77,33 @@ func (n *listeners) counted(full string, m h2grpc.Method) h2grpc.Method {
 	}
 }
 
-// countedBatch is b with the statistics counted keeps, per call.
-func (n *listeners) countedBatch(full string, b h2grpc.BatchMethod) h2grpc.BatchMethod {
-	ms := n.methodStats(full)
-	return func() h2grpc.BatchServe {
-		serve := b()
-		return func(ctx context.Context, calls []h2grpc.Call) {
-			start := time.Now()
-			serve(ctx, calls)
-			for range calls {
-				ms.observe(start)
-			}
-		}
-	}
-}
-
 // nativeBatch is ShouldRateLimit for calls h2grpc read together: each is
-// answered as native would answer it alone. open, if not nil, opens the
-// counters' batch as h2grpc dispatches the calls.
-func (s *rlsServer) nativeBatch(open func() engine.Batch) h2grpc.BatchMethod {
+// answered as native would answer it alone, and counted in ms as counted
+// counts a call. open, if not nil, opens the counters' batch as h2grpc
+// dispatches the calls; without a batch to carry, every batch is served
+// by one function made here.
+func (s *rlsServer) nativeBatch(open func() engine.Batch, ms *methodStats) h2grpc.BatchMethod {
+	unheld := func(ctx context.Context, calls []h2grpc.Call) { s.serveBatch(ctx, nil, calls, ms) }
 	return func() h2grpc.BatchServe {
-		var batch engine.Batch
-		if open != nil {
-			batch = open()
+		if open == nil {
+			return unheld
 		}
-		return func(ctx context.Context, calls []h2grpc.Call) {
-			s.serveBatch(ctx, batch, calls)
+		batch := open()
+		if batch == nil {
+			return unheld
 		}
+		return func(ctx context.Context, calls []h2grpc.Call) { s.serveBatch(ctx, batch, calls, ms) }
 	}
 }
 
 // serveBatch decides the calls of batch and answers each.
-func (s *rlsServer) serveBatch(ctx context.Context, batch engine.Batch, calls []h2grpc.Call) {
+func (s *rlsServer) serveBatch(ctx context.Context, batch engine.Batch, calls []h2grpc.Call, ms *methodStats) {
+	start := time.Now()
+	defer func() {
+		for range calls {
+			ms.observe(start)
+		}
+	}()
 	reqs := make([]wireRequest, len(calls))
 	items := make([]engine.BatchItem, 0, len(calls))
 	of := make([]int, 0, len(calls)) // the call of each item
