@@ -125,10 +125,14 @@ func (s *shard) state(id laneID, callEnded bool) laneState {
 		maxInFlight: s.r.o.MaxInFlight,
 		callEnded:   callEnded,
 		network:     s.work[id] != nil,
-		batchOpen:   s.r.openBatches.Load() > 0,
 	}
-	if st.network && st.batchOpen && !s.holdSince.IsZero() {
-		st.holdExpired = time.Since(s.holdSince) >= s.r.o.Batch.Hold
+	// Only a network lane can be held: an inline one reads neither the
+	// open batches (a counter every batch writes) nor the clock.
+	if st.network && !callEnded {
+		st.batchOpen = s.r.openBatches.Load() > 0
+		if st.batchOpen && !s.holdSince.IsZero() {
+			st.holdExpired = time.Since(s.holdSince) >= s.r.o.Batch.Hold
+		}
 	}
 	return st
 }
