@@ -96,13 +96,10 @@ func algoBackends(t *testing.T, clk *simClock) []algoBackend {
 	out = append(out, algoBackend{"memcache", newRouter(func(int) engine.Backend { return mcb }), func(t *testing.T, n uint64) {
 		// n more increments were queued (read-only and bucket ops queue none).
 		want := queued.Add(n)
-		deadline := time.Now().Add(10 * time.Second)
-		for st := mcb.Stats(); st.Applied+st.Failed < want; st = mcb.Stats() {
-			if time.Now().After(deadline) {
-				t.Fatalf("memcache: %+v, want %d applied", st, want)
-			}
-			time.Sleep(20 * time.Microsecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("memcache: %d increments applied", want), func() bool {
+			st := mcb.Stats()
+			return st.Applied+st.Failed >= want
+		})
 	}})
 	return out
 }

@@ -17,8 +17,8 @@ type netBackend struct{ mem *memory.Backend }
 
 func (b netBackend) Close() error { return nil }
 
-func (b netBackend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
-	return b.mem.IncrementBatch(ctx, batch)
+func (b netBackend) Exec(ctx context.Context, batch []engine.CounterOp) error {
+	return b.mem.Exec(ctx, batch)
 }
 
 // BenchmarkIncrementNetwork: 10 callers, each sending the operations of a
@@ -36,14 +36,14 @@ func BenchmarkIncrementNetwork(b *testing.B) {
 			b.SetParallelism(5) // 10 callers on 2 cores
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				batch := make([]engine.Increment, ops)
+				batch := make([]engine.CounterOp, ops)
 				n := 0
 				for pb.Next() {
 					for i := range batch {
-						batch[i] = engine.Increment{Key: fmt.Sprint("k", (n*ops+i)%1000), Hits: 1, TTL: time.Minute}
+						batch[i] = engine.CounterOp{Key: fmt.Sprint("k", (n*ops+i)%1000), Hits: 1, TTL: time.Minute}
 					}
 					n++
-					if err := r.Increment(context.Background(), batch); err != nil {
+					if err := r.Apply(context.Background(), batch, nil); err != nil {
 						b.Error(err)
 						return
 					}

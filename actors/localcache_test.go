@@ -24,6 +24,7 @@ func (c *fakeClock) Add(d time.Duration) {
 }
 
 func TestOverLimitCacheExpiry(t *testing.T) {
+	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)
@@ -53,6 +54,7 @@ func TestOverLimitCacheExpiry(t *testing.T) {
 // mean last-access time of the entries in Unix seconds, moved by adds,
 // overwrites and hits, not by misses.
 func TestOverLimitCacheEntriesAndAccessTime(t *testing.T) {
+	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)
@@ -85,6 +87,7 @@ func TestOverLimitCacheEntriesAndAccessTime(t *testing.T) {
 }
 
 func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
+	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(512*1024, clk.Now, st)
@@ -111,6 +114,7 @@ func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
 // alone (they are on every request's path); a collection, which each stats
 // flush runs, sets them from the live figures, entryCount included.
 func TestOverLimitCacheGaugesAtCollectOnly(t *testing.T) {
+	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)

@@ -1,37 +1,38 @@
 package actors
 
-// How an increment flows through a shard (one goroutine at a time per shard,
-// which protoactor guarantees, so shard state needs no locks):
+// How counter operations flow through a shard (one goroutine at a time per
+// shard, which protoactor guarantees, so shard state needs no locks):
 //
-//  1. Router.Increment groups the request's ops by shard (xxhash(key) % N) and
-//     sends each shard one incrementMsg. Every item carries the caller's reply
-//     channel (buffered for all of its items, so nobody ever blocks on it).
-//     Shards use protoactor's synchronized dispatcher: the sender that finds
-//     a shard's mailbox idle runs its Receive, so a message costs no
-//     goroutine hop; Receive never blocks, so nobody is held long.
-//  2. The shard appends the items to the pending batch of their backend (main,
-//     or per-second for SECOND rules when configured). While fewer than
-//     MaxInFlight calls of that backend are out it flushes at once, so at
-//     low load a decision costs one round trip (ParallelMin, set above 1,
-//     makes a small batch wait while any call is out). Once they are all
-//     out, what arrives waits and leaves with the next call as soon as one
-//     returns (group commit). So the batch size follows the load, with no
-//     timer on the hot path.
-//     While a decision announced by Expect (a batch of requests the gRPC
-//     server read together, being decoded) has not sent, new arrivals
-//     wait, so that batches read at about the same time leave in one
-//     call instead of the first alone and the rest after its round trip.
-//     A call returning sends everything regardless, and a shard held for
-//     longer than Hold sends with the next message.
-//  3. A flush coalesces equal keys of one kind (N hits on one key = one
+//  1. Router.Apply groups a decision's operations by shard
+//     (xxhash(key) % N) and sends each shard one applyMsg. Every item
+//     carries the caller's reply channel (buffered for all of its items, so
+//     nobody ever blocks on it). Shards use protoactor's synchronized
+//     dispatcher: the sender that finds a shard's mailbox idle runs its
+//     Receive, so a message costs no goroutine hop; Receive never blocks,
+//     so nobody is held long.
+//  2. The shard appends the items to the pending operations of their lane
+//     (main backend, or per-second for SECOND rules when configured), and
+//     the lane decides what to do next (nextStep, a function of its state
+//     alone). While fewer than MaxInFlight calls of the lane are out it
+//     sends at once, so at low load a decision costs one round trip. Once
+//     they are all out, what arrives waits and leaves with the next call
+//     as soon as one returns (group commit): the call size follows the
+//     load, with no timer on the hot path.
+//     While a batch is open (Router.OpenBatch: requests the gRPC server
+//     read together, being decoded), network lanes send nothing new, so
+//     that batches read at about the same time leave in one call instead
+//     of the first alone and the rest after its round trip. A call
+//     returning sends everything regardless, and a shard that has held
+//     for BatchPolicy.Hold sends with the next message.
+//  3. A call coalesces equal keys of one kind (N hits on one key = one
 //     INCRBY N; N reads of one key = one GET; token bucket steps are never
-//     merged, they keep their arrival order) and makes ONE backend call.
+//     merged, they keep their arrival order) and is ONE backend Exec.
 //     Inline backends (memory) run inside the shard; network backends run on
 //     the lane's MaxInFlight long-lived workers, which answer their waiters
-//     themselves and then tell the shard to flush what has piled up.
-//  4. Each waiter gets its own count, as if the increments had been applied in
-//     arrival order: the key's total before the batch plus the hits of the
-//     waiters ahead of it.
+//     themselves and then tell the shard to send what has piled up.
+//  4. Each waiter gets its own count, as if the operations had been
+//     applied in arrival order: the key's total before the call plus the
+//     hits of the waiters ahead of it.
 //
 // Every waiter gets an answer: the count, the backend's error, ErrClosed on
 // shutdown (pending items), or ErrShardRestarted if a shard crashed.
@@ -71,31 +72,14 @@ type Options struct {
 	// PerSecond, when set, returns the backend for SECOND rules.
 	PerSecond func(shard int) engine.Backend
 	// MaxInFlight is how many backend calls a shard may have outstanding per
-	// backend (each on a worker of its own); see ParallelMin for when more
-	// than one leaves. Default 1; the server derives it from the backend's
-	// connection pool so that calls never queue for a connection.
+	// backend (each on a worker of its own); see BatchPolicy.ParallelMin
+	// for when more than one leaves. Default 1; the server derives it from
+	// the backend's connection pool so that calls never queue for a
+	// connection.
 	MaxInFlight int
-	// Pipeline shapes the calls to Backend; PerSecondPipeline those to
-	// PerSecond. Each backend keeps its own bounds.
-	Pipeline, PerSecondPipeline Pipeline
-	// ParallelMin is the smallest batch (in keys) that a shard sends while
-	// another call of the same backend is still out; a smaller one waits for
-	// that call to return and leaves with everything that piled up behind
-	// it. Default 1: a batch leaves at once while fewer than MaxInFlight
-	// calls are out, and decisions pile up only behind busy calls. (A
-	// minimum of 16 once saved a fifth of the CPU at 10 callers, when every
-	// decision came alone; now the batches read together are held together
-	// by Expect, and at 10 callers on the 2-core bench 1 makes 0.25 round
-	// trips per decision against 0.22, for less waiting behind a call out.)
-	ParallelMin int
-	// Hold bounds how long a shard holds new arrivals for decisions
-	// announced by Expect; default 250µs. A batch sends within
-	// microseconds, but those of many connections may overlap without a
-	// gap for as long as load lasts. It is checked when a message reaches
-	// the shard, which under such load is all the time. At 50 callers
-	// with 3 descriptors, bounding the hold instead by 8 completions made
-	// 1.7 times the round trips, and by ParallelMin keys waiting 2.4 times.
-	Hold time.Duration
+	// Batch is how shards gather operations into calls and how long open
+	// batches hold them.
+	Batch BatchPolicy
 	// CallTimeout bounds one backend call; default 1s.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
@@ -105,52 +89,20 @@ type Options struct {
 func (o Options) Validate() error {
 	switch {
 	case o.Backend == nil:
-		return errors.New("actors: a Backend is required")
-	case o.Shards < 0 || o.MaxInFlight < 0 || o.ParallelMin < 0:
-		return fmt.Errorf("actors: shards (%d), max in flight (%d) and parallel minimum (%d) must not be negative", o.Shards, o.MaxInFlight, o.ParallelMin)
-	case o.CallTimeout < 0 || o.Hold < 0:
-		return fmt.Errorf("actors: call timeout (%v) and hold (%v) must not be negative", o.CallTimeout, o.Hold)
+		return errNoBackend
+	case o.Shards < 0 || o.MaxInFlight < 0:
+		return fmt.Errorf("actors: shards (%d) and max in flight (%d) must not be negative", o.Shards, o.MaxInFlight)
+	case o.CallTimeout < 0:
+		return fmt.Errorf("actors: call timeout (%v) must not be negative", o.CallTimeout)
 	}
-	if err := o.Pipeline.validate(); err != nil {
-		return fmt.Errorf("actors: pipeline: %w", err)
-	}
-	if err := o.PerSecondPipeline.validate(); err != nil {
-		return fmt.Errorf("actors: per-second pipeline: %w", err)
+	if err := o.Batch.Validate(); err != nil {
+		return fmt.Errorf("actors: %w", err)
 	}
 	return nil
-}
-
-// Pipeline bounds the backend calls of one lane (main or per-second).
-type Pipeline struct {
-	// Window is the longest a shard holds a new batch open to let it grow
-	// before sending (REDIS_PIPELINE_WINDOW); 0 sends at once.
-	Window time.Duration
-	// MaxKeys caps the keys of one backend call, counted before equal keys
-	// are coalesced; 0 means no cap. This is the one place the limit is
-	// enforced: backends send whatever batch they are given in one call.
-	MaxKeys int
-}
-
-func (p Pipeline) validate() error {
-	if p.Window < 0 || p.MaxKeys < 0 {
-		return fmt.Errorf("window (%v) and key limit (%d) must not be negative", p.Window, p.MaxKeys)
-	}
-	return nil
-}
-
-// full reports whether n pending keys fill a call.
-func (p Pipeline) full(n int) bool { return p.MaxKeys > 0 && n >= p.MaxKeys }
-
-// pipeline is the bounds of lane b: 0 the main backend, 1 the per-second one.
-func (o *Options) pipeline(b int) Pipeline {
-	if b == 1 {
-		return o.PerSecondPipeline
-	}
-	return o.Pipeline
 }
 
 // EnsureDefaults fills the fields left zero (shards, calls in flight, call
-// timeout, hold, logger) and returns o.
+// timeout, batch policy, logger) and returns o.
 func (o *Options) EnsureDefaults() *Options {
 	if o.Shards == 0 {
 		o.Shards = 4 * runtime.GOMAXPROCS(0)
@@ -161,12 +113,7 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.CallTimeout == 0 {
 		o.CallTimeout = time.Second
 	}
-	if o.ParallelMin == 0 {
-		o.ParallelMin = 1
-	}
-	if o.Hold == 0 {
-		o.Hold = 250 * time.Microsecond
-	}
+	o.Batch.EnsureDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -184,19 +131,18 @@ type Router struct {
 	pids   []*actor.PID
 	shards []*shard
 
-	// mu guards closed against in-progress sends: Increment holds it shared
+	// mu guards closed against in-progress sends: Apply holds it shared
 	// while sending, Close takes it exclusively, so no message is sent to a
 	// stopped shard (where it would be lost).
 	mu       sync.RWMutex
 	closed   bool
 	stopping atomic.Bool
 
-	// holds: some lane makes network calls, so decisions announced by
-	// Expect are worth waiting for.
-	holds bool
-	// expecting counts the decisions announced by Expect that have not
-	// sent their increments yet.
-	expecting atomic.Int32
+	// network: some lane makes network calls, so open batches are worth
+	// holding them for.
+	network bool
+	// openBatches counts the batches opened by OpenBatch and not closed.
+	openBatches atomic.Int32
 
 	workers    sync.WaitGroup // the lanes' workers (shard.work)
 	callCtx    context.Context
@@ -218,14 +164,14 @@ func New(o Options) (*Router, error) {
 	r.callCtx, r.cancelCall = context.WithCancel(context.Background())
 	for i := 0; i < o.Shards; i++ {
 		s := &shard{r: r, index: i}
-		s.backends[0] = o.Backend(i)
+		s.backends[laneMain] = o.Backend(i)
 		if o.PerSecond != nil {
-			s.backends[1] = o.PerSecond(i)
+			s.backends[lanePerSecond] = o.PerSecond(i)
 		}
-		for b, backend := range s.backends {
+		for id, backend := range s.backends {
 			if backend != nil && !isInline(backend) {
-				s.work[b] = make(chan backendCall, o.MaxInFlight)
-				r.holds = true
+				s.work[id] = make(chan backendCall, o.MaxInFlight)
+				r.network = true
 			}
 		}
 		r.shards = append(r.shards, s)
@@ -238,22 +184,21 @@ func New(o Options) (*Router, error) {
 			actor.WithDispatcher(actor.NewSynchronizedDispatcher(shardThroughput)))
 		pid := r.system.Root.Spawn(props)
 		r.pids = append(r.pids, pid)
-		for b, w := range s.work {
+		for id, w := range s.work {
 			if w == nil {
 				continue // inline backend, or no per-second lane
 			}
 			for range o.MaxInFlight {
 				r.workers.Add(1)
-				go r.worker(s, b, pid)
+				go r.worker(s, laneID(id), pid)
 			}
 		}
 	}
 	return r, nil
 }
 
-// Holds reports whether Expect changes anything: some lane makes network
-// calls.
-func (r *Router) Holds() bool { return r.holds }
+// Policy is the batch policy in use, defaults filled in.
+func (r *Router) Policy() BatchPolicy { return r.o.Batch }
 
 // Shards is the number of shards.
 func (r *Router) Shards() int { return len(r.pids) }
@@ -268,38 +213,40 @@ func (r *Router) ShardOf(key string) int {
 }
 
 type item struct {
-	op    *engine.Increment
+	op    *engine.CounterOp
 	reply chan<- error
 }
 
-// incrementMsg is one decision's items for one shard.
-type incrementMsg struct{ items []item }
+// applyMsg is one decision's items for one shard.
+type applyMsg struct{ items []item }
 
-// call is what one Increment needs, pooled: a decision would otherwise
+// call is what one Apply needs, pooled: a decision would otherwise
 // allocate a channel, its messages, their items and a timer. The messages
 // and items are reused only once every answer has arrived, that is once the
 // shards are done with them; a call given up on is dropped instead.
 type call struct {
 	reply chan error
-	msg   incrementMsg
+	msg   applyMsg
 	one   [1]item
 	timer *time.Timer
 	// For requests that touch several shards (sendGrouped).
-	msgs  []incrementMsg
+	msgs  []applyMsg
 	items []item
 	shard []int
 }
 
 var calls = sync.Pool{New: func() any { return &call{reply: make(chan error, 4)} }}
 
-// WaitBound implements engine.WaitBounder: Increment answers within the call
+// WaitBound implements engine.WaitBounder: Apply answers within the call
 // timeout, so the engine need not set a deadline of its own.
 func (r *Router) WaitBound() time.Duration { return r.o.CallTimeout }
 
-// Increment implements engine.Counter. It returns within the call timeout
-// (context.DeadlineExceeded) even if a backend call hangs.
-func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
+// Apply implements engine.Counter. It closes batch once ops are sent, and
+// returns within the call timeout (context.DeadlineExceeded) even if a
+// backend call hangs.
+func (r *Router) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
 	if len(ops) == 0 {
+		closeBatch(batch)
 		return nil
 	}
 	c := calls.Get().(*call)
@@ -310,6 +257,7 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 	if r.closed {
 		r.mu.RUnlock()
 		calls.Put(c)
+		closeBatch(batch)
 		return ErrClosed
 	}
 	if len(ops) == 1 {
@@ -320,11 +268,7 @@ func (r *Router) Increment(ctx context.Context, ops []engine.Increment) error {
 		r.sendGrouped(ops, c)
 	}
 	r.mu.RUnlock()
-	if r.holds {
-		if e, ok := ctx.Value(expectKey{}).(*expected); ok {
-			e.done()
-		}
-	}
+	closeBatch(batch)
 
 	var first error
 	armed := false
@@ -380,7 +324,7 @@ func (c *call) release() {
 
 // sendGrouped sends one message per shard touched by ops, each listing its
 // ops in request order, built in c's reusable buffers.
-func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
+func (r *Router) sendGrouped(ops []engine.CounterOp, c *call) {
 	shardOf := c.shard[:0]
 	for i := range ops {
 		shardOf = append(shardOf, r.ShardOf(ops[i].Key))
@@ -403,47 +347,47 @@ func (r *Router) sendGrouped(ops []engine.Increment, c *call) {
 				shardOf[j] = -1
 			}
 		}
-		msgs = append(msgs, incrementMsg{items: items[from:len(items):len(items)]})
+		msgs = append(msgs, applyMsg{items: items[from:len(items):len(items)]})
 		r.system.Root.Send(r.pids[sh], &msgs[len(msgs)-1])
 	}
 	c.items, c.msgs = items, msgs
 }
 
-// Expect announces a decision whose increments are on their way: a batch
-// of requests read together from one connection, still being decoded and
-// matched. Until its Increment (called with the returned context) has sent
-// them, or done is called, shards with a network lane open no call for new
-// arrivals, for at most Hold: decisions of other connections read
-// meanwhile leave in the same call instead of the next one. done may be
-// called more than once, and must be called if Increment may not be.
-// Without a network lane Expect changes nothing.
-func (r *Router) Expect(ctx context.Context) (context.Context, func()) {
-	if !r.holds {
-		return ctx, func() {}
+// OpenBatch opens a batch: requests read together from one connection,
+// still being decoded and matched, whose operations will follow. Until it
+// is closed (by Apply as it sends them, or by its owner), shards with a
+// network lane open no call for new arrivals, for at most
+// BatchPolicy.Hold: decisions of other connections read meanwhile leave
+// in the same call instead of the next one. Without a network lane
+// nothing is held and OpenBatch returns nil.
+func (r *Router) OpenBatch() engine.Batch {
+	if !r.network {
+		return nil
 	}
-	e := &expected{r: r}
-	r.expecting.Add(1)
-	return context.WithValue(ctx, expectKey{}, e), e.done
+	r.openBatches.Add(1)
+	return &batch{r: r}
 }
 
-type expectKey struct{}
-
-// expected is one decision announced by Expect.
-type expected struct {
-	r    *Router
-	gone atomic.Bool
+// batch is one batch opened by OpenBatch.
+type batch struct {
+	r      *Router
+	closed atomic.Bool
 }
 
-// done counts the decision as sent; the last one lets the shards that
-// waited for it send.
-func (e *expected) done() {
-	if e.gone.Swap(true) || e.r.expecting.Add(-1) > 0 {
+// Close ends b's hold; once the last open batch has closed, the shards
+// that held new arrivals for them send. Later calls do nothing.
+func (b *batch) Close() {
+	if b.closed.Swap(true) || b.r.openBatches.Add(-1) > 0 {
 		return
 	}
-	r := e.r
-	runtime.Gosched()
-	if r.expecting.Load() > 0 {
-		return
+	r := b.r
+	if !r.o.Batch.NoReleaseYield {
+		// A batch read at the same moment on another connection may be
+		// about to open: it then sends the shards' operations with its own.
+		runtime.Gosched()
+		if r.openBatches.Load() > 0 {
+			return
+		}
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -452,13 +396,20 @@ func (e *expected) done() {
 	}
 	for i, s := range r.shards {
 		if s.pending.Load() > 0 {
-			r.system.Root.Send(r.pids[i], expectDone{})
+			r.system.Root.Send(r.pids[i], batchesClosed{})
 		}
 	}
 }
 
-// expectDone tells a shard that no announced decision is on its way.
-type expectDone struct{}
+// batchesClosed tells a shard that no open batch holds it any more.
+type batchesClosed struct{}
+
+// closeBatch closes b, if any.
+func closeBatch(b engine.Batch) {
+	if b != nil {
+		b.Close()
+	}
+}
 
 // Close stops the shards. Queued increments are answered with ErrClosed;
 // calls in flight finish (or are cancelled after the call timeout) and answer

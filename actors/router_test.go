@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -32,13 +33,13 @@ func TestMain(m *testing.M) {
 type slowBackend struct {
 	mem     *memory.Backend
 	mu      sync.Mutex
-	batches [][]engine.Increment
+	batches [][]engine.CounterOp
 	gate    chan struct{} // a receive per call; nil = no wait
 	fail    error
 	calls   atomic.Int64
 }
 
-func (b *slowBackend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+func (b *slowBackend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	b.calls.Add(1)
 	if b.gate != nil {
 		select {
@@ -48,13 +49,13 @@ func (b *slowBackend) IncrementBatch(ctx context.Context, batch []engine.Increme
 		}
 	}
 	b.mu.Lock()
-	b.batches = append(b.batches, append([]engine.Increment(nil), batch...))
+	b.batches = append(b.batches, append([]engine.CounterOp(nil), batch...))
 	err := b.fail
 	b.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return b.mem.IncrementBatch(ctx, batch)
+	return b.mem.Exec(ctx, batch)
 }
 func (b *slowBackend) Close() error { return nil }
 
@@ -101,8 +102,8 @@ func TestExactness(t *testing.T) {
 					go func(k int) {
 						defer wg.Done()
 						defer func() { <-sem }()
-						ops := []engine.Increment{{Key: fmt.Sprintf("key-%d", k), Hits: 1, TTL: time.Minute}}
-						if err := r.Increment(context.Background(), ops); err != nil {
+						ops := []engine.CounterOp{{Key: fmt.Sprintf("key-%d", k), Hits: 1, TTL: time.Minute}}
+						if err := r.Apply(context.Background(), ops, nil); err != nil {
 							t.Error(err)
 							return
 						}
@@ -136,22 +137,22 @@ func TestBatchingAndCoalescing(t *testing.T) {
 
 	results := make(chan uint64, 10)
 	send := func(key string, hits uint64) {
-		ops := []engine.Increment{{Key: key, Hits: hits, TTL: time.Minute}}
-		if err := r.Increment(context.Background(), ops); err != nil {
+		ops := []engine.CounterOp{{Key: key, Hits: hits, TTL: time.Minute}}
+		if err := r.Apply(context.Background(), ops, nil); err != nil {
 			t.Error(err)
 		}
 		results <- ops[0].After
 	}
 	go send("hot", 1) // first: goes out alone and blocks in the backend
-	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	// These arrive while the first call is in flight, one at a time so that
 	// their arrival order is known.
 	for i, h := range []uint64{2, 3, 5} {
 		go send("hot", h)
-		waitFor(t, func() bool { return r.Pending(0) == i+1 })
+		testenv.Eventually(t, "pending == i+1", func() bool { return r.Pending(0) == i+1 })
 	}
 	go send("cold", 7)
-	waitFor(t, func() bool { return r.Pending(0) == 4 })
+	testenv.Eventually(t, "pending == 4", func() bool { return r.Pending(0) == 4 })
 	b.gate <- struct{}{} // release the first call
 	b.gate <- struct{}{} // and the batch
 	got := map[uint64]bool{}
@@ -176,7 +177,7 @@ func TestBatchingAndCoalescing(t *testing.T) {
 func TestGroupCommit(t *testing.T) {
 	const inFlight = 3
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
-	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, ParallelMin: 1, Backend: func(int) engine.Backend { return b }})
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, Batch: actors.BatchPolicy{ParallelMin: 1}, Backend: func(int) engine.Backend { return b }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +185,8 @@ func TestGroupCommit(t *testing.T) {
 
 	results := make(chan uint64, 10)
 	send := func(key string) {
-		ops := []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}}
-		if err := r.Increment(context.Background(), ops); err != nil {
+		ops := []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}
+		if err := r.Apply(context.Background(), ops, nil); err != nil {
 			t.Error(err)
 		}
 		results <- ops[0].After
@@ -193,17 +194,17 @@ func TestGroupCommit(t *testing.T) {
 	for i := 1; i <= inFlight; i++ {
 		go send("hot")
 		// Each is sent without waiting for the calls already out.
-		waitFor(t, func() bool { return b.calls.Load() == int64(i) && r.Pending(0) == 0 })
+		testenv.Eventually(t, "backend calls == i && pending == 0", func() bool { return b.calls.Load() == int64(i) && r.Pending(0) == 0 })
 	}
 	for i := 1; i <= 4; i++ {
 		go send("hot")
-		waitFor(t, func() bool { return r.Pending(0) == i })
+		testenv.Eventually(t, "pending == i", func() bool { return r.Pending(0) == i })
 	}
 	if got := b.calls.Load(); got != inFlight {
 		t.Fatalf("%d calls with %d allowed in flight", got, inFlight)
 	}
 	b.gate <- struct{}{} // one call ends: the pile leaves as one call
-	waitFor(t, func() bool { return b.calls.Load() == inFlight+1 && r.Pending(0) == 0 })
+	testenv.Eventually(t, "backend calls == in flight+1 && pending == 0", func() bool { return b.calls.Load() == inFlight+1 && r.Pending(0) == 0 })
 	for i := 0; i < inFlight; i++ {
 		b.gate <- struct{}{}
 	}
@@ -236,7 +237,7 @@ func TestGroupCommit(t *testing.T) {
 func TestParallelMin(t *testing.T) {
 	const parallelMin = 5
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
-	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: 4, ParallelMin: parallelMin, CallTimeout: time.Minute, Backend: func(int) engine.Backend { return b }})
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: 4, Batch: actors.BatchPolicy{ParallelMin: parallelMin}, CallTimeout: time.Minute, Backend: func(int) engine.Backend { return b }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,26 +248,26 @@ func TestParallelMin(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Increment(context.Background(), []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}}); err != nil {
+			if err := r.Apply(context.Background(), []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}, nil); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	send("k0")
-	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	for i := 1; i < parallelMin; i++ {
 		send(fmt.Sprintf("k%d", i))
-		waitFor(t, func() bool { return r.Pending(0) == i })
+		testenv.Eventually(t, "pending == i", func() bool { return r.Pending(0) == i })
 	}
 	if got := b.calls.Load(); got != 1 {
-		t.Fatalf("%d calls with %d keys waiting: a batch under ParallelMin must wait for the call out", got, parallelMin-1)
+		t.Fatalf("%d calls with %d keys waiting: a call under ParallelMin must wait for the call out", got, parallelMin-1)
 	}
 	send(fmt.Sprintf("k%d", parallelMin))
-	waitFor(t, func() bool { return b.calls.Load() == 2 && r.Pending(0) == 0 })
+	testenv.Eventually(t, "backend calls == 2 && pending == 0", func() bool { return b.calls.Load() == 2 && r.Pending(0) == 0 })
 	send("late")
-	waitFor(t, func() bool { return r.Pending(0) == 1 })
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	b.gate <- struct{}{} // a call returns: the one waiting leaves
-	waitFor(t, func() bool { return b.calls.Load() == 3 && r.Pending(0) == 0 })
+	testenv.Eventually(t, "backend calls == 3 && pending == 0", func() bool { return b.calls.Load() == 3 && r.Pending(0) == 0 })
 	b.gate <- struct{}{}
 	b.gate <- struct{}{}
 	wg.Wait()
@@ -293,8 +294,8 @@ func TestPerSecondLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	ops := []engine.Increment{{Key: "m", Hits: 1, TTL: time.Minute}, {Key: "s", Hits: 1, TTL: time.Second, PerSecond: true}}
-	if err := r.Increment(context.Background(), ops); err != nil {
+	ops := []engine.CounterOp{{Key: "m", Hits: 1, TTL: time.Minute}, {Key: "s", Hits: 1, TTL: time.Second, PerSecond: true}}
+	if err := r.Apply(context.Background(), ops, nil); err != nil {
 		t.Fatal(err)
 	}
 	if main.batches[0][0].Key != "m" || sec.batches[0][0].Key != "s" || len(main.batches) != 1 || len(sec.batches) != 1 {
@@ -315,7 +316,7 @@ func TestBackendErrorReachesEveryWaiter(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			err := r.Increment(context.Background(), []engine.Increment{{Key: fmt.Sprint(i % 3), Hits: 1}, {Key: "x", Hits: 1}})
+			err := r.Apply(context.Background(), []engine.CounterOp{{Key: fmt.Sprint(i % 3), Hits: 1}, {Key: "x", Hits: 1}}, nil)
 			if !errors.Is(err, boom) {
 				t.Errorf("got %v", err)
 			}
@@ -334,15 +335,15 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 
 func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
-	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, ParallelMin: 1, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
+	r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: inFlight, Batch: actors.BatchPolicy{ParallelMin: 1}, Backend: func(int) engine.Backend { return b }, CallTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 20)
 	for i := 0; i < 20; i++ {
-		go func() { errs <- r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}) }()
+		go func() { errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "k", Hits: 1}}, nil) }()
 	}
-	waitFor(t, func() bool { return b.calls.Load() == int64(inFlight) && r.Pending(0) == 20-inFlight })
+	testenv.Eventually(t, "backend calls == in flight && pending == 20-in flight", func() bool { return b.calls.Load() == int64(inFlight) && r.Pending(0) == 20-inFlight })
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +361,7 @@ func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 	if closed != 20-inFlight || cancelled != inFlight {
 		t.Fatalf("closed %d cancelled %d", closed, cancelled)
 	}
-	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k"}}); !errors.Is(err, actors.ErrClosed) {
+	if err := r.Apply(context.Background(), []engine.CounterOp{{Key: "k"}}, nil); !errors.Is(err, actors.ErrClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 }
@@ -368,7 +369,7 @@ func testShutdownAnswersEveryWaiter(t *testing.T, inFlight int) {
 func TestPipelineWindowAndLimit(t *testing.T) {
 	b := &slowBackend{mem: memory.New(nil)}
 	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b },
-		Pipeline: actors.Pipeline{Window: 50 * time.Millisecond, MaxKeys: 3}})
+		Batch: actors.BatchPolicy{Pipeline: actors.Pipeline{Window: 50 * time.Millisecond, MaxKeys: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +379,7 @@ func TestPipelineWindowAndLimit(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			if err := r.Increment(context.Background(), []engine.Increment{{Key: fmt.Sprint(i), Hits: 1}}); err != nil {
+			if err := r.Apply(context.Background(), []engine.CounterOp{{Key: fmt.Sprint(i), Hits: 1}}, nil); err != nil {
 				t.Error(err)
 			}
 		}(i)
@@ -402,10 +403,10 @@ func TestPipelineWindowAndLimit(t *testing.T) {
 // own window and key limit.
 func TestPipelinePerLane(t *testing.T) {
 	const hold = time.Hour // a window no test outlives: a held batch is never sent
-	ops := func(perSecond bool, keys ...string) []engine.Increment {
-		var out []engine.Increment
+	ops := func(perSecond bool, keys ...string) []engine.CounterOp {
+		var out []engine.CounterOp
 		for _, k := range keys {
-			out = append(out, engine.Increment{Key: k, Hits: 1, PerSecond: perSecond})
+			out = append(out, engine.CounterOp{Key: k, Hits: 1, PerSecond: perSecond})
 		}
 		return out
 	}
@@ -441,7 +442,7 @@ func TestPipelinePerLane(t *testing.T) {
 			mainB, secB := &slowBackend{mem: memory.New(nil)}, &slowBackend{mem: memory.New(nil)}
 			r, err := actors.New(actors.Options{Shards: 1, CallTimeout: 200 * time.Millisecond,
 				Backend: func(int) engine.Backend { return mainB }, PerSecond: func(int) engine.Backend { return secB },
-				Pipeline: tc.main, PerSecondPipeline: tc.perSecond})
+				Batch: actors.BatchPolicy{Pipeline: tc.main, PerSecondPipeline: tc.perSecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -451,7 +452,7 @@ func TestPipelinePerLane(t *testing.T) {
 				b               *slowBackend
 				want            []int
 			}{{false, tc.mainHeld, mainB, tc.wantMain}, {true, tc.secondHeld, secB, tc.wantSecond}} {
-				err := r.Increment(context.Background(), ops(lane.perSecond, "a", "b", "c"))
+				err := r.Apply(context.Background(), ops(lane.perSecond, "a", "b", "c"), nil)
 				if lane.held {
 					if !errors.Is(err, context.DeadlineExceeded) {
 						t.Errorf("per-second %v: a batch held by its window answered %v, want the call timeout", lane.perSecond, err)
@@ -475,11 +476,11 @@ func TestContextCancelDoesNotBlockTheShard(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := r.Increment(ctx, []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := r.Apply(ctx, []engine.CounterOp{{Key: "k", Hits: 1}}, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v", err)
 	}
 	close(b.gate)
-	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}); err != nil {
+	if err := r.Apply(context.Background(), []engine.CounterOp{{Key: "k", Hits: 1}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
@@ -489,23 +490,12 @@ func TestOptionsValidate(t *testing.T) {
 	for _, o := range []actors.Options{
 		{},
 		{Backend: func(int) engine.Backend { return nil }, Shards: -1},
-		{Backend: func(int) engine.Backend { return nil }, Pipeline: actors.Pipeline{Window: -time.Second}},
-		{Backend: func(int) engine.Backend { return nil }, Hold: -time.Second},
+		{Backend: func(int) engine.Backend { return nil }, Batch: actors.BatchPolicy{Pipeline: actors.Pipeline{Window: -time.Second}}},
+		{Backend: func(int) engine.Backend { return nil }, Batch: actors.BatchPolicy{Hold: -time.Second}},
 	} {
 		if _, err := actors.New(o); err == nil {
 			t.Errorf("%+v: no error", o)
 		}
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -516,11 +506,11 @@ type panicky struct {
 	panicked atomic.Bool
 }
 
-func (p *panicky) IncrementBatch(ctx context.Context, b []engine.Increment) error {
+func (p *panicky) Exec(ctx context.Context, b []engine.CounterOp) error {
 	if p.panicked.CompareAndSwap(false, true) {
 		panic("bug in backend")
 	}
-	return p.mem.IncrementBatch(ctx, b)
+	return p.mem.Exec(ctx, b)
 }
 func (p *panicky) Close() error { return nil }
 func (p *panicky) Inline() bool { return true }
@@ -534,11 +524,11 @@ func TestShardRestartAnswersWaiters(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.Increment(ctx, []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, actors.ErrShardRestarted) {
+	if err := r.Apply(ctx, []engine.CounterOp{{Key: "k", Hits: 1}}, nil); !errors.Is(err, actors.ErrShardRestarted) {
 		t.Fatalf("first call: %v", err)
 	}
-	ops := []engine.Increment{{Key: "k", Hits: 1}}
-	if err := r.Increment(ctx, ops); err != nil || ops[0].After != 1 {
+	ops := []engine.CounterOp{{Key: "k", Hits: 1}}
+	if err := r.Apply(ctx, ops, nil); err != nil || ops[0].After != 1 {
 		t.Fatalf("after restart: %v, count %d", err, ops[0].After)
 	}
 }
@@ -556,14 +546,14 @@ func TestIncrementReturnsWithinCallTimeout(t *testing.T) {
 	if got := r.WaitBound(); got != 50*time.Millisecond {
 		t.Fatalf("WaitBound %v", got)
 	}
-	if err := r.Increment(context.Background(), []engine.Increment{{Key: "k", Hits: 1}}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := r.Apply(context.Background(), []engine.CounterOp{{Key: "k", Hits: 1}}, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want a deadline error", err)
 	}
 	close(b.gate)
 	// The router still works, and pooled state from the abandoned call is not reused.
 	for i := 0; i < 3; i++ {
-		ops := []engine.Increment{{Key: "fresh", Hits: 1, TTL: time.Minute}}
-		if err := r.Increment(context.Background(), ops); err != nil || ops[0].After != uint64(i+1) {
+		ops := []engine.CounterOp{{Key: "fresh", Hits: 1, TTL: time.Minute}}
+		if err := r.Apply(context.Background(), ops, nil); err != nil || ops[0].After != uint64(i+1) {
 			t.Fatalf("after a timeout, increment %d: %v, count %d", i+1, err, ops[0].After)
 		}
 	}
@@ -586,28 +576,28 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 		after uint64
 	}
 	results := make(chan result, 10)
-	send := func(name string, op engine.Increment) {
-		ops := []engine.Increment{op}
-		if err := r.Increment(context.Background(), ops); err != nil {
+	send := func(name string, op engine.CounterOp) {
+		ops := []engine.CounterOp{op}
+		if err := r.Apply(context.Background(), ops, nil); err != nil {
 			t.Error(err)
 		}
 		results <- result{name, ops[0].After}
 	}
-	go send("first", engine.Increment{Key: "k", Hits: 4, TTL: time.Minute})
-	waitFor(t, func() bool { return b.calls.Load() == 1 })
+	go send("first", engine.CounterOp{Key: "k", Hits: 4, TTL: time.Minute})
+	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	queued := []struct {
 		name string
-		op   engine.Increment
+		op   engine.CounterOp
 	}{
-		{"read1", engine.Increment{Key: "k", Kind: engine.OpGet}},
-		{"inc2", engine.Increment{Key: "k", Hits: 2, TTL: time.Minute}},
-		{"read2", engine.Increment{Key: "k", Kind: engine.OpGet, Hits: 100}}, // a read's hits count nowhere
-		{"inc3", engine.Increment{Key: "k", Hits: 3, TTL: time.Minute}},
-		{"other", engine.Increment{Key: "o", Kind: engine.OpGet}},
+		{"read1", engine.CounterOp{Key: "k", Kind: engine.OpGet}},
+		{"inc2", engine.CounterOp{Key: "k", Hits: 2, TTL: time.Minute}},
+		{"read2", engine.CounterOp{Key: "k", Kind: engine.OpGet, Hits: 100}}, // a read's hits count nowhere
+		{"inc3", engine.CounterOp{Key: "k", Hits: 3, TTL: time.Minute}},
+		{"other", engine.CounterOp{Key: "o", Kind: engine.OpGet}},
 	}
 	for i, q := range queued {
 		go send(q.name, q.op)
-		waitFor(t, func() bool { return r.Pending(0) == i+1 })
+		testenv.Eventually(t, "pending == i+1", func() bool { return r.Pending(0) == i+1 })
 	}
 	b.gate <- struct{}{}
 	b.gate <- struct{}{}
@@ -629,7 +619,7 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 	second := b.batches[1]
 	if len(second) != 3 ||
 		second[0].Key != "k" || second[0].Kind != engine.OpGet ||
-		second[1].Key != "k" || second[1].Kind != engine.OpIncrement || second[1].Hits != 5 ||
+		second[1].Key != "k" || second[1].Kind != engine.OpAdd || second[1].Hits != 5 ||
 		second[2].Key != "o" || second[2].Kind != engine.OpGet {
 		t.Fatalf("second batch %+v: want read k, increment k by 5, read o", second)
 	}
@@ -642,13 +632,13 @@ func TestSingleReadKeepsItsKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	inc := []engine.Increment{{Key: "k", Hits: 2, TTL: time.Minute}}
-	if err := r.Increment(context.Background(), inc); err != nil {
+	inc := []engine.CounterOp{{Key: "k", Hits: 2, TTL: time.Minute}}
+	if err := r.Apply(context.Background(), inc, nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		get := []engine.Increment{{Key: "k", Kind: engine.OpGet, Hits: 1, TTL: time.Minute}}
-		if err := r.Increment(context.Background(), get); err != nil || get[0].After != 2 {
+		get := []engine.CounterOp{{Key: "k", Kind: engine.OpGet, Hits: 1, TTL: time.Minute}}
+		if err := r.Apply(context.Background(), get, nil); err != nil || get[0].After != 2 {
 			t.Fatalf("read: %v, After %d, want 2", err, get[0].After)
 		}
 	}
@@ -692,14 +682,14 @@ func TestManyOpRequestsExact(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ops := make([]engine.Increment, tc.opsPerReq)
+					ops := make([]engine.CounterOp, tc.opsPerReq)
 					for n := next.Add(1); n <= requests; n = next.Add(1) {
 						for j := range ops {
 							// Op j names key (n+j)%keys: a request repeats keys
 							// once it has more ops than there are keys.
-							ops[j] = engine.Increment{Key: fmt.Sprintf("key-%d", (int(n)+j)%keys), Hits: 1, TTL: time.Minute}
+							ops[j] = engine.CounterOp{Key: fmt.Sprintf("key-%d", (int(n)+j)%keys), Hits: 1, TTL: time.Minute}
 						}
-						if err := r.Increment(context.Background(), ops); err != nil {
+						if err := r.Apply(context.Background(), ops, nil); err != nil {
 							t.Error(err)
 							return
 						}

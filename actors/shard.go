@@ -19,23 +19,24 @@ func isInline(b engine.Backend) bool {
 	return ok && ib.Inline()
 }
 
-// backendCall is one batch handed to a lane's workers.
+// backendCall is one call handed to a lane's workers: the coalesced
+// operations, the slot of each item among them, and the items to answer.
 type backendCall struct {
-	uniq  []engine.Increment
+	uniq  []engine.CounterOp
 	slot  []int
-	batch []item
+	items []item
 }
 
-type flushDone struct{ backend int }
-type windowElapsed struct{ backend int }
+type callDone struct{ lane laneID }
+type windowElapsed struct{ lane laneID }
 
 // lane is a shard's state for one backend.
 type lane struct {
 	pending  []item
 	inFlight int
 	timer    *time.Timer
-	// current is the batch of an inline call being made, so a crash in the
-	// middle of it still answers its waiters.
+	// current is the items of an inline call being made, so a crash in
+	// the middle of it still answers its waiters.
 	current []item
 }
 
@@ -43,50 +44,50 @@ type lane struct {
 type shard struct {
 	r        *Router
 	index    int
-	backends [2]engine.Backend
-	lanes    [2]lane
+	backends [laneCount]engine.Backend
+	lanes    [laneCount]lane
 	// work feeds each network lane's MaxInFlight workers. It is set before
 	// the shard starts and never changes; its capacity is MaxInFlight, and a
 	// lane never has more calls out than that, so a send never blocks.
-	work [2]chan backendCall
+	work [laneCount]chan backendCall
 	// pending mirrors the number of queued items for observers outside the
 	// actor (metrics, tests); the lanes remain the truth.
 	pending atomic.Int64
-	// waitSince is when the shard first held new arrivals for decisions
-	// announced by Router.Expect, since its last call; zero when it has not.
-	waitSince time.Time
+	// holdSince is when the shard first held new arrivals for open
+	// batches since its last call; zero when it has not.
+	holdSince time.Time
 }
 
 func (s *shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *incrementMsg:
-		var touched [2]bool
+	case *applyMsg:
+		var touched [laneCount]bool
 		for _, it := range m.items {
-			b := 0
-			if it.op.PerSecond && s.backends[1] != nil {
-				b = 1
+			id := laneMain
+			if it.op.PerSecond && s.backends[lanePerSecond] != nil {
+				id = lanePerSecond
 			}
-			s.lanes[b].pending = append(s.lanes[b].pending, it)
-			touched[b] = true
+			s.lanes[id].pending = append(s.lanes[id].pending, it)
+			touched[id] = true
 		}
 		s.pending.Add(int64(len(m.items)))
-		for b := range touched {
-			if touched[b] {
-				s.maybeFlush(ctx, b, false)
+		for id := range touched {
+			if touched[id] {
+				s.maybeFlush(ctx, laneID(id), false)
 			}
 		}
-	case flushDone:
-		if s.lanes[m.backend].inFlight > 0 {
-			s.lanes[m.backend].inFlight--
+	case callDone:
+		if s.lanes[m.lane].inFlight > 0 {
+			s.lanes[m.lane].inFlight--
 		}
-		s.maybeFlush(ctx, m.backend, true)
-	case expectDone:
-		for b := range s.lanes {
-			s.maybeFlush(ctx, b, false)
+		s.maybeFlush(ctx, m.lane, true)
+	case batchesClosed:
+		for id := range s.lanes {
+			s.maybeFlush(ctx, laneID(id), false)
 		}
 	case windowElapsed:
-		s.lanes[m.backend].timer = nil
-		s.maybeFlush(ctx, m.backend, true)
+		s.lanes[m.lane].timer = nil
+		s.maybeFlush(ctx, m.lane, true)
 	case *actor.Stopping:
 		s.failAll(ErrClosed)
 	case *actor.Restarting:
@@ -96,9 +97,9 @@ func (s *shard) Receive(ctx actor.Context) {
 
 // failAll answers every waiter the shard still holds.
 func (s *shard) failAll(err error) {
-	s.waitSince = time.Time{}
-	for b := range s.lanes {
-		l := &s.lanes[b]
+	s.holdSince = time.Time{}
+	for id := range s.lanes {
+		l := &s.lanes[id]
 		if l.timer != nil {
 			l.timer.Stop()
 			l.timer = nil
@@ -114,145 +115,156 @@ func (s *shard) failAll(err error) {
 	}
 }
 
-// maybeFlush sends the lane's batch if the backend may take another call.
-// now says a call has just returned or a window elapsed: what waited leaves.
-// Otherwise (new arrivals, or an expected decision sent) a batch leaves at
-// once only if no call is out or it has ParallelMin keys; with a pipeline
-// window a new batch waits for the window first, unless it is already full,
-// and nothing new leaves while an expected decision holds the shard.
-func (s *shard) maybeFlush(ctx actor.Context, b int, now bool) {
-	l := &s.lanes[b]
-	o := &s.r.o
-	p := o.pipeline(b)
-	for len(l.pending) > 0 && l.inFlight < o.MaxInFlight {
-		full := p.full(len(l.pending))
-		if !now && !full && s.work[b] != nil && s.held() {
-			return // the expected decision sends it
+// state is lane id's state as nextStep sees it. callEnded says a call has
+// just returned or a window elapsed.
+func (s *shard) state(id laneID, callEnded bool) laneState {
+	l := &s.lanes[id]
+	st := laneState{
+		pending:     len(l.pending),
+		inFlight:    l.inFlight,
+		maxInFlight: s.r.o.MaxInFlight,
+		callEnded:   callEnded,
+		network:     s.work[id] != nil,
+	}
+	// Only a network lane can be held: an inline one reads neither the
+	// open batches (a counter every batch writes) nor the clock.
+	if st.network && !callEnded {
+		st.batchOpen = s.r.openBatches.Load() > 0
+		if st.batchOpen && !s.holdSince.IsZero() {
+			st.holdExpired = time.Since(s.holdSince) >= s.r.o.Batch.Hold
 		}
-		if l.inFlight > 0 && !now && !full && len(l.pending) < o.ParallelMin {
-			// A call is out: what arrives rides with the next one, sent
-			// as soon as a call returns (group commit). Opening another
-			// call in parallel pays only for a batch worth its round trip.
+	}
+	return st
+}
+
+// maybeFlush sends lane id's pending operations as its next steps say,
+// until it has to wait. callEnded says a call has just returned or a
+// window elapsed.
+func (s *shard) maybeFlush(ctx actor.Context, id laneID, callEnded bool) {
+	l := &s.lanes[id]
+	p := &s.r.o.Batch
+	pl := p.pipeline(id)
+	for {
+		switch nextStep(s.state(id, callEnded), p.ParallelMin, pl) {
+		case stepIdle, stepGroup:
 			return
-		}
-		if p.Window > 0 && !now && l.inFlight == 0 && !full {
+		case stepHold:
+			if s.holdSince.IsZero() {
+				s.holdSince = time.Now()
+			}
+			return
+		case stepWindow:
 			if l.timer == nil {
 				self := ctx.Self()
 				root := s.r.system.Root
-				l.timer = time.AfterFunc(p.Window, func() {
+				l.timer = time.AfterFunc(pl.Window, func() {
 					if !s.r.stopping.Load() {
-						root.Send(self, windowElapsed{b})
+						root.Send(self, windowElapsed{id})
 					}
 				})
 			}
 			return
 		}
-		if l.timer != nil {
-			l.timer.Stop()
-			l.timer = nil
-		}
-		n := len(l.pending)
-		if p.full(n) {
-			n = p.MaxKeys
-		}
-		batch := l.pending[:n:n]
-		l.pending = l.pending[n:]
-		s.pending.Add(-int64(n))
-		s.flush(b, batch)
-		if len(l.pending) == 0 {
-			if s.work[b] == nil {
-				// The inline call is over: its array takes the next arrivals.
-				clear(batch)
-				l.pending = batch[:0]
-			} else {
-				// The call out keeps batch. The next batch is likely about
-				// as big: one array of that size instead of a doubling
-				// series as it arrives.
-				l.pending = make([]item, 0, n)
-			}
-		}
-		now = true
+		s.sendPending(id, pl)
+		callEnded = true
 	}
 }
 
-// held reports whether decisions announced by Router.Expect hold the
-// shard's network lanes: for at most Hold since the shard first waited for
-// them after its last call.
-func (s *shard) held() bool {
-	if s.r.expecting.Load() == 0 {
-		return false
+// sendPending makes one call of lane id's pending operations, at most a
+// full pipeline of them.
+func (s *shard) sendPending(id laneID, pl Pipeline) {
+	l := &s.lanes[id]
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
 	}
-	if s.waitSince.IsZero() {
-		s.waitSince = time.Now()
-		return true
+	n := len(l.pending)
+	if pl.full(n) {
+		n = pl.MaxKeys
 	}
-	return time.Since(s.waitSince) < s.r.o.Hold
-}
-
-// flush makes one backend call for batch: inline for a backend without I/O,
-// otherwise on one of the lane's workers.
-func (s *shard) flush(b int, batch []item) {
-	s.waitSince = time.Time{}
-	uniq, slot := coalesce(batch)
-	if s.work[b] == nil {
-		l := &s.lanes[b]
-		l.current = batch
-		err := s.backends[b].IncrementBatch(context.Background(), uniq)
-		l.current = nil
-		answer(uniq, slot, batch, err)
+	items := l.pending[:n:n]
+	l.pending = l.pending[n:]
+	s.pending.Add(-int64(n))
+	s.flush(id, items)
+	if len(l.pending) > 0 {
 		return
 	}
-	s.lanes[b].inFlight++
-	s.work[b] <- backendCall{uniq: uniq, slot: slot, batch: batch}
+	if s.work[id] == nil {
+		// The inline call is over: its array takes the next arrivals.
+		clear(items)
+		l.pending = items[:0]
+	} else {
+		// The call out keeps items. The next call is likely about as
+		// big: one array of that size instead of a doubling series as
+		// it arrives.
+		l.pending = make([]item, 0, n)
+	}
+}
+
+// flush makes one backend call for items: inline for a backend without
+// I/O, otherwise on one of the lane's workers.
+func (s *shard) flush(id laneID, items []item) {
+	s.holdSince = time.Time{}
+	uniq, slot := coalesce(items)
+	if s.work[id] == nil {
+		l := &s.lanes[id]
+		l.current = items
+		err := s.backends[id].Exec(context.Background(), uniq)
+		l.current = nil
+		answer(uniq, slot, items, err)
+		return
+	}
+	s.lanes[id].inFlight++
+	s.work[id] <- backendCall{uniq: uniq, slot: slot, items: items}
 }
 
 // worker makes the backend calls of one lane, one at a time, for as long as
 // the Router runs. Long-lived workers keep their grown stacks and need no
-// goroutine per call (both showed in profiles at low load); each answers its
-// waiters itself and then tells the shard, which sends what piled up.
-func (r *Router) worker(s *shard, b int, self *actor.PID) {
+// goroutine per call; each answers its waiters itself and then tells the
+// shard, which sends what piled up.
+func (r *Router) worker(s *shard, id laneID, self *actor.PID) {
 	defer r.workers.Done()
-	backend := s.backends[b]
-	for c := range s.work[b] {
+	backend := s.backends[id]
+	for c := range s.work[id] {
 		cctx, cancel := context.WithTimeout(r.callCtx, r.o.CallTimeout)
-		err := backend.IncrementBatch(cctx, c.uniq)
+		err := backend.Exec(cctx, c.uniq)
 		cancel()
-		answer(c.uniq, c.slot, c.batch, err)
+		answer(c.uniq, c.slot, c.items, err)
 		if !r.stopping.Load() {
-			r.system.Root.Send(self, flushDone{b})
+			r.system.Root.Send(self, callDone{id})
 		}
 	}
 }
 
-// singleSlot is the slots of a one-item batch; shared, never written.
+// singleSlot is the slots of a one-item call; shared, never written.
 var singleSlot = []int{0}
 
-// linearMax is the largest batch whose equal keys coalesce finds by
+// linearMax is the largest call whose equal keys coalesce finds by
 // comparing with the keys seen so far rather than through a map: cheaper
-// for the few keys of one request or of a batch at low load.
+// for the few keys of one request or of a call at low load.
 const linearMax = 16
 
 // coalesce merges the items of equal key and kind: slot[i] is the index in
-// uniq of batch[i]'s entry. Token bucket steps are never merged: each stays
+// uniq of items[i]'s entry. Token bucket steps are never merged: each stays
 // its own entry, in arrival order, and the backend applies them in that
 // order.
-func coalesce(batch []item) (uniq []engine.Increment, slot []int) {
-	if len(batch) == 1 {
-		op := *batch[0].op
+func coalesce(items []item) (uniq []engine.CounterOp, slot []int) {
+	if len(items) == 1 {
+		op := *items[0].op
 		op.After = 0
-		return []engine.Increment{op}, singleSlot
+		return []engine.CounterOp{op}, singleSlot
 	}
-	uniq = make([]engine.Increment, 0, len(batch))
-	slot = make([]int, len(batch))
+	uniq = make([]engine.CounterOp, 0, len(items))
+	slot = make([]int, len(items))
 	type kindKey struct {
 		key  string
 		kind engine.OpKind
 	}
 	var index map[kindKey]int
-	if len(batch) > linearMax {
-		index = make(map[kindKey]int, len(batch))
+	if len(items) > linearMax {
+		index = make(map[kindKey]int, len(items))
 	}
-	for i, it := range batch {
+	for i, it := range items {
 		if it.op.Kind == engine.OpTokenBucket {
 			op := *it.op
 			op.After = 0
@@ -275,7 +287,7 @@ func coalesce(batch []item) (uniq []engine.Increment, slot []int) {
 		}
 		if !seen {
 			u = len(uniq)
-			uniq = append(uniq, engine.Increment{Key: k.key, Kind: k.kind})
+			uniq = append(uniq, engine.CounterOp{Key: k.key, Kind: k.kind})
 			if index != nil {
 				index[k] = u
 			}
@@ -289,20 +301,20 @@ func coalesce(batch []item) (uniq []engine.Increment, slot []int) {
 }
 
 // answer hands every waiter its count, in arrival order, as if its hits
-// were applied in that order: the key's value before the batch plus the
+// were applied in that order: the key's value before the call plus the
 // hits of the waiters ahead of it. A read (OpGet) and a bucket step get the
 // backend's answer as it is. It uses each uniq entry's Hits as the running
-// count: the call is over and the entries are this batch's own.
-func answer(uniq []engine.Increment, slot []int, batch []item, err error) {
+// count: the call is over and the entries are this call's own.
+func answer(uniq []engine.CounterOp, slot []int, items []item, err error) {
 	if err == nil {
 		for u := range uniq {
-			uniq[u].Hits = uniq[u].After - min(uniq[u].After, uniq[u].Hits) // the key's value before this batch
+			uniq[u].Hits = uniq[u].After - min(uniq[u].After, uniq[u].Hits) // the key's value before this call
 		}
 	}
-	for i, it := range batch {
+	for i, it := range items {
 		if err == nil {
 			u := &uniq[slot[i]]
-			if u.Kind == engine.OpIncrement {
+			if u.Kind == engine.OpAdd {
 				u.Hits += it.op.Hits
 				it.op.After = u.Hits
 			} else {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -47,93 +46,146 @@ func ParseAlgorithm(s string) (Algorithm, bool) {
 	return FixedWindow, false
 }
 
-// tokenBucketSuffix ends a token bucket's cache key instead of the window
-// start (a bucket has no window), so it never collides with a counter.
-const tokenBucketSuffix = "tb"
-
-// bucketInterval is the time one token takes to come back, in microseconds
-// (at least 1: rates above a million per second per key are capped there).
-func bucketInterval(rpu uint32, unit Unit) int64 {
-	us := unit.Seconds() * 1e6
-	if rpu == 0 {
-		return max(us, 1) // its burst is 0: nothing is admitted anyway
-	}
-	return max((us+int64(rpu)-1)/int64(rpu), 1)
+// counting is what an algorithm does for one descriptor of a decision:
+// the counter operations it makes and how it judges their answers. Each
+// algorithm is a type of its own (fixed.go, sliding.go, bucket.go).
+type counting interface {
+	// admit refuses hits the rule can never admit.
+	admit(in *limitInfo) error
+	// key is the descriptor's cache key.
+	key(s *Service, d *descriptorAt, in *limitInfo) string
+	// appendOps appends the descriptor's counter operations to ops and
+	// points in at them.
+	appendOps(s *Service, d *descriptorAt, in *limitInfo, ops []CounterOp) []CounterOp
+	// overIfCounted reports whether hits on top of what stop-increment
+	// mode's read found would put the descriptor over its limit.
+	overIfCounted(in *limitInfo, reads []CounterOp, hits uint64, now time.Time) bool
+	// fill takes the counts of in's operations; wanted (stop-increment
+	// mode) holds the hits each operation would have carried.
+	fill(in *limitInfo, ops []CounterOp, wanted []uint64)
+	// counts is the descriptor's count before and after its hits, as
+	// judged against in.limitN.
+	counts(in *limitInfo, now time.Time) (before, after uint64)
+	// reset is the status's DurationUntilReset when the decision is
+	// verdict; window is the time left in the fixed window.
+	reset(in *limitInfo, v verdict, window time.Duration, now time.Time) time.Duration
+	// cacheTTL is how long an over-limit key stays in the local cache.
+	cacheTTL(unit time.Duration, reset time.Duration) time.Duration
 }
 
-// maxBucketSpan bounds Burst × Interval (microseconds, about 142 years), so
-// that a TAT stays exact in the Redis script's doubles (2^53).
-const maxBucketSpan = 1 << 52
+// verdict is what a descriptor's decision came to.
+type verdict uint8
 
-// bucketBurst is the capacity: the rule's burst, or requests_per_unit (0
-// when requests_per_unit is 0: nothing is admitted), capped by maxBucketSpan.
-func bucketBurst(l *RateLimit, rpu uint32, interval int64) int64 {
-	if rpu == 0 {
-		return 0
+const (
+	within    verdict = iota
+	over              // over its limit, by the counters
+	localOver         // over its limit, by the local over-limit cache
+)
+
+// The compile-time check that each algorithm has all of counting.
+var (
+	_ counting = fixedWindow{}
+	_ counting = slidingWindow{}
+	_ counting = tokenBucket{}
+)
+
+// The methods of an Algorithm's counting, called through a switch rather
+// than the interface: a pointer handed to a dynamic call escapes, and a
+// decision's working state (its limitInfos, on the stack) would move to
+// the heap with it.
+
+func (a Algorithm) admit(in *limitInfo) error {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.admit(in)
+	case TokenBucket:
+		return tokenBucket{}.admit(in)
 	}
-	b := int64(rpu)
-	if l.Burst > 0 {
-		b = int64(l.Burst)
-	}
-	return min(b, maxBucketSpan/interval)
+	return fixedWindow{}.admit(in)
 }
 
-// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
-// bucketUsage turns a step's found TAT into the numbers the fixed-window
-// arithmetic judges: tokens in use before and after the step (the hits
-// added, whether or not the bucket took them), and the burst as the limit.
-// A step is refused exactly when after > limit, as in TokenBucketStep.
-func bucketUsage(op *Increment) (before, after, limit uint64) {
-	debt := max(int64(op.After)-op.Now, 0)
-	if op.Interval <= 0 {
-		return 0, op.Hits, uint64(op.Burst)
+func (a Algorithm) key(s *Service, d *descriptorAt, in *limitInfo) string {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.key(s, d, in)
+	case TokenBucket:
+		return tokenBucket{}.key(s, d, in)
 	}
-	used := uint64(ceilDiv(debt, op.Interval))
-	return used, used + op.Hits, uint64(op.Burst)
+	return fixedWindow{}.key(s, d, in)
 }
 
-// bucketWait is the time until the bucket holds one more token than now
-// (0 when it is full), given the TAT after the step.
-func bucketWait(tat, now, interval int64) time.Duration {
-	debt := max(tat-now, 0)
-	if debt == 0 || interval <= 0 {
-		return 0
+func (a Algorithm) appendOps(s *Service, d *descriptorAt, in *limitInfo, ops []CounterOp) []CounterOp {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.appendOps(s, d, in, ops)
+	case TokenBucket:
+		return tokenBucket{}.appendOps(s, d, in, ops)
 	}
-	rem := debt % interval
-	if rem == 0 {
-		rem = interval
-	}
-	return time.Duration(rem) * time.Microsecond
+	return fixedWindow{}.appendOps(s, d, in, ops)
 }
 
-// slidingWeight is the previous window's count × the share of that window
-// still inside the rolling window ending now, rounded down.
-func slidingWeight(prev uint64, now time.Time, unitSec int64) uint64 {
-	unitNs := unitSec * int64(time.Second)
-	elapsed := now.UnixNano() - (now.Unix()/unitSec)*unitSec*int64(time.Second)
-	if prev == 0 || elapsed >= unitNs {
-		return 0
+func (a Algorithm) overIfCounted(in *limitInfo, reads []CounterOp, hits uint64, now time.Time) bool {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.overIfCounted(in, reads, hits, now)
+	case TokenBucket:
+		return tokenBucket{}.overIfCounted(in, reads, hits, now)
 	}
-	left := uint64(unitNs - elapsed)
-	if prev > math.MaxUint64/left {
-		return uint64(float64(prev) * float64(left) / float64(unitNs))
-	}
-	return prev * left / uint64(unitNs)
+	return fixedWindow{}.overIfCounted(in, reads, hits, now)
 }
 
-// slidingClearIn is how long until the estimate, with cur hits in the
-// current window, is back within limit (prev decays linearly to 0 at the
-// window's end; cur only grows until then).
-func slidingClearIn(prev, cur, limit uint64, now time.Time, unitSec int64) time.Duration {
-	windowEnd := time.Unix((now.Unix()/unitSec+1)*unitSec, 0)
-	untilEnd := windowEnd.Sub(now)
-	if cur >= limit || prev == 0 {
-		return untilEnd
+func (a Algorithm) fill(in *limitInfo, ops []CounterOp, wanted []uint64) {
+	switch a {
+	case SlidingWindow:
+		slidingWindow{}.fill(in, ops, wanted)
+	case TokenBucket:
+		tokenBucket{}.fill(in, ops, wanted)
+	default:
+		fixedWindow{}.fill(in, ops, wanted)
 	}
-	// prev × left/unit ≤ limit - cur  ⇔  left ≤ (limit - cur) × unit / prev
-	unit := time.Duration(unitSec) * time.Second
-	maxLeft := time.Duration(float64(limit-cur) / float64(prev) * float64(unit))
-	return max(untilEnd-maxLeft, 0)
+}
+
+func (a Algorithm) counts(in *limitInfo, now time.Time) (before, after uint64) {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.counts(in, now)
+	case TokenBucket:
+		return tokenBucket{}.counts(in, now)
+	}
+	return fixedWindow{}.counts(in, now)
+}
+
+func (a Algorithm) reset(in *limitInfo, v verdict, window time.Duration, now time.Time) time.Duration {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.reset(in, v, window, now)
+	case TokenBucket:
+		return tokenBucket{}.reset(in, v, window, now)
+	}
+	return fixedWindow{}.reset(in, v, window, now)
+}
+
+func (a Algorithm) cacheTTL(unit, reset time.Duration) time.Duration {
+	switch a {
+	case SlidingWindow:
+		return slidingWindow{}.cacheTTL(unit, reset)
+	case TokenBucket:
+		return tokenBucket{}.cacheTTL(unit, reset)
+	}
+	return fixedWindow{}.cacheTTL(unit, reset)
+}
+
+// descriptorAt is descriptor i of a request, at time now: what cache keys
+// and operations are made of.
+type descriptorAt struct {
+	req  *Request
+	i    int
+	now  time.Time
+	unix int64
+}
+
+// windowKey is the descriptor's key for the window of unit that starts
+// at or before unix.
+func (s *Service) windowKey(d *descriptorAt, in *limitInfo, unit Unit, unix int64) string {
+	return s.cacheKey(d.req.Domain, d.req.Descriptors[d.i].Entries, in.m.sharedValues, unit, unix)
 }

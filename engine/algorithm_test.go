@@ -11,6 +11,7 @@ import (
 )
 
 func TestAlgorithmConfig(t *testing.T) {
+	t.Parallel()
 	bad := []struct{ rateLimit, want string }{
 		{"{unit: second, requests_per_unit: 1, algorithm: leaky_bucket}", "invalid rate limit algorithm 'leaky_bucket' (want fixed_window, sliding_window or token_bucket)"},
 		{"{unit: second, requests_per_unit: 1, burst: 4}", "burst is only valid with algorithm token_bucket, not fixed_window"},
@@ -47,6 +48,7 @@ func headerMap(r *engine.Response) string {
 }
 
 func TestTokenBucketDecisions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.Headers.Enabled = true }, "algorithms.yaml")
 	r := func() *engine.Request { return req("algo", kv("tb", "x")) }
 	type step struct {
@@ -91,6 +93,7 @@ func TestTokenBucketDecisions(t *testing.T) {
 }
 
 func TestTokenBucketWithEngineFeatures(t *testing.T) {
+	t.Parallel()
 	t.Run("hits_addend 0 checks without taking", func(t *testing.T) {
 		f := newFixture(t, nil, "algorithms.yaml")
 		r := req("algo", kv("tb", "x"))
@@ -177,6 +180,7 @@ func TestTokenBucketWithEngineFeatures(t *testing.T) {
 }
 
 func TestSlidingWindowDecisions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "algorithms.yaml") // t0 is 4 s into a minute
 	r := func() *engine.Request { return req("algo", kv("sw", "x")) }
 	for i := range 11 {
@@ -205,13 +209,14 @@ func TestSlidingWindowDecisions(t *testing.T) {
 		}
 	}
 	last := f.counter.ops[len(f.counter.ops)-1]
-	if len(last) != 2 || last[0].Kind != engine.OpIncrement || last[0].TTL != 120*time.Second ||
+	if len(last) != 2 || last[0].Kind != engine.OpAdd || last[0].TTL != 120*time.Second ||
 		last[1].Kind != engine.OpGet || last[1].Key != "algo_sw_x_1795313460" {
 		t.Fatalf("ops %+v", last)
 	}
 }
 
 func TestAlgorithmsQuotaModeAndLocalCache(t *testing.T) {
+	t.Parallel()
 	t.Run("quota mode: over on one quota descriptor is OK while another passes", func(t *testing.T) {
 		f := newFixture(t, nil, "algorithms.yaml")
 		f.do(t, req("algo", kv("swquota", "x")))
@@ -269,7 +274,7 @@ func FuzzAlgorithmDecisions(f *testing.F) {
 			r.Descriptors[0].HitsAddend = &hits
 			resp, err := fx.svc.ShouldRateLimit(context.Background(), r)
 			if hits > engine.MaxHitsAddend {
-				// More than a counter can take: the caller's error (issue 10).
+				// More than a counter can take: the caller's error.
 				if !errors.Is(err, engine.ErrInvalidRequest) {
 					t.Fatalf("hits %d: %v, want ErrInvalidRequest", hits, err)
 				}

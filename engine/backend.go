@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// OpKind says what a backend does with one Increment.
+// OpKind says what a backend does with one CounterOp.
 type OpKind uint8
 
 const (
-	// OpIncrement adds Hits and sets the TTL (Redis INCRBY + EXPIRE); After is the new value.
-	OpIncrement OpKind = iota
+	// OpAdd adds Hits and sets the TTL (Redis INCRBY + EXPIRE); After is the new value.
+	OpAdd OpKind = iota
 	// OpGet reads the counter without changing it or its TTL (Redis GET); After is the value, 0 if missing.
 	OpGet
 	// OpTokenBucket is one GCRA step on a bucket whose only state is its
@@ -19,24 +19,25 @@ const (
 	// when the bucket is full again) if that is at most Burst×Interval past
 	// Now, and otherwise changes nothing. After is the TAT the step found
 	// (0 if missing): the engine redoes the same comparison to decide.
-	// Steps on one key are applied in the order they appear in a batch, so
+	// Steps on one key are applied in the order they appear in a call, so
 	// N waiters coalesced on one key get the answers they would get one by
 	// one; the shard never merges them.
 	OpTokenBucket
 )
 
-// Increment is one counter update: add Hits to the counter at Key, set its
-// expiry to TTL from now, and report the count after the add in After.
-// Hits may be 0, which reads the counter without changing it (the reference
-// still sends INCRBY 0 + EXPIRE, so the key's TTL is refreshed).
-type Increment struct {
+// CounterOp is one counter operation, as Kind says: an add (OpAdd: add Hits
+// to the counter at Key, set its expiry to TTL from now, and report the
+// count after the add in After), a read (OpGet) or a token bucket step
+// (OpTokenBucket). An add of 0 hits reads the counter and refreshes its TTL
+// (the reference still sends INCRBY 0 + EXPIRE).
+type CounterOp struct {
 	Key  string
 	Hits uint64
 	TTL  time.Duration
-	// PerSecond routes the increment to the per-second backend when one is
+	// PerSecond routes the operation to the per-second backend when one is
 	// configured (rules with unit SECOND); backends ignore it.
 	PerSecond bool
-	// Kind is what to do; the zero value is OpIncrement.
+	// Kind is what to do; the zero value is OpAdd.
 	Kind OpKind
 	// Now (unix microseconds), Interval (microseconds per token) and Burst
 	// (tokens) are the inputs of an OpTokenBucket step; other kinds ignore them.
@@ -51,7 +52,7 @@ type Increment struct {
 // missing) and returns the TAT to store, or ok false when the step is
 // refused and nothing changes. Every backend uses it (the Redis script does
 // the same arithmetic), so they all decide alike.
-func TokenBucketStep(tat int64, op *Increment) (next int64, ok bool) {
+func TokenBucketStep(tat int64, op *CounterOp) (next int64, ok bool) {
 	if op.Hits > uint64(op.Burst) {
 		return tat, false // never fits; also keeps Hits×Interval from overflowing
 	}
@@ -80,21 +81,21 @@ func CeilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// Backend stores the counters. Batches arrive from one shard at a time with
-// unique (key, kind) pairs, except OpTokenBucket steps, which the shard never
-// merges and a backend applies in order; so a backend can send a whole batch
-// as one pipelined round trip.
+// Backend stores the counters. Each Exec is one call: operations arrive
+// from one shard at a time with unique (key, kind) pairs, except
+// OpTokenBucket steps, which the shard never merges and a backend applies
+// in order; so a backend can send a whole call as one pipelined round trip.
 type Backend interface {
-	// IncrementBatch applies every increment of the batch and fills After.
-	// An error fails the whole batch; it is returned to every waiter.
-	IncrementBatch(ctx context.Context, batch []Increment) error
+	// Exec applies every operation of the call and fills After.
+	// An error fails the whole call; it is returned to every waiter.
+	Exec(ctx context.Context, ops []CounterOp) error
 	// Close releases connections. The backend is not used after Close.
 	Close() error
 }
 
 // KeyValidator is implemented by backends that cannot store every key (memcache:
 // at most 250 bytes, no whitespace or control characters). The engine asks
-// before a key joins a batch, so one bad key fails its own request only.
+// before a key joins a call, so one bad key fails its own request only.
 type KeyValidator interface {
 	ValidateKey(key string) error
 }

@@ -10,6 +10,7 @@ import (
 // TestCeilSeconds: expiries and reset headers round up, so a counter never
 // expires before its window and a client is never told to retry too early.
 func TestCeilSeconds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		d    time.Duration
 		want int64

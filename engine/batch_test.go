@@ -54,6 +54,7 @@ func statsOf(s *stats.Store) string {
 // exactly as the same requests sent one after another, with one counter call
 // for all of them.
 func TestBatchDecidesAsOneByOne(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stop increment on limit %v", stop), func(t *testing.T) {
 			mutate := func(o *engine.Options) { o.StopIncrementOnLimit = stop }
@@ -78,7 +79,7 @@ func TestBatchDecidesAsOneByOne(t *testing.T) {
 					items = append(items, engine.BatchItem{Req: r})
 				}
 			}
-			batch.svc.ShouldRateLimitBatch(context.Background(), items)
+			batch.svc.ShouldRateLimitBatch(context.Background(), nil, items)
 			for i, it := range items {
 				want := outcome(one.svc.ShouldRateLimit(context.Background(), it.Req))
 				if got := outcome(it.Resp, it.Err); got != want {
@@ -98,6 +99,7 @@ func TestBatchDecidesAsOneByOne(t *testing.T) {
 // TestBatchBackendError: a counter failure fails the requests that had
 // something to count, and only those; their own errors stay theirs.
 func TestBatchBackendError(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	f.counter.err = errors.New("connection refused")
 	items := []engine.BatchItem{
@@ -106,7 +108,7 @@ func TestBatchBackendError(t *testing.T) {
 		{Req: req("", kv("k", "two"))},
 		{Req: req("probe", kv("near", "a"), kv("free", "x"))},
 	}
-	f.svc.ShouldRateLimitBatch(context.Background(), items)
+	f.svc.ShouldRateLimitBatch(context.Background(), nil, items)
 	for _, i := range []int{0, 3} {
 		if !errors.Is(items[i].Err, engine.ErrBackend) || !strings.Contains(items[i].Err.Error(), "connection refused") {
 			t.Errorf("request %d: got %v, want the backend's error", i, items[i].Err)
@@ -123,5 +125,76 @@ func TestBatchBackendError(t *testing.T) {
 	}
 	if got := f.stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != 1 {
 		t.Errorf("service_error = %d, want 1", got)
+	}
+}
+
+// closeRecorder is a batch that records its closes and, at the first, how
+// many counter calls had carried it (or a part of it) until then.
+type closeRecorder struct {
+	counter        *backendCounter
+	closes         int
+	callsAtClosing int
+}
+
+func (b *closeRecorder) Close() {
+	b.counter.mu.Lock()
+	defer b.counter.mu.Unlock()
+	if b.closes == 0 {
+		b.callsAtClosing = b.counter.batchCalls
+	}
+	b.closes++
+}
+
+// TestBatchClosedOnceSent: the batch is closed exactly once, and only
+// once every request with something to count has sent its first
+// operations: in stop-increment mode, where each request reads before it
+// counts on a goroutine of its own, one request's read must not end the
+// hold for the others.
+func TestBatchClosedOnceSent(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop=%v", stop), func(t *testing.T) {
+			f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = stop }, "probe.yaml")
+			items := []engine.BatchItem{
+				{Req: req("probe", kv("near", "a"))},
+				{Req: req("", kv("k", "two"))}, // its own error: nothing sent
+				{Req: req("probe", kv("near", "b"))},
+				{Req: req("probe", kv("near", "c"))},
+			}
+			b := &closeRecorder{counter: f.counter}
+			f.svc.ShouldRateLimitBatch(context.Background(), b, items)
+			want := 1 // one call for all
+			if stop {
+				want = 3 // each request's reads
+			}
+			if b.closes == 0 {
+				t.Fatal("the batch was not closed")
+			}
+			if b.callsAtClosing != want {
+				t.Errorf("closed after %d calls carrying it, want %d", b.callsAtClosing, want)
+			}
+			if f.counter.batchCalls != want {
+				t.Errorf("%d calls carried the batch, want %d", f.counter.batchCalls, want)
+			}
+		})
+	}
+}
+
+// TestBatchClosedWithNothingToSend: a batch whose requests all fail
+// before counting is closed all the same.
+func TestBatchClosedWithNothingToSend(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []bool{false, true} {
+		f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = stop }, "probe.yaml")
+		b := &closeRecorder{counter: f.counter}
+		f.svc.ShouldRateLimitBatch(context.Background(), b, []engine.BatchItem{{Req: req("")}})
+		if b.closes == 0 {
+			t.Errorf("stop=%v: the batch was not closed", stop)
+		}
+		b = &closeRecorder{counter: f.counter}
+		f.svc.ShouldRateLimitBatch(context.Background(), b, nil)
+		if b.closes == 0 {
+			t.Errorf("stop=%v: an empty batch was not closed", stop)
+		}
 	}
 }

@@ -58,8 +58,8 @@ func TestStatsHeapStaysFlat(t *testing.T) {
 	flush()
 	base := heapAfterGC()
 
-	// Unknown domains, one in a hundred 64 KiB long: every one used to stay
-	// as a stat for good (~70 MB here).
+	// Unknown domains, one in a hundred 64 KiB long: kept as stats for
+	// good, they would take ~70 MB here.
 	long := strings.Repeat("x", 64<<10)
 	for i := 0; i < domains; i++ {
 		d := fmt.Sprintf("unknown-%d", i)

@@ -10,6 +10,7 @@ import (
 
 // TestValidationErrors covers every message of ratelimit-compat.md §4.1.
 func TestValidationErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		files []string
@@ -104,6 +105,7 @@ func asConfigError(err error, target **engine.ConfigError) bool {
 }
 
 func TestAcceptedConfigs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		files []string
@@ -131,6 +133,7 @@ func TestAcceptedConfigs(t *testing.T) {
 }
 
 func TestDump(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml", "rl.yaml")
 	dump := f.svc.Config().Dump()
 	for _, line := range []string{
@@ -150,6 +153,7 @@ func TestDump(t *testing.T) {
 }
 
 func TestModelConfigFromXDSPath(t *testing.T) {
+	t.Parallel()
 	// xDS hands the engine a model, not YAML; it goes through the same checks.
 	dc := &engine.DomainConfig{Domain: "x", Descriptors: []engine.DescriptorConfig{
 		{Key: "a", RateLimit: &engine.RateLimitConfig{Unit: "MINUTE", RequestsPerUnit: 1}},
@@ -183,6 +187,7 @@ func FuzzParseYAML(f *testing.F) {
 
 // TestYAMLv2Semantics: files the reference (yaml.v2) loads load the same way.
 func TestYAMLv2Semantics(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, yaml string
 		check      func(t *testing.T, c *engine.Config, root *engine.DomainConfig)

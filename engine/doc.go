@@ -6,5 +6,8 @@
 //
 // Counters live behind the small Backend interface; engine/memory, engine/redis
 // and engine/memcache implement it. The engine never talks to a backend itself:
-// it hands increments to a Counter (the actors package batches them per shard).
+// it hands its counter operations to a Counter (the actors package gathers
+// those of many decisions into one backend call per shard), and the
+// requests a server read together to ShouldRateLimitBatch as one batch
+// (engine.Batch; docs/architecture.md draws the path).
 package engine

@@ -35,21 +35,26 @@ func (c *clock) Add(d time.Duration) {
 type backendCounter struct {
 	b     engine.Backend
 	calls int
-	ops   [][]engine.Increment
-	err   error
-	mu    sync.Mutex
+	// batchCalls counts the calls that carried a batch.
+	batchCalls int
+	ops        [][]engine.CounterOp
+	err        error
+	mu         sync.Mutex
 }
 
-func (c *backendCounter) Increment(ctx context.Context, ops []engine.Increment) error {
+func (c *backendCounter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
 	c.mu.Lock()
+	if batch != nil {
+		c.batchCalls++
+	}
 	c.calls++
-	c.ops = append(c.ops, append([]engine.Increment(nil), ops...))
+	c.ops = append(c.ops, append([]engine.CounterOp(nil), ops...))
 	err := c.err
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return engine.DirectCounter{Backend: c.b}.Increment(ctx, ops)
+	return engine.DirectCounter{Backend: c.b}.Apply(ctx, ops, batch)
 }
 
 type fixture struct {

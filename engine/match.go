@@ -13,6 +13,19 @@ type match struct {
 	sharedValues []string
 }
 
+// overrideLimit is the rule of a descriptor that carries its own limit.
+// An override carries no algorithm: it counts the way the rule it
+// overrides does (a fixed window when no rule matches).
+func (c *Config) overrideLimit(domain string, d *Descriptor) match {
+	key := descriptorStatsKey(domain, d.Entries)
+	rs := c.ruleStats(key)
+	l := &RateLimit{FullKey: key, RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit, Stats: rs}
+	if rule, _ := c.getLimit(domain, &Descriptor{Entries: d.Entries}); rule.limit != nil && !rule.limit.Unlimited {
+		l.Algorithm, l.Burst = rule.limit.Algorithm, rule.limit.Burst
+	}
+	return match{limit: l, stats: &rs}
+}
+
 // getLimit finds the rule for one descriptor, as the reference's GetLimit: at
 // each level try key_value, then the level's wildcards in config order, then
 // the bare key; a limit counts only at the descriptor's last entry.
@@ -23,15 +36,7 @@ func (c *Config) getLimit(domain string, d *Descriptor) (m match, domainFound bo
 		return match{}, false
 	}
 	if d.Limit != nil {
-		key := descriptorStatsKey(domain, d.Entries)
-		rs := c.ruleStats(key)
-		l := &RateLimit{FullKey: key, RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit, Stats: rs}
-		// An override carries no algorithm: it counts the way the rule it
-		// overrides does (a fixed window when no rule matches).
-		if rule, _ := c.getLimit(domain, &Descriptor{Entries: d.Entries}); rule.limit != nil && !rule.limit.Unlimited {
-			l.Algorithm, l.Burst = rule.limit.Algorithm, rule.limit.Burst
-		}
-		return match{limit: l, stats: &rs}, true
+		return c.overrideLimit(domain, d), true
 	}
 
 	var (

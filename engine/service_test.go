@@ -43,6 +43,7 @@ func showAll(r *engine.Response) string {
 // TestProbeTable walks the rows of ratelimit-compat.md §2.2 that are decided
 // by the engine (HTTP-level rows are in transport's tests).
 func TestProbeTable(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		req  *engine.Request
 		want string
@@ -121,6 +122,7 @@ func TestProbeTable(t *testing.T) {
 }
 
 func TestRequestErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	noCfg := newFixture(t, nil)
 	cases := []struct {
@@ -151,6 +153,7 @@ func TestRequestErrors(t *testing.T) {
 }
 
 func TestBackendErrorOnlyForCountedDescriptors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	f.counter.err = errors.New("connection refused")
 	_, err := f.svc.ShouldRateLimit(context.Background(), req("probe", kv("k", "two")))
@@ -167,6 +170,7 @@ func TestBackendErrorOnlyForCountedDescriptors(t *testing.T) {
 }
 
 func TestCacheKeys(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		prefix string
@@ -207,6 +211,7 @@ func TestCacheKeys(t *testing.T) {
 }
 
 func TestTTLAndJitter(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) {
 		o.ExpirationJitterMax = 300 * time.Second
 		o.Jitter = func(n int64) int64 {
@@ -230,6 +235,7 @@ func TestTTLAndJitter(t *testing.T) {
 }
 
 func TestWindowsRollOverWithClock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	for i := 0; i < 3; i++ {
 		f.do(t, req("probe", kv("k", "two")))
@@ -245,6 +251,7 @@ func TestWindowsRollOverWithClock(t *testing.T) {
 }
 
 func TestGlobalShadowMode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.ShadowMode = true }, "probe.yaml")
 	f.do(t, req("probe", kv("zero", "x")))
 	resp := f.do(t, req("probe", kv("zero", "x")))
@@ -257,6 +264,7 @@ func TestGlobalShadowMode(t *testing.T) {
 }
 
 func TestGlobalQuotaMode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.QuotaMode = true }, "probe.yaml")
 	// With every descriptor a quota, one over and one not is still OK overall.
 	f.do(t, req("probe", kv("k", "two")))
@@ -270,6 +278,7 @@ func TestGlobalQuotaMode(t *testing.T) {
 }
 
 func TestResponseHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.Headers.Enabled = true }, "probe.yaml", "rl.yaml")
 	hdr := func(r *engine.Response) string {
 		var s []string
@@ -297,6 +306,7 @@ func TestResponseHeaders(t *testing.T) {
 }
 
 func TestDynamicMetadata(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.DynamicMetadata = true }, "probe.yaml", "rl.yaml")
 	r := req("rl", kv("service", "service_1"), kv("service", "service_2"))
 	first := f.do(t, r).DynamicMetadata
@@ -334,6 +344,7 @@ func TestDynamicMetadata(t *testing.T) {
 }
 
 func TestUnlimitedTouchesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	r := f.do(t, req("probe", kv("free", "x")))
 	if r.Statuses[0].LimitRemaining != math.MaxUint32 || f.counter.calls != 0 {
@@ -351,6 +362,7 @@ func TestUnlimitedTouchesNothing(t *testing.T) {
 }
 
 func TestStopIncrementWhenOverLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *engine.Options) { o.StopIncrementOnLimit = true }, "probe.yaml")
 	// k_two gets to its limit; then a request with k_two and near: k_two is over,
 	// so near must not be counted.
@@ -371,7 +383,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 	if len(reads) != 2 || reads[0].Kind != engine.OpGet || reads[1].Kind != engine.OpGet {
 		t.Fatalf("first call %+v: want two reads", reads)
 	}
-	if len(incs) != 2 || incs[0].Kind != engine.OpIncrement || incs[0].Hits != 1 || incs[1].Hits != 0 {
+	if len(incs) != 2 || incs[0].Kind != engine.OpAdd || incs[0].Hits != 1 || incs[1].Hits != 0 {
 		t.Fatalf("second call %+v: want k_two +1, near +0", incs)
 	}
 	// near was only read: a fresh request sees it untouched.
@@ -385,11 +397,12 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 }
 
 func TestContextDeadlineBoundsTheWait(t *testing.T) {
+	t.Parallel()
 	blocked := make(chan struct{})
 	defer close(blocked)
 	o := engine.DefaultOptions()
 	o.Timeout = 20 * time.Millisecond
-	o.Counter = counterFunc(func(ctx context.Context, _ []engine.Increment) error {
+	o.Counter = counterFunc(func(ctx context.Context, _ []engine.CounterOp) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -412,9 +425,11 @@ func TestContextDeadlineBoundsTheWait(t *testing.T) {
 	}
 }
 
-type counterFunc func(context.Context, []engine.Increment) error
+type counterFunc func(context.Context, []engine.CounterOp) error
 
-func (f counterFunc) Increment(ctx context.Context, ops []engine.Increment) error { return f(ctx, ops) }
+func (f counterFunc) Apply(ctx context.Context, ops []engine.CounterOp, _ engine.Batch) error {
+	return f(ctx, ops)
+}
 
 // deadlineCounter records whether the engine gave its calls a deadline.
 type deadlineCounter struct {
@@ -424,15 +439,16 @@ type deadlineCounter struct {
 }
 
 func (c *deadlineCounter) WaitBound() time.Duration { return c.bound }
-func (c *deadlineCounter) Increment(ctx context.Context, ops []engine.Increment) error {
+func (c *deadlineCounter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
 	_, c.hadDeadline = ctx.Deadline()
-	return c.backendCounter.Increment(ctx, ops)
+	return c.backendCounter.Apply(ctx, ops, batch)
 }
 
 // TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait: a counter that answers
 // within the engine's timeout by itself (the actors Router) gets no deadline
 // (no timer per decision); one that might wait longer does.
 func TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		bound        time.Duration
 		wantDeadline bool

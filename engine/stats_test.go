@@ -43,6 +43,7 @@ func (c *mapCache) Add(k string, ttl time.Duration) {
 // TestStatsArithmetic covers the worked examples of ratelimit-compat.md §4.4:
 // prior hits bring the counter to `before`, then one measured request.
 func TestStatsArithmetic(t *testing.T) {
+	t.Parallel()
 	const yaml = `domain: s
 descriptors:
   - {key: l20, rate_limit: {unit: second, requests_per_unit: 20}}
@@ -97,6 +98,7 @@ descriptors:
 }
 
 func TestStatsObservedKTwo(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "probe.yaml")
 	for i := 0; i < 3; i++ {
 		f.do(t, req("probe", kv("k", "two")))
@@ -119,6 +121,7 @@ func TestStatsObservedKTwo(t *testing.T) {
 }
 
 func TestLocalCache(t *testing.T) {
+	t.Parallel()
 	cache := &mapCache{m: map[string]time.Duration{}}
 	f := newFixture(t, func(o *engine.Options) { o.LocalCache = cache }, "probe.yaml")
 	for i := 0; i < 3; i++ {
@@ -142,6 +145,7 @@ func TestLocalCache(t *testing.T) {
 }
 
 func TestDetailedAndValueToMetric(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, "rl.yaml")
 	f.do(t, req("rl", kv("user", "alice")))
 	f.do(t, req("rl", kv("path", "/api/v1")))
@@ -167,6 +171,7 @@ func TestDetailedAndValueToMetric(t *testing.T) {
 }
 
 func TestStatNamesAreSanitized(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	cfg, err := f.svc.LoadConfig([]engine.ConfigFile{{Name: "s", YAML: []byte("domain: d\ndescriptors:\n  - {key: remote_address, detailed_metric: true, rate_limit: {unit: second, requests_per_unit: 9}}\n")}}, false)
 	if err != nil {

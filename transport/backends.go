@@ -165,11 +165,10 @@ func newCounters(ctx context.Context, s Settings, o Options, trace func(engine.B
 	}
 	shards := s.Limiter.Shards
 	if shards == 0 && s.Backend.Type != "memory" {
-		// One shard makes the biggest batches and the fewest round trips; a
+		// One shard makes the biggest calls and the fewest round trips; a
 		// network backend's latency hides the lost parallelism (the shard
-		// only does bookkeeping; its workers wait for the backend). On the
-		// 2-core bench at 10 callers, 2 shards cost 20% more CPU per
-		// decision than 1, with no gain at 50 or 200.
+		// only does bookkeeping; its workers wait for the backend), and
+		// each more shard costs CPU per decision for the same decisions.
 		shards = 1
 	}
 	router, err := actors.New(actors.Options{
@@ -178,10 +177,9 @@ func newCounters(ctx context.Context, s Settings, o Options, trace func(engine.B
 		PerSecond:   traced(back.perSecond, trace),
 		MaxInFlight: maxInFlight(s.Limiter.MaxInFlight, back.conns, shards),
 		CallTimeout: s.Limiter.Timeout,
-		// The reference's pipeline variables bound a shard's batches.
-		Pipeline:          back.pipeline,
-		PerSecondPipeline: back.perSecondPipeline,
-		Logger:            o.Logger,
+		// The reference's pipeline variables bound a shard's calls.
+		Batch:  actors.BatchPolicy{Pipeline: back.pipeline, PerSecondPipeline: back.perSecondPipeline},
+		Logger: o.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -213,11 +211,11 @@ func (c *counters) Close() error {
 	return errors.Join(c.router.Close(), c.back.Close())
 }
 
-// defaultInFlight caps the default calls in flight per shard: at 50 and 200
-// callers on the 2-core bench 4 calls gave the most decisions per CPU second.
-// At low load more calls do not mean many more round trips, because the
-// batches the gRPC server reads together are held together (actors'
-// Router.Expect).
+// defaultInFlight caps the default calls in flight per shard: a few calls
+// out keep a shard's backend busy under load, while more would split the
+// operations that pile up into smaller calls. At low load more calls do
+// not mean many more round trips, because the batches the gRPC server
+// reads together are held together (actors.Router.OpenBatch).
 const defaultInFlight = 4
 
 // maxInFlight is how many backend calls one shard may have outstanding: the

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	gomemcache "github.com/bradfitz/gomemcache/memcache"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gomemcache "github.com/bradfitz/gomemcache/memcache"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -232,7 +233,7 @@ func TestMemcacheBackend(t *testing.T) {
 		if code, _, body := h.post(t, "/json", two); code != want {
 			t.Fatalf("request %d: %d %s", i+1, code, body)
 		}
-		waitFor(t, fmt.Sprintf("increment %d in memcached", i+1), func() bool {
+		testenv.Eventually(t, fmt.Sprintf("increment %d in memcached", i+1), func() bool {
 			it, err := mc.Get(key)
 			return err == nil && string(it.Value) == fmt.Sprint(i+1)
 		})
@@ -260,9 +261,9 @@ func TestMemcacheBackend(t *testing.T) {
 		h.post(t, "/json", fmt.Sprintf(`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"v%d"}]}]}`, i))
 	}
 	a.Kill()
-	waitFor(t, "unhealthy with a node down", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 500 })
+	testenv.Eventually(t, "unhealthy with a node down", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 500 })
 	a.Restart(t)
-	waitFor(t, "healthy again", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
+	testenv.Eventually(t, "healthy again", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
 }
 
 // TestBackendDownAndBack: with Redis gone every request is answered within
@@ -315,7 +316,7 @@ func TestBackendDownAndBack(t *testing.T) {
 		t.Errorf("%d WARN lines for 41 failed decisions, want 1:\n%s", n, h.logs.String())
 	}
 	r.Restart(t)
-	waitFor(t, "decisions to resume", func() bool {
+	testenv.Eventually(t, "decisions to resume", func() bool {
 		_, err := c.ShouldRateLimit(ctx, rlsReq("probe", "near", "back"))
 		return err == nil
 	})

@@ -89,7 +89,7 @@ func statusLine(t *testing.T, body string) string {
 }
 
 // TestStopIncrementWhenOverLimit pins the reference's answers with
-// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true (issue 10, item 1): it reads
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: it reads
 // every counter first with GET and increments only the keys that would go
 // over; a key left alone reports its stored count. Numbers are the ones the
 // reference answered: near=a remaining 8 (not 7) once k=two is over, and
@@ -130,7 +130,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 				settle := func(key, want string) {
 					t.Helper()
 					if sb.value != nil {
-						waitFor(t, key+" = "+want, func() bool { return sb.value(key) == want })
+						testenv.Eventually(t, key+" = "+want, func() bool { return sb.value(key) == want })
 					}
 				}
 				send := func(body, want string) {
@@ -209,7 +209,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 	}
 }
 
-// TestHitsAddendOverInt64 (issue 10, item 2): a hits_addend Redis cannot
+// TestHitsAddendOverInt64: a hits_addend Redis cannot
 // add is the caller's error, InvalidArgument, and nothing reaches Redis
 // (the reference sends it and stores -1).
 func TestHitsAddendOverInt64(t *testing.T) {
@@ -236,7 +236,7 @@ func TestHitsAddendOverInt64(t *testing.T) {
 	}
 }
 
-// TestServerStatsFamilies (issue 10, item 5): a running server has the
+// TestServerStatsFamilies: a running server has the
 // reference's ratelimit.go.*, ratelimit.redis_pool.*,
 // ratelimit.redis_per_second_pool.* and runtime.* statistics.
 func TestServerStatsFamilies(t *testing.T) {

@@ -94,10 +94,9 @@ func TestNoConfigIsFailedPrecondition(t *testing.T) {
 	}
 	// With FORCE_START_WITHOUT_INITIAL_CONFIG the listeners may answer before
 	// the failed load is counted: wait for the count, not for a schedule.
-	deadline := time.Now().Add(10 * time.Second)
-	for h.stats.CounterValue("ratelimit.service.config_load_error") == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the failed load to be counted", func() bool {
+		return h.stats.CounterValue("ratelimit.service.config_load_error") > 0
+	})
 	if got := h.stats.CounterValue("ratelimit.service.config_load_error"); got != 1 {
 		t.Errorf("config_load_error = %d", got)
 	}
@@ -206,11 +205,11 @@ func TestReloadDirectoryMode(t *testing.T) {
 		t.Fatal("not healthy with a domain loaded")
 	}
 	write("b.yaml", "domain: b\ndescriptors:\n  - {key: x, rate_limit: {unit: second, requests_per_unit: 1}}\n")
-	waitFor(t, "create reload", func() bool { return strings.Contains(dump(), "b.x:") })
+	testenv.Eventually(t, "create reload", func() bool { return strings.Contains(dump(), "b.x:") })
 	successes := h.stats.CounterValue("ratelimit.service.config_load_success")
 
 	write("b.yaml", "domain: b\ndescriptors:\n  - {key: x, rate_limit: {unit: lightyear}}\n")
-	waitFor(t, "bad reload", func() bool { return h.stats.CounterValue("ratelimit.service.config_load_error") == 1 })
+	testenv.Eventually(t, "bad reload", func() bool { return h.stats.CounterValue("ratelimit.service.config_load_error") == 1 })
 	if !strings.Contains(dump(), "b.x:") {
 		t.Fatal("previous config not kept after a bad reload")
 	}
@@ -219,7 +218,7 @@ func TestReloadDirectoryMode(t *testing.T) {
 	}
 
 	write("b.yaml", "domain: b\ndescriptors:\n  - {key: y, rate_limit: {unit: second, requests_per_unit: 1}}\n")
-	waitFor(t, "write reload", func() bool { return strings.Contains(dump(), "b.y:") })
+	testenv.Eventually(t, "write reload", func() bool { return strings.Contains(dump(), "b.y:") })
 	if h.stats.CounterValue("ratelimit.service.config_load_success") <= successes {
 		t.Error("config_load_success did not grow")
 	}
@@ -228,8 +227,8 @@ func TestReloadDirectoryMode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "remove reload", func() bool { return dump() == "" })
-	waitFor(t, "unhealthy without domains", func() bool { return !healthy() })
+	testenv.Eventually(t, "remove reload", func() bool { return dump() == "" })
+	testenv.Eventually(t, "unhealthy without domains", func() bool { return !healthy() })
 }
 
 // TestReloadSymlinkSwap: with RUNTIME_WATCH_ROOT=true the root is a symlink
@@ -269,7 +268,7 @@ func TestReloadSymlinkSwap(t *testing.T) {
 	if err := os.Rename(tmp, current); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "symlink swap reload", func() bool { return strings.Contains(h.srv.DumpConfig(), "two.b:") })
+	testenv.Eventually(t, "symlink swap reload", func() bool { return strings.Contains(h.srv.DumpConfig(), "two.b:") })
 	if strings.Contains(h.srv.DumpConfig(), "one.a:") {
 		t.Fatal("old domain still loaded")
 	}
@@ -296,7 +295,7 @@ func TestHealthTransitionsWithRequiredConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.cfgDir, "a.yaml"), []byte("domain: a\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "healthy after fix", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
+	testenv.Eventually(t, "healthy after fix", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
 }
 
 func TestGracefulStopAnswersInFlight(t *testing.T) {
@@ -325,7 +324,7 @@ func TestGracefulStopAnswersInFlight(t *testing.T) {
 				}
 			}(i)
 		}
-		waitFor(t, "traffic", func() bool { return ok.Load() > 100 })
+		testenv.Eventually(t, "traffic", func() bool { return ok.Load() > 100 })
 		h.stop(t)
 		close(stop)
 		wg.Wait()

@@ -35,7 +35,7 @@ func TestJSONTable(t *testing.T) {
 		{"empty descriptor list", []step{{`{"domain":"probe","descriptors":[]}`, 400, badRequest}}},
 		{"no descriptors field", []step{{`{"domain":"probe"}`, 400, badRequest}}},
 		{"empty domain", []step{{`{"domain":"","descriptors":[{"entries":[{"key":"k","value":"two"}]}]}`, 400, badRequest}}},
-		// hits_addend above INCRBY's int64 range is the caller's error (issue 10).
+		// hits_addend above INCRBY's int64 range is the caller's error.
 		{"hits_addend over int64", []step{{`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"big"}],"hitsAddend":"18446744073709551615"}]}`, 400, badRequest},
 			{`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"big"}]}]}`, 200,
 				`{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":10,"unit":"MINUTE"},"limitRemaining":9,"durationUntilReset":"56s"}]}`}}},

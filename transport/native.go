@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
@@ -49,19 +50,20 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		Log:                   s.log,
 	}
-	if bd, ok := rls.decider.(BatchDecider); ok {
-		// Calls read together are decided together: one goroutine, one
-		// counter update for them all, one write of their answers.
-		o.Batches = map[string]h2grpc.BatchMethod{
-			rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: n.countedBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rls.nativeBatch(bd)),
-		}
-		if s.counters != nil && s.counters.router.Holds() {
-			// From the moment a batch is read until its increments are
-			// sent, the counters hold their backend calls for it, so that
-			// calls other connections sent meanwhile share one.
-			o.Announce = s.counters.router.Expect
-		}
+	// Calls read together are decided together: one goroutine, one counter
+	// call for them all, one write of their answers. From the moment a
+	// batch is read until its operations are sent, the counters hold their
+	// backend calls for it (when they make any), so that batches other
+	// connections sent meanwhile share one.
+	var open func() engine.Batch
+	policy := actors.DefaultBatchPolicy()
+	if s.counters != nil {
+		open = s.counters.router.OpenBatch
+		policy = s.counters.router.Policy()
 	}
+	o.FramesPerRead, o.WriteYieldBelow = policy.FramesPerRead, policy.WriteYieldBelow
+	full := rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
+	o.Batches = map[string]h2grpc.BatchMethod{full: rls.nativeBatch(open, n.methodStats(full))}
 	return h2grpc.NewServer(o)
 }
 
@@ -75,52 +77,55 @@ func (n *listeners) counted(full string, m h2grpc.Method) h2grpc.Method {
 	}
 }
 
-// countedBatch is b with the statistics counted keeps, per call.
-func (n *listeners) countedBatch(full string, b h2grpc.BatchMethod) h2grpc.BatchMethod {
-	ms := n.methodStats(full)
-	return func(ctx context.Context, calls []h2grpc.Call) {
-		start := time.Now()
-		b(ctx, calls)
-		for range calls {
-			ms.observe(start)
+// nativeBatch is ShouldRateLimit for calls h2grpc read together: each is
+// answered as native would answer it alone, and counted in ms as counted
+// counts a call. open, if not nil, opens the counters' batch as h2grpc
+// dispatches the calls; without a batch to carry, every batch is served
+// by one function made here.
+func (s *rlsServer) nativeBatch(open func() engine.Batch, ms *methodStats) h2grpc.BatchMethod {
+	unheld := func(ctx context.Context, calls []h2grpc.Call) { s.serveBatch(ctx, nil, calls, ms) }
+	return func() h2grpc.BatchServe {
+		if open == nil {
+			return unheld
 		}
+		batch := open()
+		if batch == nil {
+			return unheld
+		}
+		return func(ctx context.Context, calls []h2grpc.Call) { s.serveBatch(ctx, batch, calls, ms) }
 	}
 }
 
-// BatchDecider is a Decider that decides requests read together in one go,
-// as engine.Service does.
-type BatchDecider interface {
-	ShouldRateLimitBatch(ctx context.Context, items []engine.BatchItem)
-}
-
-// nativeBatch is ShouldRateLimit for calls h2grpc read together: each is
-// answered as native would answer it alone.
-func (s *rlsServer) nativeBatch(bd BatchDecider) h2grpc.BatchMethod {
-	return func(ctx context.Context, calls []h2grpc.Call) {
-		reqs := make([]wireRequest, len(calls))
-		items := make([]engine.BatchItem, 0, len(calls))
-		of := make([]int, 0, len(calls)) // the call of each item
-		for i := range calls {
-			in := &reqs[i]
-			if err := decodeRequestBuf(calls[i].In, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
-				calls[i].Err = errUnmarshal(err)
-				continue
-			}
-			items = append(items, engine.BatchItem{Req: &in.Request})
-			of = append(of, i)
+// serveBatch decides the calls of batch and answers each.
+func (s *rlsServer) serveBatch(ctx context.Context, batch engine.Batch, calls []h2grpc.Call, ms *methodStats) {
+	start := time.Now()
+	defer func() {
+		for range calls {
+			ms.observe(start)
 		}
-		if len(items) > 0 {
-			bd.ShouldRateLimitBatch(ctx, items)
+	}()
+	reqs := make([]wireRequest, len(calls))
+	items := make([]engine.BatchItem, 0, len(calls))
+	of := make([]int, 0, len(calls)) // the call of each item
+	for i := range calls {
+		in := &reqs[i]
+		if err := decodeRequestBuf(calls[i].In, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
+			calls[i].Err = errUnmarshal(err)
+			continue
 		}
-		for j, it := range items {
-			c := &calls[of[j]]
-			resp, err := s.wireAnswer(it.Resp, it.Err)
-			if err != nil {
-				c.Err = err
-				continue
-			}
-			c.Out, c.Err = appendAnswer(c.Out, resp)
+		items = append(items, engine.BatchItem{Req: &in.Request})
+		of = append(of, i)
+	}
+	// Also with no items: the decider closes the batch.
+	s.decider.ShouldRateLimitBatch(ctx, batch, items)
+	for j, it := range items {
+		c := &calls[of[j]]
+		resp, err := s.wireAnswer(it.Resp, it.Err)
+		if err != nil {
+			c.Err = err
+			continue
 		}
+		c.Out, c.Err = appendAnswer(c.Out, resp)
 	}
 }
 

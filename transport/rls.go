@@ -3,24 +3,29 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/engine"
 )
 
-// Decider is what the servers need from the engine.
+// Decider is what the servers need from the engine: a decision, and the
+// decisions of a batch (requests read together, decided with one counter
+// call; see engine.Batch). Every wrapper of a Decider passes both on, so
+// that wrapping one cannot turn batches off unseen.
 type Decider interface {
 	ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error)
+	ShouldRateLimitBatch(ctx context.Context, batch engine.Batch, items []engine.BatchItem)
 }
 
-// rlsServer is the gRPC RateLimitService.
+// rlsServer is the gRPC RateLimitService, on grpc-go (serviceDesc) or on
+// h2grpc (native, nativeBatch).
 type rlsServer struct {
-	rlsv3.UnimplementedRateLimitServiceServer
 	decider Decider
 	log     *slog.Logger
 	errs    *errorLog // failed decisions, one line per interval
@@ -37,27 +42,29 @@ func newRLSServer(d Decider, log *slog.Logger, errs *errorLog) *rlsServer {
 	return s
 }
 
-// ShouldRateLimit implements the RLS v3 call. Errors keep the reference's
-// message but carry a precise code: InvalidArgument for a bad request,
-// FailedPrecondition before any config is loaded, Unavailable when the
-// counters cannot be reached.
-func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := decide(ctx, s.decider, req)
-	if err != nil {
-		s.errs.warn(err)
-		return nil, status.Error(grpcCode(err), err.Error())
-	}
-	return resp, nil
-}
-
+// decide is the decision on a request that arrived as a message (the
+// /json endpoint's). Its bytes are decoded by the one decoder every
+// request goes through (decodeRequestBuf), as if they had come over gRPC.
 func decide(ctx context.Context, d Decider, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	r, err := d.ShouldRateLimit(ctx, toEngineRequest(req))
+	buf, err := proto.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	in := new(wireRequest)
+	if err := decodeRequestBuf(buf, &in.Request, in.desc[:0], in.entries[:0]); err != nil {
+		return nil, fmt.Errorf("decoding the request: %w", err)
+	}
+	r, err := d.ShouldRateLimit(ctx, &in.Request)
 	if err != nil {
 		return nil, err
 	}
 	return toProtoResponse(r)
 }
 
+// grpcCode is the status code of a failed decision. Errors keep the
+// reference's message but carry a precise code: InvalidArgument for a bad
+// request, FailedPrecondition before any config is loaded, Unavailable
+// when the counters cannot be reached.
 func grpcCode(err error) codes.Code {
 	switch {
 	case errors.Is(err, engine.ErrInvalidRequest):

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -49,8 +50,7 @@ type harness struct {
 	debug  string
 	grpc   string
 	logs   *logBuffer
-	cancel context.CancelFunc
-	done   chan error
+	run    *rlsserver.Server
 }
 
 // start runs a memory-backed server on loopback ports. files are written to
@@ -82,22 +82,8 @@ func start(t *testing.T, env map[string]string, files map[string]string) *harnes
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.stats = stats.NewStore()
 	clk := &clock{t: t0}
-	h.srv, err = transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: logger, Stats: h.stats, Clock: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	h.done = make(chan error, 1)
-	ready := make(chan struct{})
-	go func() { h.done <- h.srv.Run(ctx, ready) }()
-	select {
-	case <-ready:
-	case err := <-h.done:
-		t.Fatalf("server stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	h.run = rlsserver.Start(t, transport.Options{Settings: settings, Logger: logger, Stats: h.stats, Clock: clk.Now})
+	h.srv = h.run.Server
 	a := h.srv.Addrs()
 	h.http, h.debug, h.grpc = "http://"+a.HTTP.String(), "http://"+a.Debug.String(), a.GRPC.String()
 	t.Cleanup(func() { h.stop(t) })
@@ -117,20 +103,10 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 }
 func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.buf.String() }
 
+// stop stops the server (SIGTERM's path: the context ends, the servers
+// drain); later calls do nothing.
 func (h *harness) stop(t *testing.T) {
-	if h.cancel == nil {
-		return
-	}
-	h.cancel()
-	h.cancel = nil
-	select {
-	case err := <-h.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Error("server did not stop")
-	}
+	h.run.Stop()
 	http.DefaultClient.CloseIdleConnections()
 }
 
@@ -189,17 +165,6 @@ func jsonEqual(t *testing.T, got, want string) bool {
 		t.Fatalf("bad expectation %q: %v", want, err)
 	}
 	return reflect.DeepEqual(g, w)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func settingsFor(env map[string]string) (transport.Settings, error) {

@@ -122,7 +122,7 @@ func TestLogFormats(t *testing.T) {
 
 // TestNearLimitRatioRejected: a ratio that is not a number in [0, 1] fails
 // SettingsFromEnv with one error that names the variable (the engine's check,
-// made once; NaN used to pass the settings and fail only in NewServer).
+// made once: NaN must not pass the settings and fail only in NewServer).
 func TestNearLimitRatioRejected(t *testing.T) {
 	for _, v := range []string{"NaN", "nan", "Inf", "+Inf", "-Inf", "-0.1", "1.01"} {
 		_, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v}))

@@ -78,7 +78,7 @@ func TestShardQueueDepthMetric(t *testing.T) {
 	// one batch and leave in one call.)
 	wg.Add(1)
 	go send(0)
-	waitFor(t, "the first call blocked in Redis", func() bool {
+	testenv.Eventually(t, "the first call blocked in Redis", func() bool {
 		info, err := admin.Info(ctx, "clients").Result()
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestShardQueueDepthMetric(t *testing.T) {
 		wg.Add(1)
 		go send(i)
 	}
-	waitFor(t, fmt.Sprintf("queue depth %d", n-1), func() bool { return depth() == n-1 })
+	testenv.Eventually(t, fmt.Sprintf("queue depth %d", n-1), func() bool { return depth() == n-1 })
 	unpause()
 	wg.Wait()
 	close(errs)

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -22,16 +20,7 @@ func runServer(t *testing.T, env map[string]string, rules string) *transport.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ready) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitStarted(t, ready, done)
-	return srv
+	return rlsserver.Start(t, transport.Options{Settings: settings}).Server
 }
 
 // serverEnv is the environment of a memory-backed server on loopback with

@@ -25,7 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
-// ErrClosed is returned by IncrementBatch after Close.
+// ErrClosed is returned by Exec after Close.
 var ErrClosed = errors.New("memcache backend closed")
 
 // MaxKeyLen is memcached's key length limit in bytes.
@@ -51,7 +51,7 @@ type Backend struct {
 
 	mu       sync.Mutex // guards closed and the inflight registration
 	closed   bool
-	inflight sync.WaitGroup // IncrementBatch calls that may still enqueue
+	inflight sync.WaitGroup // Exec calls that may still enqueue
 
 	cancelBG  context.CancelFunc // stops SRV refresh and health loops
 	bgDone    sync.WaitGroup
@@ -167,12 +167,12 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// IncrementBatch reads all counters with one GetMulti, fills After with
+// Exec reads all counters with one GetMulti, fills After with
 // stored value + hits (the stored value for a read), and queues the
 // increments for the workers. It waits only when the queue is full. Token
 // bucket steps are applied before it returns, in order, each by a
 // compare-and-swap (see bucketStep).
-func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -188,7 +188,7 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 		case engine.OpTokenBucket:
 			buckets = true
 			continue
-		case engine.OpIncrement:
+		case engine.OpAdd:
 			if op.TTL <= 0 {
 				return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", op.Key, op.TTL)
 			}
@@ -260,7 +260,7 @@ const bucketCASAttempts = 16
 // bucketStep applies one GCRA step: gets the TAT with its CAS id, computes
 // the step, and stores it with CompareAndSwap (Add when the key is missing),
 // retrying a bounded number of times when another writer got there first.
-func (b *Backend) bucketStep(ctx context.Context, op *engine.Increment) error {
+func (b *Backend) bucketStep(ctx context.Context, op *engine.CounterOp) error {
 	for attempt := 0; attempt < bucketCASAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -301,8 +301,7 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.Increment) error {
 			// Someone else stepped (or the key expired) in between: read
 			// again after a pause that grows and spreads the writers out;
 			// without it, writers that lose once tend to lose again in
-			// lockstep (4 replicas on one key on a loaded 2-core machine
-			// lost 16 times in a row).
+			// lockstep, replicas on one hot key above all.
 			t := time.NewTimer(backoff.Delay(attempt, 50*time.Microsecond, 5*time.Millisecond, rand.Float64()))
 			select {
 			case <-t.C:

@@ -51,13 +51,7 @@ func newBackend(t testing.TB, o Options) *Backend {
 // waitApplied waits until n increments have been applied in the background.
 func waitApplied(t *testing.T, b *Backend, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Stats().Applied < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %+v of %d increments applied", b.Stats(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, fmt.Sprintf("%d increments applied", n), func() bool { return b.Stats().Applied >= n })
 }
 
 // metaTTL asks memcached for a key's value and remaining TTL with the meta
@@ -100,12 +94,12 @@ func TestTwoNodes(t *testing.T) {
 	b := newBackend(t, options(m1.Addr, m2.Addr))
 	ctx := testCtx(t)
 	const n = 200
-	batch := make([]engine.Increment, n)
+	batch := make([]engine.CounterOp, n)
 	for i := range batch {
-		batch[i] = engine.Increment{Key: fmt.Sprintf("two_%d", i), Hits: uint64(i%5 + 1), TTL: time.Minute}
+		batch[i] = engine.CounterOp{Key: fmt.Sprintf("two_%d", i), Hits: uint64(i%5 + 1), TTL: time.Minute}
 	}
 	for round := uint64(1); round <= 3; round++ {
-		if err := b.IncrementBatch(ctx, batch); err != nil {
+		if err := b.Exec(ctx, batch); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i := range batch {
@@ -145,8 +139,8 @@ func TestTwoNodes(t *testing.T) {
 func TestLongTTLIsAbsolute(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	b := newBackend(t, options(m.Addr))
-	batch := []engine.Increment{{Key: "month", Hits: 2, TTL: 31 * 24 * time.Hour}}
-	if err := b.IncrementBatch(testCtx(t), batch); err != nil {
+	batch := []engine.CounterOp{{Key: "month", Hits: 2, TTL: 31 * 24 * time.Hour}}
+	if err := b.Exec(testCtx(t), batch); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied(t, b, 1)
@@ -176,9 +170,9 @@ func TestAddRace(t *testing.T) {
 			t.Errorf("other replica's add: %v", err)
 		}
 	}
-	batch := []engine.Increment{{Key: "race", Hits: 3, TTL: time.Minute}}
-	if err := b.IncrementBatch(testCtx(t), batch); err != nil || batch[0].After != 3 {
-		t.Fatalf("IncrementBatch = %v, After %d", err, batch[0].After)
+	batch := []engine.CounterOp{{Key: "race", Hits: 3, TTL: time.Minute}}
+	if err := b.Exec(testCtx(t), batch); err != nil || batch[0].After != 3 {
+		t.Fatalf("Exec = %v, After %d", err, batch[0].After)
 	}
 	waitApplied(t, b, 1)
 	it, err := other.Get("race")
@@ -208,8 +202,8 @@ func TestConcurrentSameKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range perG {
-				batch := []engine.Increment{{Key: "hot", Hits: 1, TTL: time.Minute}, {Key: fmt.Sprintf("cold_%d_%d", g, i), Hits: 1, TTL: time.Minute}}
-				if err := b.IncrementBatch(context.Background(), batch); err != nil {
+				batch := []engine.CounterOp{{Key: "hot", Hits: 1, TTL: time.Minute}, {Key: fmt.Sprintf("cold_%d_%d", g, i), Hits: 1, TTL: time.Minute}}
+				if err := b.Exec(context.Background(), batch); err != nil {
 					errs <- err
 					return
 				}
@@ -246,9 +240,9 @@ func TestBadKeysRejected(t *testing.T) {
 			if err := b.ValidateKey(tc.key); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ValidateKey = %v, want %q", err, tc.want)
 			}
-			batch := []engine.Increment{{Key: "good", Hits: 1, TTL: time.Minute}, {Key: tc.key, Hits: 1, TTL: time.Minute}}
-			if err := b.IncrementBatch(testCtx(t), batch); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("IncrementBatch = %v, want %q", err, tc.want)
+			batch := []engine.CounterOp{{Key: "good", Hits: 1, TTL: time.Minute}, {Key: tc.key, Hits: 1, TTL: time.Minute}}
+			if err := b.Exec(testCtx(t), batch); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Exec = %v, want %q", err, tc.want)
 			}
 		})
 	}
@@ -268,7 +262,7 @@ func TestNonCounterValueFailsBatch(t *testing.T) {
 	if err := c.Set(&memcache.Item{Key: "text", Value: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
-	err := b.IncrementBatch(testCtx(t), []engine.Increment{{Key: "text", Hits: 1, TTL: time.Minute}})
+	err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "text", Hits: 1, TTL: time.Minute}})
 	if err == nil || !strings.Contains(err.Error(), "not a counter") {
 		t.Fatalf("err = %v", err)
 	}
@@ -280,19 +274,13 @@ func TestServerDownFailsBatchAndHealth(t *testing.T) {
 	ctx := testCtx(t)
 	waitHealth := func(want bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for b.Healthy() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("Healthy() stayed %v", !want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("Healthy() = %v", want), func() bool { return b.Healthy() == want })
 	}
 	waitHealth(true)
 	m.Kill()
-	err := b.IncrementBatch(ctx, []engine.Increment{{Key: "k", Hits: 1, TTL: time.Minute}})
+	err := b.Exec(ctx, []engine.CounterOp{{Key: "k", Hits: 1, TTL: time.Minute}})
 	if err == nil || !strings.Contains(err.Error(), "GetMulti") {
-		t.Fatalf("IncrementBatch against a dead server = %v, want a GetMulti error", err)
+		t.Fatalf("Exec against a dead server = %v, want a GetMulti error", err)
 	}
 	if !unreachable(err) {
 		t.Fatalf("error %v does not wrap the transport error", err)
@@ -300,8 +288,8 @@ func TestServerDownFailsBatchAndHealth(t *testing.T) {
 	waitHealth(false)
 	m.Restart(t)
 	waitHealth(true)
-	batch := []engine.Increment{{Key: "k", Hits: 4, TTL: time.Minute}}
-	if err := b.IncrementBatch(ctx, batch); err != nil || batch[0].After != 4 {
+	batch := []engine.CounterOp{{Key: "k", Hits: 4, TTL: time.Minute}}
+	if err := b.Exec(ctx, batch); err != nil || batch[0].After != 4 {
 		t.Fatalf("after restart: %v, After %d", err, batch[0].After)
 	}
 }
@@ -316,11 +304,11 @@ func TestCloseDrains(t *testing.T) {
 	}
 	const batches, keys = 20, 100
 	for i := range batches {
-		batch := make([]engine.Increment, keys)
+		batch := make([]engine.CounterOp, keys)
 		for k := range batch {
-			batch[k] = engine.Increment{Key: fmt.Sprintf("drain_%d", k), Hits: 1, TTL: time.Minute}
+			batch[k] = engine.CounterOp{Key: fmt.Sprintf("drain_%d", k), Hits: 1, TTL: time.Minute}
 		}
-		if err := b.IncrementBatch(testCtx(t), batch); err != nil {
+		if err := b.Exec(testCtx(t), batch); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 	}
@@ -340,8 +328,8 @@ func TestCloseDrains(t *testing.T) {
 			t.Fatalf("drain_%d = %v, %v; want %d", k, it, err, batches)
 		}
 	}
-	if err := b.IncrementBatch(testCtx(t), []engine.Increment{{Key: "x", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("IncrementBatch after Close = %v", err)
+	if err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "x", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Exec after Close = %v", err)
 	}
 	t.Logf("%d increments were still queued when Close began", queued)
 }
@@ -412,10 +400,10 @@ func TestTLS(t *testing.T) {
 			o.TLS, o.TLSCACert = true, m.CACert
 			tc.mod(&o)
 			b := newBackend(t, o)
-			batch := []engine.Increment{{Key: "tls", Hits: 1, TTL: time.Minute}}
-			err := b.IncrementBatch(testCtx(t), batch)
+			batch := []engine.CounterOp{{Key: "tls", Hits: 1, TTL: time.Minute}}
+			err := b.Exec(testCtx(t), batch)
 			if (err == nil) != tc.ok {
-				t.Fatalf("IncrementBatch over TLS = %v, want ok=%v", err, tc.ok)
+				t.Fatalf("Exec over TLS = %v, want ok=%v", err, tc.ok)
 			}
 			if tc.ok {
 				_ = b.Close()
@@ -449,7 +437,7 @@ func TestSRV(t *testing.T) {
 	o.SRV, o.SRVRefresh, o.Resolver = name, 20*time.Millisecond, dns.resolver()
 	b := newBackend(t, o)
 	ctx := testCtx(t)
-	if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "srv_a", Hits: 1, TTL: time.Minute}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{{Key: "srv_a", Hits: 1, TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied(t, b, 1)
@@ -461,7 +449,7 @@ func TestSRV(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
 		key := fmt.Sprintf("srv_b%d", i)
-		if err := b.IncrementBatch(ctx, []engine.Increment{{Key: key, Hits: 1, TTL: time.Minute}}); err != nil {
+		if err := b.Exec(ctx, []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}); err != nil {
 			t.Fatal(err)
 		}
 		waitApplied(t, b, uint64(i+2))
@@ -481,16 +469,16 @@ func TestOpGet(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	b := newBackend(t, options(m.Addr))
 	ctx := testCtx(t)
-	if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "held", Hits: 4, TTL: time.Minute}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{{Key: "held", Hits: 4, TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied(t, b, 1)
-	batch := []engine.Increment{
+	batch := []engine.CounterOp{
 		{Key: "held", Kind: engine.OpGet, Hits: 9, TTL: time.Second}, // hits and TTL are ignored
 		{Key: "missing", Kind: engine.OpGet},
 		{Key: "counted", Hits: 2, TTL: time.Minute},
 	}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	if batch[0].After != 4 || batch[1].After != 0 || batch[2].After != 2 {
@@ -529,8 +517,8 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 			defer wg.Done()
 			for range perReplica {
 				// An hour per token: nothing comes back during the test.
-				batch := []engine.Increment{{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 3600e6, Burst: burst}}
-				err := b.IncrementBatch(testCtx(t), batch)
+				batch := []engine.CounterOp{{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 3600e6, Burst: burst}}
+				err := b.Exec(testCtx(t), batch)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -551,8 +539,8 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 		t.Fatalf("%d steps admitted, want the burst %d", admitted, burst)
 	}
 	b := newBackend(t, options(m.Addr))
-	batch := []engine.Increment{{Key: "bucket", Kind: engine.OpGet}, {Key: "absent", Kind: engine.OpGet}}
-	if err := b.IncrementBatch(testCtx(t), batch); err != nil {
+	batch := []engine.CounterOp{{Key: "bucket", Kind: engine.OpGet}, {Key: "absent", Kind: engine.OpGet}}
+	if err := b.Exec(testCtx(t), batch); err != nil {
 		t.Fatal(err)
 	}
 	if want := uint64(now + burst*3600e6); batch[0].After != want || batch[1].After != 0 {

@@ -10,11 +10,11 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// BenchmarkIncrementBatch measures IncrementBatch (one GetMulti, increments
+// BenchmarkExec measures Exec (one GetMulti, increments
 // queued) against a local memcached, by batch size. Once the queue is full
 // the batch waits for the workers, so keys/s is the sustained rate including
 // the background increments.
-func BenchmarkIncrementBatch(b *testing.B) {
+func BenchmarkExec(b *testing.B) {
 	m := testenv.StartMemcached(b)
 	o := options(m.Addr)
 	o.HealthCheckInterval = time.Second
@@ -22,14 +22,14 @@ func BenchmarkIncrementBatch(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			batch := make([]engine.Increment, n)
+			batch := make([]engine.CounterOp, n)
 			for i := range batch {
-				batch[i] = engine.Increment{Key: fmt.Sprintf("bench_%d_%d", n, i), Hits: 1, TTL: time.Minute}
+				batch[i] = engine.CounterOp{Key: fmt.Sprintf("bench_%d_%d", n, i), Hits: 1, TTL: time.Minute}
 			}
 			b.ReportAllocs()
 			calls := 0
 			for b.Loop() {
-				if err := be.IncrementBatch(ctx, batch); err != nil {
+				if err := be.Exec(ctx, batch); err != nil {
 					b.Fatal(err)
 				}
 				calls++

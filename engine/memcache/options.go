@@ -34,7 +34,7 @@ type Options struct {
 	// Workers apply the increments in the background.
 	Workers int
 	// QueueSize bounds the increments waiting for a worker; a full queue
-	// makes IncrementBatch wait (back-pressure) until its context ends.
+	// makes Exec wait (back-pressure) until its context ends.
 	QueueSize int
 	// DrainTimeout bounds how long Close waits for queued increments.
 	DrainTimeout time.Duration

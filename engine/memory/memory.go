@@ -180,10 +180,10 @@ func (k KeyLimit) ValidateKey(key string) error {
 	return nil
 }
 
-// IncrementBatch implements engine.Backend. With a Budget, the counters the
+// Exec implements engine.Backend. With a Budget, the counters the
 // batch would create must fit (after dropping expired ones), or nothing of
 // the batch is applied and ErrFull is returned.
-func (b *Backend) IncrementBatch(_ context.Context, batch []engine.Increment) error {
+func (b *Backend) Exec(_ context.Context, batch []engine.CounterOp) error {
 	now := b.clock().UnixNano()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -240,7 +240,7 @@ func (b *Backend) entry(e *entry, key string) *entry {
 
 // newKeys are the keys of batch not held yet that an op may create (a read
 // creates nothing), each once.
-func (b *Backend) newKeys(batch []engine.Increment) (keys []string, need int64) {
+func (b *Backend) newKeys(batch []engine.CounterOp) (keys []string, need int64) {
 	var seen map[string]bool // a key can come twice, with two kinds; only in big batches is a map cheaper
 	if len(batch) > 32 {
 		seen = make(map[string]bool)
@@ -269,7 +269,7 @@ func (b *Backend) newKeys(batch []engine.Increment) (keys []string, need int64) 
 
 // reserveNew charges the budget for the counters batch may create and
 // returns their keys.
-func (b *Backend) reserveNew(batch []engine.Increment, now int64) ([]string, error) {
+func (b *Backend) reserveNew(batch []engine.CounterOp, now int64) ([]string, error) {
 	keys, need := b.newKeys(batch)
 	if need == 0 || b.budget.reserve(need) {
 		return keys, nil

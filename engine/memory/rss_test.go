@@ -80,13 +80,13 @@ func fillToCap(t *testing.T) {
 	}
 	peak := idle
 	window := time.Now().Unix() / 60 * 60
-	batch := make([]engine.Increment, 64)
+	batch := make([]engine.CounterOp, 64)
 	var n int64
 	for round := 0; ; round++ {
 		for i := range batch {
-			batch[i] = engine.Increment{Key: engineKey(n+int64(i), window), Hits: 1, TTL: time.Hour}
+			batch[i] = engine.CounterOp{Key: engineKey(n+int64(i), window), Hits: 1, TTL: time.Hour}
 		}
-		err := b.IncrementBatch(context.Background(), batch)
+		err := b.Exec(context.Background(), batch)
 		if errors.Is(err, memory.ErrFull) {
 			break
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tlsclient"
 )
 
-// ErrClosed is returned by IncrementBatch after Close.
+// ErrClosed is returned by Exec after Close.
 var ErrClosed = errors.New("redis backend closed")
 
 // Backend is the Redis counter backend.
@@ -166,17 +166,17 @@ func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.Univers
 	}
 }
 
-// IncrementBatch sends, in one pipeline, INCRBY key hits + EXPIRE key ttl
+// Exec sends, in one pipeline, INCRBY key hits + EXPIRE key ttl
 // for every increment, GET for every read and EVALSHA of the token bucket
 // script for every bucket step, and fills After from the replies. The shards
 // size the batch (REDIS_PIPELINE_LIMIT is enforced there, per store), so the
 // backend never splits it.
-func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
 	for i := range batch {
-		if batch[i].Kind != engine.OpIncrement {
+		if batch[i].Kind != engine.OpAdd {
 			continue
 		}
 		if batch[i].Hits > math.MaxInt64 {
@@ -249,7 +249,7 @@ func (b *Backend) IncrementBatch(ctx context.Context, batch []engine.Increment) 
 	return nil
 }
 
-// call is the working memory of one IncrementBatch, pooled: the INCRBY and
+// call is the working memory of one Exec, pooled: the INCRBY and
 // EXPIRE commands of a whole batch and their arguments live in a few arrays
 // instead of three or four objects per key, and the arguments point at the
 // batch's keys and hits instead of boxing copies. It costs 3 allocations per
@@ -273,7 +273,7 @@ var calls sync.Pool
 const maxPooledKeys = 4096
 
 // getCall returns a call for a batch of n entries, with arrays big enough
-// that no append in IncrementBatch reallocates.
+// that no append in Exec reallocates.
 func getCall(n int) *call {
 	c, _ := calls.Get().(*call)
 	if c == nil {
@@ -300,7 +300,7 @@ func putCall(c *call) {
 	clear(c.ints)
 	clear(c.bools)
 	clear(c.args)
-	// The queue is empty: IncrementBatch ends by handing it to the pipeline.
+	// The queue is empty: Exec ends by handing it to the pipeline.
 	c.ints, c.bools, c.ttls, c.args = c.ints[:0], c.bools[:0], c.ttls[:0], c.args[:0]
 	calls.Put(c)
 }
@@ -338,7 +338,7 @@ end
 return tat
 `
 
-func bucketArgs(op *engine.Increment) []any {
+func bucketArgs(op *engine.CounterOp) []any {
 	return []any{op.Now, op.Interval, op.Burst, op.Hits}
 }
 
@@ -360,7 +360,7 @@ func expected(err error) bool {
 // rerunUnloaded sends again, in order and with the script's text (EVAL, which
 // also loads it), the bucket steps a server refused with NOSCRIPT: after a
 // restart, a failover or SCRIPT FLUSH. NOSCRIPT means the step did not run.
-func (b *Backend) rerunUnloaded(ctx context.Context, batch []engine.Increment, cmds []goredis.Cmder) error {
+func (b *Backend) rerunUnloaded(ctx context.Context, batch []engine.CounterOp, cmds []goredis.Cmder) error {
 	var pipe goredis.Pipeliner
 	for i := range batch {
 		if batch[i].Kind != engine.OpTokenBucket || !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {

@@ -59,12 +59,12 @@ func newBackend(t testing.TB, o Options) *Backend {
 func checkCounters(t *testing.T, b *Backend, check goredis.Cmdable, prefix string, n int) {
 	t.Helper()
 	ctx := testCtx(t)
-	batch := make([]engine.Increment, n)
+	batch := make([]engine.CounterOp, n)
 	for i := range batch {
-		batch[i] = engine.Increment{Key: fmt.Sprintf("%s_%d", prefix, i), Hits: uint64(i + 1), TTL: time.Duration(60+i) * time.Second}
+		batch[i] = engine.CounterOp{Key: fmt.Sprintf("%s_%d", prefix, i), Hits: uint64(i + 1), TTL: time.Duration(60+i) * time.Second}
 	}
 	for round := 1; round <= 2; round++ {
-		if err := b.IncrementBatch(ctx, batch); err != nil {
+		if err := b.Exec(ctx, batch); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i, inc := range batch {
@@ -142,8 +142,8 @@ func TestHitsZeroReadsAndRefreshesTTL(t *testing.T) {
 	if err := c.Set(ctx, "k", 7, 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	batch := []engine.Increment{{Key: "k", Hits: 0, TTL: 90 * time.Second}, {Key: "fresh", Hits: 0, TTL: 5 * time.Second}}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	batch := []engine.CounterOp{{Key: "k", Hits: 0, TTL: 90 * time.Second}, {Key: "fresh", Hits: 0, TTL: 5 * time.Second}}
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	if batch[0].After != 7 || batch[1].After != 0 {
@@ -159,14 +159,14 @@ func TestRejectsBadIncrements(t *testing.T) {
 	b := newBackend(t, singleOptions(r))
 	for _, tc := range []struct {
 		name string
-		inc  engine.Increment
+		inc  engine.CounterOp
 		want string
 	}{
-		{"zero ttl", engine.Increment{Key: "a", Hits: 1}, "TTL"},
-		{"huge hits", engine.Increment{Key: "a", Hits: 1 << 63, TTL: time.Second}, "int64"},
+		{"zero ttl", engine.CounterOp{Key: "a", Hits: 1}, "TTL"},
+		{"huge hits", engine.CounterOp{Key: "a", Hits: 1 << 63, TTL: time.Second}, "int64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := b.IncrementBatch(testCtx(t), []engine.Increment{tc.inc})
+			err := b.Exec(testCtx(t), []engine.CounterOp{tc.inc})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -181,8 +181,8 @@ func TestSubSecondTTLRoundsUp(t *testing.T) {
 	ctx := testCtx(t)
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	b := newBackend(t, singleOptions(r))
-	batch := []engine.Increment{{Key: "k", Hits: 1, TTL: 1500 * time.Millisecond}}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	batch := []engine.CounterOp{{Key: "k", Hits: 1, TTL: 1500 * time.Millisecond}}
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := r.Client(t).TTL(ctx, "k").Val(); ttl != 2*time.Second {
@@ -242,9 +242,9 @@ func TestStartupRetry(t *testing.T) {
 		t.Fatalf("New after the server came up: %v", got.err)
 	}
 	defer got.b.Close()
-	batch := []engine.Increment{{Key: "k", Hits: 3, TTL: time.Minute}}
-	if err := got.b.IncrementBatch(ctx, batch); err != nil || batch[0].After != 3 {
-		t.Fatalf("IncrementBatch = %v, After %d", err, batch[0].After)
+	batch := []engine.CounterOp{{Key: "k", Hits: 3, TTL: time.Minute}}
+	if err := got.b.Exec(ctx, batch); err != nil || batch[0].After != 3 {
+		t.Fatalf("Exec = %v, After %d", err, batch[0].After)
 	}
 }
 
@@ -291,18 +291,12 @@ func TestHealthFollowsConnections(t *testing.T) {
 			r.Kill()
 			waitHealth := func(want bool) {
 				t.Helper()
-				deadline := time.Now().Add(10 * time.Second)
-				for b.Healthy() != want {
-					if time.Now().After(deadline) {
-						t.Fatalf("Healthy() stayed %v, want %v (pool %+v)", !want, want, b.PoolStats())
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				testenv.Eventually(t, fmt.Sprintf("Healthy() = %v", want), func() bool { return b.Healthy() == want })
 			}
 			if !active {
 				// Without the switch health ignores Redis, like the reference.
-				if err := b.IncrementBatch(testCtx(t), []engine.Increment{{Key: "k", Hits: 1, TTL: time.Minute}}); err == nil {
-					t.Fatal("IncrementBatch against a dead server succeeded")
+				if err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "k", Hits: 1, TTL: time.Minute}}); err == nil {
+					t.Fatal("Exec against a dead server succeeded")
 				}
 				if !b.Healthy() {
 					t.Fatal("unhealthy without HealthCheckActiveConnection")
@@ -333,8 +327,8 @@ func TestClosed(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := b.IncrementBatch(testCtx(t), []engine.Increment{{Key: "k", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("IncrementBatch after Close = %v", err)
+	if err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "k", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Exec after Close = %v", err)
 	}
 	if b.Healthy() {
 		t.Fatal("healthy after Close")
@@ -389,8 +383,8 @@ func TestSentinelFailover(t *testing.T) {
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			batch := []engine.Increment{{Key: "failover", Hits: 1, TTL: time.Hour}}
-			err := b.IncrementBatch(ctx, batch)
+			batch := []engine.CounterOp{{Key: "failover", Hits: 1, TTL: time.Hour}}
+			err := b.Exec(ctx, batch)
 			cancel()
 			mu.Lock()
 			outcomes = append(outcomes, outcome{time.Now(), err, batch[0].After})
@@ -406,10 +400,8 @@ func TestSentinelFailover(t *testing.T) {
 		return append([]outcome(nil), outcomes...)
 	}
 	waitOutcomes := func(n int) {
-		deadline := time.Now().Add(10 * time.Second)
-		for len(snapshot()) < n && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		t.Helper()
+		testenv.Eventually(t, fmt.Sprintf("%d increments through the failover", n), func() bool { return len(snapshot()) >= n })
 	}
 	waitOutcomes(50)
 	g.Failover(t)
@@ -487,18 +479,18 @@ func TestOpGet(t *testing.T) {
 	if err := c.Set(ctx, "held", 7, 100*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.IncrementBatch(ctx, []engine.Increment{{Key: "warm", Hits: 1, TTL: time.Minute}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{{Key: "warm", Hits: 1, TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	get0, incr0, exp0 := cmdCalls(t, c, "get"), cmdCalls(t, c, "incrby"), cmdCalls(t, c, "expire")
 	_, _, reads0 := commandStats(t, c)
-	batch := []engine.Increment{
+	batch := []engine.CounterOp{
 		{Key: "held", Kind: engine.OpGet, Hits: 5, TTL: time.Second}, // hits and TTL are ignored
 		{Key: "missing", Kind: engine.OpGet},
 		{Key: "counted", Hits: 3, TTL: time.Minute},
 		{Key: "counted", Kind: engine.OpGet}, // after the increment, in batch order
 	}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	if got := []uint64{batch[0].After, batch[1].After, batch[2].After, batch[3].After}; fmt.Sprint(got) != "[7 0 3 3]" {
@@ -525,7 +517,7 @@ func TestOpGet(t *testing.T) {
 	if err := c.Set(ctx, "text", "abc", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	err := b.IncrementBatch(ctx, []engine.Increment{{Key: "text", Kind: engine.OpGet}})
+	err := b.Exec(ctx, []engine.CounterOp{{Key: "text", Kind: engine.OpGet}})
 	if err == nil || !strings.Contains(err.Error(), `"text"`) {
 		t.Fatalf("GET of a non-counter: err = %v", err)
 	}
@@ -538,18 +530,18 @@ func TestOpGetCluster(t *testing.T) {
 	o.Type, o.SocketType, o.URL = "CLUSTER", "tcp", strings.Join(c.Addrs, ",")
 	b := newBackend(t, o)
 	const n = 30
-	batch := make([]engine.Increment, 0, 2*n)
+	batch := make([]engine.CounterOp, 0, 2*n)
 	for i := range n {
-		batch = append(batch, engine.Increment{Key: fmt.Sprintf("g%d", i), Hits: uint64(i + 1), TTL: time.Minute})
+		batch = append(batch, engine.CounterOp{Key: fmt.Sprintf("g%d", i), Hits: uint64(i + 1), TTL: time.Minute})
 	}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	batch = batch[:0]
 	for i := range 2 * n { // half of them were never written
-		batch = append(batch, engine.Increment{Key: fmt.Sprintf("g%d", i), Kind: engine.OpGet})
+		batch = append(batch, engine.CounterOp{Key: fmt.Sprintf("g%d", i), Kind: engine.OpGet})
 	}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	for i := range batch {
@@ -576,8 +568,8 @@ func TestReadsAndBucketSteps(t *testing.T) {
 	b := newBackend(t, singleOptions(r))
 	c := r.Client(t)
 	now := time.Now().UnixMicro()
-	step := func() engine.Increment {
-		return engine.Increment{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 1000, Burst: 2}
+	step := func() engine.CounterOp {
+		return engine.CounterOp{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 1000, Burst: 2}
 	}
 	var sent time.Time
 	for round, flush := range []bool{false, true} {
@@ -587,9 +579,9 @@ func TestReadsAndBucketSteps(t *testing.T) {
 			}
 			now += 10_000 // the bucket is full again
 		}
-		batch := []engine.Increment{{Key: "missing", Kind: engine.OpGet}, step(), step(), step()}
+		batch := []engine.CounterOp{{Key: "missing", Kind: engine.OpGet}, step(), step(), step()}
 		sent = time.Now()
-		if err := b.IncrementBatch(ctx, batch); err != nil {
+		if err := b.Exec(ctx, batch); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		found := []uint64{batch[1].After, batch[2].After, batch[3].After}
@@ -622,14 +614,14 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 	b := newBackend(t, singleOptions(r))
 	c := r.Client(t)
 
-	batch := []engine.Increment{
+	batch := []engine.CounterOp{
 		{Key: "ordered", Kind: engine.OpGet},
 		{Key: "ordered", Hits: 2, TTL: time.Minute},
 		{Key: "other", Hits: 1, TTL: time.Hour},
 		{Key: "ordered", Kind: engine.OpGet},
 		{Key: "other", Kind: engine.OpGet},
 	}
-	if err := b.IncrementBatch(ctx, batch); err != nil {
+	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	var got []uint64
@@ -653,11 +645,11 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 			for n := 1; n <= rounds; n++ {
 				// Sizes vary so pooled arrays are reused at other lengths.
 				size := 1 + (n*7+w)%23
-				batch := make([]engine.Increment, size)
+				batch := make([]engine.CounterOp, size)
 				for i := range batch {
-					batch[i] = engine.Increment{Key: fmt.Sprintf("w%d_k%d", w, i), Hits: uint64(w + 1), TTL: time.Duration(100+w) * time.Second}
+					batch[i] = engine.CounterOp{Key: fmt.Sprintf("w%d_k%d", w, i), Hits: uint64(w + 1), TTL: time.Duration(100+w) * time.Second}
 				}
-				if err := b.IncrementBatch(ctx, batch); err != nil {
+				if err := b.Exec(ctx, batch); err != nil {
 					errs <- err
 					return
 				}

@@ -10,22 +10,22 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// BenchmarkIncrementBatch measures one pipelined IncrementBatch against a
+// BenchmarkExec measures one pipelined Exec against a
 // local redis-server, by batch size. keys/s is the figure to compare.
-func BenchmarkIncrementBatch(b *testing.B) {
+func BenchmarkExec(b *testing.B) {
 	r := testenv.StartRedis(b, testenv.RedisOptions{})
 	be := newBackend(b, singleOptions(r))
 	ctx := context.Background()
 	for _, n := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			batch := make([]engine.Increment, n)
+			batch := make([]engine.CounterOp, n)
 			for i := range batch {
-				batch[i] = engine.Increment{Key: fmt.Sprintf("bench_%d_%d", n, i), Hits: 1, TTL: time.Minute}
+				batch[i] = engine.CounterOp{Key: fmt.Sprintf("bench_%d_%d", n, i), Hits: 1, TTL: time.Minute}
 			}
 			b.ReportAllocs()
 			calls := 0
 			for b.Loop() {
-				if err := be.IncrementBatch(ctx, batch); err != nil {
+				if err := be.Exec(ctx, batch); err != nil {
 					b.Fatal(err)
 				}
 				calls++

@@ -1,7 +1,7 @@
 // Package redis stores rate-limit counters in Redis (single node over TCP or
 // a unix socket, sentinel-managed primary, or cluster) through go-redis v9.
 //
-// One IncrementBatch is one pipelined round trip of INCRBY key hits + EXPIRE
+// One Exec is one pipelined round trip of INCRBY key hits + EXPIRE
 // key ttl per key (GET key for a read, engine.OpGet), the reference
 // implementation's protocol, so sluice and envoyproxy/ratelimit replicas can
 // share one Redis during a migration. In cluster mode go-redis splits the

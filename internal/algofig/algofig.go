@@ -30,8 +30,8 @@ type Series struct {
 
 type counter struct{ b engine.Backend }
 
-func (c counter) Increment(ctx context.Context, ops []engine.Increment) error {
-	return c.b.IncrementBatch(ctx, ops)
+func (c counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
+	return engine.DirectCounter{Backend: c.b}.Apply(ctx, ops, batch)
 }
 
 // Run simulates the scenario for each algorithm.

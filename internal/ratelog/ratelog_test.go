@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 type buf struct {
@@ -32,13 +34,7 @@ func TestWarnerBurst(t *testing.T) {
 	for i := 0; i < n; i++ {
 		w.Warn(fmt.Errorf("backend down %d", i), "backend", "memcache")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(out.lines()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no report of the repeated failures: %q", out.lines())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "a report of the repeated failures", func() bool { return len(out.lines()) >= 2 })
 	l := out.lines()
 	if len(l) != 2 {
 		t.Fatalf("%d lines for %d failures, want 2: %q", len(l), n, l)

@@ -14,8 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type announceKey struct{}
-
 // writeTogether writes the frames that build makes in one write, so that
 // the server reads them in one go.
 func writeTogether(t *testing.T, r *raw, build func()) {
@@ -54,45 +52,47 @@ func answers(t *testing.T, r *raw, ids ...uint32) (map[uint32][]byte, map[uint32
 }
 
 // TestBatchReadTogether: calls of a batch method read together run as one
-// batch, in the order read, with the announced context and the latest of
-// their deadlines; each gets its own answer or status, all in one write.
+// batch, in the order read, on what the batch method returned when the
+// batch was dispatched and with the latest of their deadlines; each gets
+// its own answer or status, all in one write.
 // A call of another method read with them runs on its own.
 func TestBatchReadTogether(t *testing.T) {
 	type run struct {
 		ins      [][]byte
-		ctxOK    bool
+		opened   int // the batch method's count when it returned this serve
 		deadline time.Duration
 	}
 	runs := make(chan run, 4)
 	release := make(chan struct{})
-	var announced, done sync.WaitGroup
-	announced.Add(1)
-	done.Add(1)
+	var openedMu sync.Mutex
+	opened := 0
 	var mu sync.Mutex
 	var writes [][]byte
 	_, addr := serveOn(t, Options{
 		Methods: map[string]Method{"/t.S/Echo": echo, "/t.S/Other": echo},
-		Batches: map[string]BatchMethod{"/t.S/Echo": func(ctx context.Context, calls []Call) {
-			<-release // until the other call's answer is written
-			rn := run{ctxOK: ctx.Value(announceKey{}) != nil}
-			if dl, ok := ctx.Deadline(); ok {
-				rn.deadline = time.Until(dl)
-			}
-			for i := range calls {
-				c := &calls[i]
-				rn.ins = append(rn.ins, bytes.Clone(c.In))
-				if c.In[0] == 0xff {
-					c.Err = status.Error(codes.InvalidArgument, "bad")
-					continue
+		Batches: map[string]BatchMethod{"/t.S/Echo": func() BatchServe {
+			openedMu.Lock()
+			opened++
+			n := opened
+			openedMu.Unlock()
+			return func(ctx context.Context, calls []Call) {
+				<-release // until the other call's answer is written
+				rn := run{opened: n}
+				if dl, ok := ctx.Deadline(); ok {
+					rn.deadline = time.Until(dl)
 				}
-				c.Out = append(c.Out, c.In...)
+				for i := range calls {
+					c := &calls[i]
+					rn.ins = append(rn.ins, bytes.Clone(c.In))
+					if c.In[0] == 0xff {
+						c.Err = status.Error(codes.InvalidArgument, "bad")
+						continue
+					}
+					c.Out = append(c.Out, c.In...)
+				}
+				runs <- rn
 			}
-			runs <- rn
 		}},
-		Announce: func(ctx context.Context) (context.Context, func()) {
-			announced.Done()
-			return context.WithValue(ctx, announceKey{}, true), done.Done
-		},
 	}, func(ln net.Listener) net.Listener { return recordingListener{ln, &mu, &writes} })
 	r := dialSettled(t, addr)
 	mu.Lock()
@@ -118,8 +118,6 @@ func TestBatchReadTogether(t *testing.T) {
 	if codes[3] != "3" || len(msgs[3]) != 0 {
 		t.Errorf("stream 3: %q status %s, want no message and InvalidArgument (3)", msgs[3], codes[3])
 	}
-	announced.Wait()
-	done.Wait()
 	rn := <-runs
 	if len(runs) > 0 {
 		t.Fatalf("%d more batches", len(runs))
@@ -127,9 +125,11 @@ func TestBatchReadTogether(t *testing.T) {
 	if len(rn.ins) != 3 || rn.ins[0][0] != 1 || rn.ins[1][0] != 0xff || rn.ins[2][0] != 5 {
 		t.Errorf("batch of %v, want the three Echo calls in the order read", rn.ins)
 	}
-	if !rn.ctxOK {
-		t.Error("the batch ran without the announced context")
+	openedMu.Lock()
+	if rn.opened != 1 || opened != 1 {
+		t.Errorf("batch method called %d times, serving the batch of call %d; want one batch", opened, rn.opened)
 	}
+	openedMu.Unlock()
 	if rn.deadline < 2*time.Second || rn.deadline > 3*time.Second {
 		t.Errorf("batch deadline in %v, want the latest of the calls' (3s)", rn.deadline)
 	}
@@ -156,11 +156,11 @@ func TestBatchOverOutputBound(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 3000)
 	_, addr := serve(t, Options{
 		Methods: map[string]Method{"/t.S/Echo": echo},
-		Batches: map[string]BatchMethod{"/t.S/Echo": func(_ context.Context, calls []Call) {
+		Batches: map[string]BatchMethod{"/t.S/Echo": serveBatch(func(_ context.Context, calls []Call) {
 			for i := range calls {
 				calls[i].Out = append(calls[i].Out, big...)
 			}
-		}},
+		})},
 		MaxOutput: 1 << 10,
 	})
 	r := dialSettled(t, addr)
@@ -184,4 +184,9 @@ func TestBatchWithoutMethod(t *testing.T) {
 	if err == nil {
 		t.Fatal("a batch method that is not a unary method was accepted")
 	}
+}
+
+// serveBatch is a batch method with nothing to get ready.
+func serveBatch(serve BatchServe) BatchMethod {
+	return func() BatchServe { return serve }
 }

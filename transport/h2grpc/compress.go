@@ -73,7 +73,7 @@ func (c *conn) inflate(st *stream) (codes.Code, string) {
 	full := c.buffered+grow > int64(o.MaxRequestBytes)
 	if !full {
 		c.buffered += grow
-		st.held += int(grow)
+		st.charged += int(grow)
 	}
 	c.mu.Unlock()
 	if full {

@@ -61,7 +61,7 @@ func TestBatchDeadlines(t *testing.T) {
 	var batchDeadline atomic.Value
 	_, addr := serve(t, Options{
 		Methods: map[string]Method{"/t.S/Echo": echo},
-		Batches: map[string]BatchMethod{"/t.S/Echo": func(ctx context.Context, calls []Call) {
+		Batches: map[string]BatchMethod{"/t.S/Echo": serveBatch(func(ctx context.Context, calls []Call) {
 			var ins []byte
 			for i := range calls {
 				ins = append(ins, calls[i].In...)
@@ -71,7 +71,7 @@ func TestBatchDeadlines(t *testing.T) {
 			batchDeadline.Store(has)
 			entered <- ins
 			<-release
-		}},
+		})},
 	})
 	t.Cleanup(releaseBatch) // before the server stops, should the test fail
 	r := dialSettled(t, addr)
@@ -119,5 +119,37 @@ func TestBatchDeadlines(t *testing.T) {
 		if _, ok := f.(*http2.RSTStreamFrame); ok {
 			t.Errorf("RST_STREAM after complete answers: %v", f)
 		}
+	}
+}
+
+// TestBatchServedWhenEveryCallExpired: a batch whose calls are all past
+// their deadlines is still served, with no calls, so that what its batch
+// method got ready is released.
+func TestBatchServedWhenEveryCallExpired(t *testing.T) {
+	served := make(chan int, 1)
+	_, addr := serve(t, Options{
+		Methods: map[string]Method{"/t.S/Echo": echo},
+		Batches: map[string]BatchMethod{"/t.S/Echo": serveBatch(func(_ context.Context, calls []Call) {
+			served <- len(calls)
+		})},
+	})
+	r := dialSettled(t, addr)
+	writeTogether(t, r, func() {
+		for _, id := range []uint32{1, 3} {
+			r.headers(id, "/t.S/Echo", false, "grpc-timeout", "1n")
+			r.message(id, []byte{byte(id)})
+		}
+	})
+	_, codes := answers(t, r, 1, 3)
+	if codes[1] != "4" || codes[3] != "4" {
+		t.Errorf("statuses %v, want DEADLINE_EXCEEDED (4) for both", codes)
+	}
+	select {
+	case n := <-served:
+		if n != 0 {
+			t.Errorf("served %d calls, want none", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch was never served")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 // TestFloodBudget: the budget's arithmetic, on a clock of its own.
 func TestFloodBudget(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1_000_000, 0)
 	t.Run("keepalive every 10 s for a day", func(t *testing.T) {
 		var b budget

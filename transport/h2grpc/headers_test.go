@@ -123,6 +123,7 @@ func TestWellFormedRequests(t *testing.T) {
 func msg0() []byte { return []byte{0, 0, 0, 0, 0} }
 
 func TestFieldValidity(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, value string
 		ok          bool

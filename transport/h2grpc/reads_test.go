@@ -163,6 +163,7 @@ func frames(t *testing.T, w []byte) []http2.Frame {
 }
 
 func TestFrameBuffered(t *testing.T) {
+	t.Parallel()
 	frame := func(payload int) []byte {
 		b := []byte{byte(payload >> 16), byte(payload >> 8), byte(payload), 0, 0, 0, 0, 0, 1}
 		return append(b, make([]byte, payload)...)

@@ -28,7 +28,7 @@ type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
 type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) error) error
 
 // A Call is one unary call of a batch. In is its request message, valid
-// until the BatchMethod returns. Out holds a buffer with 5 bytes reserved,
+// until the BatchServe returns. Out holds a buffer with 5 bytes reserved,
 // as Method's out, and receives the answer as Method would return it; or
 // Err receives the call's error, as Method's.
 type Call struct {
@@ -38,14 +38,22 @@ type Call struct {
 }
 
 // A BatchMethod serves calls of one method that were read together from one
-// connection, on one goroutine, as its Method would serve each: what serves
-// them may do once what it would do per call (the rate limit service sends
-// their counter updates in one go). ctx ends when the connection closes or
-// when the last of the calls' deadlines passes (none if one has none). A
-// call already past its deadline is not among calls; one whose deadline
-// passes while the batch runs is answered DEADLINE_EXCEEDED then, and its
-// result dropped. The other answers are written together once it returns.
-type BatchMethod func(ctx context.Context, calls []Call)
+// connection (a batch), as its Method would serve each: what serves them
+// may do once what it would do per call (the rate limit service sends
+// their counter operations in one go). The connection's reader calls it as
+// it dispatches the batch, before the batch waits for a worker and before
+// its calls are decoded, so that what serves the batch can get ready (the
+// rate limit service holds its backend calls for the batch from here);
+// the BatchServe it returns is then called exactly once, on a worker.
+type BatchMethod func() BatchServe
+
+// A BatchServe serves one batch on one goroutine. ctx ends when the
+// connection closes or when the last of the calls' deadlines passes (none
+// if one has none). A call already past its deadline is not among calls
+// (which may then be empty); one whose deadline passes while the batch
+// runs is answered DEADLINE_EXCEEDED then, and its result dropped. The
+// other answers are written together once it returns.
+type BatchServe func(ctx context.Context, calls []Call)
 
 // Options configure a Server. The zero value of each field takes its
 // default (see EnsureDefaults).
@@ -92,12 +100,16 @@ type Options struct {
 	// read together as one batch; each must also be in Methods, which
 	// serves a call read alone.
 	Batches map[string]BatchMethod
-	// Announce, if set, is called as a batch is dispatched, before its
-	// calls are decoded; the batch method runs with the context it
-	// returns, and done is called once the batch method has returned. The
-	// rate limit service uses it to hold its backend calls for the batch
-	// (actors.Router.Expect).
-	Announce func(ctx context.Context) (_ context.Context, done func())
+	// FramesPerRead bounds the frames read while calls (or a PING
+	// acknowledgement) wait for the end of a read, and so the calls of
+	// one batch: the first of them waits for the reader to reach the
+	// last (default 64).
+	FramesPerRead int
+	// WriteYieldBelow: a writer with less than this much output queued
+	// yields once before it writes, so that answers other workers are
+	// about to queue (those of one backend call become ready together)
+	// leave in the same write (default 4 KiB; negative: never).
+	WriteYieldBelow int
 	// Floods bound the PING and SETTINGS frames a connection may send
 	// (see FloodLimits for the defaults).
 	Floods FloodLimits
@@ -127,6 +139,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxOutput == 0 {
 		o.MaxOutput = 4 << 20
+	}
+	if o.FramesPerRead == 0 {
+		o.FramesPerRead = 64
+	}
+	if o.WriteYieldBelow == 0 {
+		o.WriteYieldBelow = 4 << 10
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = 120 * time.Second

@@ -488,6 +488,7 @@ func TestGracefulStop(t *testing.T) {
 }
 
 func TestParseTimeout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want time.Duration
@@ -740,13 +741,7 @@ func TestPeerThatDoesNotRead(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for len(s.connList()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection of a peer that does not read is still open")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the connection of a peer that does not read to close", func() bool { return len(s.connList()) == 0 })
 }
 
 // TestWindowChangesWhileWaiting: an answer waiting for window goes on when
@@ -888,10 +883,7 @@ func TestStopBeforePreface(t *testing.T) {
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(20 * time.Second))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.connList()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the server to hold the connection", func() bool { return len(s.connList()) > 0 })
 	s.GracefulStop()
 	b, err := io.ReadAll(nc)
 	if err != nil || len(b) != 0 {

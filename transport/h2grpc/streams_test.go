@@ -168,6 +168,7 @@ func TestStreamStates(t *testing.T) {
 }
 
 func TestOurResets(t *testing.T) {
+	t.Parallel()
 	var r ourResets
 	if r.has(1) {
 		t.Fatal("empty set has 1")

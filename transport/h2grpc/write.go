@@ -232,8 +232,8 @@ func (c *conn) flushAsyncLocked() {
 // output is small.
 func (c *conn) writeLocked(yield bool) {
 	for len(c.out) > 0 && !c.dead {
-		if yield && len(c.out) < yieldBelow {
-			// Answers of one backend batch become ready together: let the
+		if yield && len(c.out) < c.s.o.WriteYieldBelow {
+			// Answers of one backend call become ready together: let the
 			// other waiters that just woke add theirs, so that one write
 			// carries them all.
 			yield = false
@@ -270,10 +270,6 @@ func (c *conn) writeLocked(yield bool) {
 	c.cond.Broadcast()
 	c.closeIfIdleLocked()
 }
-
-// yieldBelow is the output size under which the writer yields once before
-// writing.
-const yieldBelow = 4 << 10
 
 // waitOutput holds the reader while the output is over its bound: a peer
 // that does not read stops being read.

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -75,40 +76,12 @@ func startServer(t *testing.T, env map[string]string, stdout io.Writer) *server 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings,
+	rs := rlsserver.Start(t, transport.Options{Settings: settings,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: logLevel(env["LOG_LEVEL"])})), StatsOutput: stdout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() { done <- srv.Run(ctx, ready) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("server stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("server did not start")
-	}
-	var once sync.Once
-	s := &server{srv: srv}
-	s.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Error("server did not stop")
-			}
-			http.DefaultClient.CloseIdleConnections()
-		})
-	}
+	s := &server{srv: rs.Server, stop: func() {
+		rs.Stop()
+		http.DefaultClient.CloseIdleConnections()
+	}}
 	t.Cleanup(s.stop)
 	return s
 }

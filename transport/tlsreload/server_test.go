@@ -3,8 +3,6 @@ package tlsreload_test
 import (
 	"context"
 	"crypto/tls"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -50,31 +49,7 @@ func serviceMutualTLS(t *testing.T, grpcServer string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done, ready := make(chan error, 1), make(chan struct{})
-	go func() { done <- srv.Run(ctx, ready) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("server did not stop")
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("server stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	srv := rlsserver.Start(t, transport.Options{Settings: settings})
 
 	call := func(cfg *tls.Config) error {
 		conn, err := grpc.NewClient(srv.Addrs().GRPC.String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))

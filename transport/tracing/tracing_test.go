@@ -3,7 +3,6 @@ package tracing_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
@@ -121,38 +121,13 @@ func startService(t *testing.T, env map[string]string) (*transport.Server, func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done, ready := make(chan error, 1), make(chan struct{})
-	go func() { done <- srv.Run(ctx, ready) }()
-	stopped := false
+	rs := rlsserver.Start(t, transport.Options{Settings: settings})
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("server did not stop")
-		}
+		rs.Stop()
 		http.DefaultClient.CloseIdleConnections()
 	}
 	t.Cleanup(stop)
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("server stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	srv := rs.Server
 	return srv, stop
 }
 

@@ -30,9 +30,10 @@ func CounterSpanName(backend string) string {
 	return "Counter Increment Execution"
 }
 
-// Decider is the decision call the gRPC and HTTP servers make.
+// Decider is the decision calls the gRPC and HTTP servers make.
 type Decider interface {
 	ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error)
+	ShouldRateLimitBatch(ctx context.Context, batch engine.Batch, items []engine.BatchItem)
 }
 
 // Decider wraps d with a span per decision.
@@ -54,6 +55,28 @@ func (d *decider) ShouldRateLimit(ctx context.Context, req *engine.Request) (*en
 		span.SetAttributes(attribute.String("overall code", resp.OverallCode.String()))
 	}
 	return resp, recordError(span, err)
+}
+
+// ShouldRateLimitBatch decides the batch under one span, which counts its
+// requests and the failed ones.
+func (d *decider) ShouldRateLimitBatch(ctx context.Context, batch engine.Batch, items []engine.BatchItem) {
+	ctx, span := d.t.tracer.Start(ctx, SpanDecision, trace.WithAttributes(attribute.Int("batch size", len(items))))
+	defer span.End()
+	d.d.ShouldRateLimitBatch(ctx, batch, items)
+	failed := 0
+	var first error
+	for i := range items {
+		if items[i].Err != nil {
+			failed++
+			if first == nil {
+				first = items[i].Err
+			}
+		}
+	}
+	if failed > 0 {
+		span.SetAttributes(attribute.Int("failed", failed))
+		recordError(span, first)
+	}
 }
 
 // recordError marks the span failed with err, if any, and returns err.
@@ -101,7 +124,7 @@ type counter struct {
 	name string
 }
 
-func (c *counter) Increment(ctx context.Context, ops []engine.Increment) error {
+func (c *counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
 	perSecond := 0
 	for i := range ops {
 		if ops[i].PerSecond {
@@ -114,7 +137,7 @@ func (c *counter) Increment(ctx context.Context, ops []engine.Increment) error {
 		attribute.Int("perSecondPipeline length", perSecond),
 	))
 	defer span.End()
-	return recordError(span, c.c.Increment(ctx, ops))
+	return recordError(span, c.c.Apply(ctx, ops, batch))
 }
 
 // Backend wraps b with a span per backend call. A shard's call serves the
@@ -130,13 +153,13 @@ type tracedBackend struct {
 	kind string
 }
 
-func (b *tracedBackend) IncrementBatch(ctx context.Context, batch []engine.Increment) error {
+func (b *tracedBackend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	ctx, span := b.t.tracer.Start(ctx, SpanBatch, trace.WithNewRoot(), trace.WithAttributes(
 		attribute.String("backend", b.kind),
 		attribute.Int("batch size", len(batch)),
 	))
 	defer span.End()
-	return recordError(span, b.b.IncrementBatch(ctx, batch))
+	return recordError(span, b.b.Exec(ctx, batch))
 }
 
 func (b *tracedBackend) Close() error { return b.b.Close() }

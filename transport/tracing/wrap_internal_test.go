@@ -13,9 +13,17 @@ import (
 
 type failing struct{ err error }
 
-func (f failing) Increment(context.Context, []engine.Increment) error      { return f.err }
-func (f failing) IncrementBatch(context.Context, []engine.Increment) error { return f.err }
-func (f failing) Close() error                                             { return nil }
+func (f failing) Apply(context.Context, []engine.CounterOp, engine.Batch) error { return f.err }
+func (f failing) Exec(context.Context, []engine.CounterOp) error                { return f.err }
+func (f failing) Close() error                                                  { return nil }
+func (f failing) ShouldRateLimitBatch(_ context.Context, b engine.Batch, items []engine.BatchItem) {
+	for i := range items {
+		items[i].Resp, items[i].Err = f.ShouldRateLimit(context.Background(), items[i].Req)
+	}
+	if b != nil {
+		b.Close()
+	}
+}
 func (f failing) ShouldRateLimit(context.Context, *engine.Request) (*engine.Response, error) {
 	if f.err != nil {
 		return nil, f.err
@@ -42,10 +50,10 @@ func TestWrappersMarkFailedSpans(t *testing.T) {
 			return e
 		},
 		CounterSpanName("redis"): func(err error) error {
-			return tr.Counter(failing{err}, "redis").Increment(context.Background(), nil)
+			return tr.Counter(failing{err}, "redis").Apply(context.Background(), nil, nil)
 		},
 		SpanBatch: func(err error) error {
-			return tr.Backend(failing{err}, "redis").IncrementBatch(context.Background(), nil)
+			return tr.Backend(failing{err}, "redis").Exec(context.Background(), nil)
 		},
 	}
 	for name, call := range calls {
@@ -65,6 +73,47 @@ func TestWrappersMarkFailedSpans(t *testing.T) {
 			if st := span.Status(); st.Code != wantCode || (want != nil && st.Description != want.Error()) {
 				t.Errorf("%s with error %v: status %+v", name, want, st)
 			}
+		}
+	}
+}
+
+type closeCount struct{ n int }
+
+func (c *closeCount) Close() { c.n++ }
+
+// TestDeciderBatchPassesOn: the traced decider decides a batch as one,
+// through the wrapped decider's batch call (which closes the batch), and
+// marks its span failed when a request failed.
+func TestDeciderBatchPassesOn(t *testing.T) {
+	s := DefaultSettings()
+	s.SamplingRate = 1
+	tr, err := New(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.tp.Shutdown(context.Background())
+	rec := tracetest.NewSpanRecorder()
+	tr.tp.RegisterSpanProcessor(rec)
+	for _, fail := range []error{nil, errors.New("boom")} {
+		b := &closeCount{}
+		items := []engine.BatchItem{{Req: &engine.Request{Domain: "d"}}, {Req: &engine.Request{Domain: "d"}}}
+		tr.Decider(failing{fail}).ShouldRateLimitBatch(context.Background(), b, items)
+		if b.n != 1 {
+			t.Errorf("error %v: batch closed %d times, want once", fail, b.n)
+		}
+		for i, it := range items {
+			if it.Err != fail || (fail == nil && it.Resp == nil) {
+				t.Errorf("error %v: item %d: %+v", fail, i, it)
+			}
+		}
+		ended := rec.Ended()
+		span := ended[len(ended)-1]
+		want := codes.Unset
+		if fail != nil {
+			want = codes.Error
+		}
+		if span.Name() != SpanDecision || span.Status().Code != want {
+			t.Errorf("error %v: span %q status %+v", fail, span.Name(), span.Status())
 		}
 	}
 }

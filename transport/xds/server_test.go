@@ -3,8 +3,6 @@ package xds_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -39,32 +38,8 @@ func TestServiceFromManagementServer(t *testing.T) {
 	}
 	st := stats.NewStore()
 	now := time.Unix(1795313464, 0) // one fixed minute window: no window ends during the test
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings, Stats: st,
-		Clock: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done, ready := make(chan error, 1), make(chan struct{})
-	go func() { done <- srv.Run(ctx, ready) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("server did not stop")
-		}
-	}()
-	select {
-	case <-ready: // the listeners open only once the first configuration arrived
-	case err := <-done:
-		t.Fatalf("server stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	// The listeners open only once the first configuration arrived.
+	srv := rlsserver.Start(t, transport.Options{Settings: settings, Stats: st, Clock: func() time.Time { return now }})
 	mg.waitACK("v1")
 
 	conn, err := grpc.NewClient(srv.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -101,9 +76,9 @@ func TestServiceFromManagementServer(t *testing.T) {
 	}
 
 	// An ACK means the rules are in use: right after each ACK the new limit
-	// applies. (The ACK used to be sent when the rules were handed over, not
-	// when they were loaded; a busy machine then saw the previous rules. Rule
-	// sets large enough to take a while to load make that gap visible.)
+	// applies. (An ACK sent when the rules are handed over, before they are
+	// loaded, would let a busy machine see the previous rules; rule sets
+	// large enough to take a while to load make that gap visible.)
 	for rpu := uint32(10); rpu < 13; rpu++ {
 		v := fmt.Sprintf("v2.%d", rpu)
 		big := rule("rules", "d", rpu)
