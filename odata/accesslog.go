@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // accessLog writes one line per request to its logger, at most Rate lines
@@ -63,6 +64,15 @@ type accessRecord struct {
 	caller string // "key:<id>", "origin:<origin>", or "" before authentication
 	remote string
 	rows   int64
+
+	// For metrics and traces.
+	coll      string // the target's label (target.label)
+	csv       bool
+	coding    string // content coding of the body; "" identity
+	dbWork    bool   // the request held a data slot
+	cost      int    // its $filter's sqlstore.Cost
+	firstByte time.Time
+	span      trace.Span // nil when tracing is off
 }
 
 // maxLoggedPath bounds the path and query written per line.

@@ -30,7 +30,7 @@ func (s *Server) cors(ctx *fasthttp.RequestCtx) (origin string, browser bool) {
 // authenticate identifies the caller by API key, or by an allowed browser
 // origin and the client's address when no key is sent (originName is then
 // the origin, for its in-flight cap). It answers 401/403/429/503 itself.
-func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool) (caller, originName string, ok bool) {
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser bool, rec *accessRecord) (caller, originName string, ok bool) {
 	key := ctx.Request.Header.Peek("X-Api-Key")
 	addr := s.clientAddr(ctx)
 	if len(key) == 0 {
@@ -45,6 +45,7 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 			}
 			return caller, o, true
 		}
+		s.metrics.keyFailed("missing")
 		s.write(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
 		return "", "", false
 	}
@@ -52,12 +53,15 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 		return "key:" + id, "", true
 	}
 	if wait, blocked := s.keyFails.blocked(addr); blocked {
+		s.metrics.refuse(refusedKeyThrottled)
 		s.tooMany(ctx, wait, "too many failed key checks from this address; retry after the time in Retry-After")
 		return "", "", false
 	}
 	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
 	defer cancel()
+	reqCtx, span := s.child(reqCtx, rec.span, "odata.check_key")
 	id, ok, err := s.keys.CheckKey(reqCtx, string(key))
+	endSpan(span, err)
 	if err != nil {
 		if sqlstore.Unavailable(err) {
 			s.unavailable(ctx, fmt.Errorf("check key: %w", err))
@@ -67,6 +71,7 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 		return "", "", false
 	}
 	if !ok {
+		s.metrics.keyFailed("unknown")
 		s.keyFails.failed(addr)
 		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
 		return "", "", false

@@ -3,12 +3,18 @@ package odata
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/odata/query"
 )
@@ -34,6 +40,11 @@ type pageBody struct {
 	// streaming, for the access log; atomic because the Read path streams
 	// on its own goroutine.
 	rows, sent atomic.Int64
+	// firstWrite is when the first body bytes went to the connection, in
+	// Unix nanoseconds (0: none yet), for the first-byte latency.
+	firstWrite atomic.Int64
+	streamCtx  context.Context // ends at StreamTimeout
+	span       trace.Span      // the rows span, ended with the body
 
 	once sync.Once
 	pr   *io.PipeReader // only when fasthttp reads instead of WriteTo
@@ -44,12 +55,40 @@ func (b *pageBody) SupportsBodyWriteTo() bool { return true }
 
 func (b *pageBody) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
+	if b.s.metrics != nil {
+		cw.first = &b.firstWrite
+	}
 	err := b.s.stream(cw, b.enc, b)
 	b.sent.Store(cw.n)
 	if err != nil {
-		b.s.log.Info("odata: response cut short", "collection", b.q.Collection.Name, "err", err)
+		reason := b.cutReason(err)
+		b.s.metrics.streamCut(reason)
+		b.s.log.Info("odata: response cut short", "collection", b.q.Collection.Name, "reason", reason, "err", err)
+		b.span.RecordError(err)
+		b.span.SetStatus(codes.Error, reason)
 	}
 	return cw.n, err
+}
+
+// cutReason names why a body ended early, most specific cause first: a
+// slot taken for a waiting request, the server's shutdown deadline, the
+// StreamTimeout (all three close the connection, so the write fails), a
+// failed cursor, a client that accepted nothing for StallTimeout, or else
+// a client that went away.
+func (b *pageBody) cutReason(err error) string {
+	switch {
+	case b.grant.wasCut.Load():
+		return cutStallPreempt
+	case b.s.base.Err() != nil:
+		return cutShutdown
+	case b.streamCtx != nil && errors.Is(b.streamCtx.Err(), context.DeadlineExceeded):
+		return cutStreamTime
+	case errors.Is(err, errCursor):
+		return cutDatabase
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return cutStallTimeout
+	}
+	return cutClientGone
 }
 
 // Read serves a caller that reads the body instead of using WriteTo; the
@@ -77,22 +116,35 @@ func (b *pageBody) Close() error {
 		b.cancel()
 		b.grant.release()
 		b.rec.rows = b.rows.Load()
-		b.s.access.write(&b.rec, fasthttp.StatusOK, b.sent.Load())
+		if t := b.firstWrite.Load(); t != 0 {
+			b.rec.firstByte = time.Unix(0, t)
+		}
+		b.span.SetAttributes(attribute.Int64("odata.rows", b.rec.rows))
+		b.span.End()
+		b.s.finish(&b.rec, fasthttp.StatusOK, b.sent.Load(), time.Now())
 		b.s.streams.Done()
 	})
 	return nil
 }
 
 type countingWriter struct {
-	w io.Writer
-	n int64
+	w     io.Writer
+	n     int64
+	first *atomic.Int64 // set to the time of the first write, when not nil
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.first != nil {
+		c.first.Store(time.Now().UnixNano())
+		c.first = nil
+	}
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
 }
+
+// errCursor marks a body that ended because its cursor failed.
+var errCursor = errors.New("the cursor failed")
 
 // flushEvery is how much encoded JSON is collected before it is written:
 // large enough for few writes, small enough to keep memory flat.
@@ -143,7 +195,7 @@ func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 		// failed body makes fasthttp drop the connection before the
 		// last chunk, which a CSV reader sees as a truncated body).
 		_, _ = out.Write(buf)
-		return fmt.Errorf("rows: %w", err)
+		return fmt.Errorf("rows: %w: %w", errCursor, err)
 	}
 	if !b.csv {
 		buf = append(buf, ']')

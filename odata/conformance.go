@@ -159,10 +159,12 @@ func hasParam(params []query.Param, name string) bool {
 
 // countOnly answers /<Collection>/$count: the number of rows matching
 // $filter, as plain text.
-func (s *Server) countOnly(ctx *fasthttp.RequestCtx, q *query.Query) {
+func (s *Server) countOnly(ctx *fasthttp.RequestCtx, q *query.Query, rec *accessRecord) {
 	budget, cancel := context.WithTimeout(s.base, s.opts.QueryTimeout)
 	defer cancel()
-	n, err := s.store.Count(budget, q)
+	sctx, span := s.child(budget, rec.span, "odata.count")
+	n, err := s.store.Count(sctx, q)
+	endSpan(span, err)
 	if err != nil {
 		s.dbFailed(ctx, budget, err)
 		return

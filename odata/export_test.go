@@ -21,3 +21,6 @@ func SetAccessLogClock(s *Server, now func() time.Time) {
 // Waiting is how many requests wait for their key's turn, in all and in
 // the longest queue of one key.
 func Waiting(s *Server) (total, longest int) { return s.turns.queued() }
+
+// TopKeys is the costliest-key summary of a server with metrics.
+func TopKeys(s *Server, n int) []TopKey { return s.metrics.TopKeys(n) }

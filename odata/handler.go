@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -42,6 +43,20 @@ type target struct {
 	key  string // targetEntity: the text between the parentheses
 }
 
+// label names the target in metrics and spans: its collection, or one of
+// a few fixed names.
+func (t target) label() string {
+	switch {
+	case t.coll != nil:
+		return t.coll.Name
+	case t.kind == targetRoot:
+		return "service"
+	case t.kind == targetMetadata:
+		return "$metadata"
+	}
+	return "none"
+}
+
 func (s *Server) route(path []byte) (target, bool) {
 	rest, found := bytes.CutPrefix(path, []byte(s.opts.Root))
 	if !found {
@@ -68,24 +83,51 @@ func (s *Server) route(path []byte) (target, bool) {
 	return t, ok
 }
 
-// handleLogged handles a request and writes its access-log line; a page
-// streamed after the handler returns is logged when its body closes.
+// handleLogged handles a request and records it (access log, metrics,
+// trace); a page streamed after the handler returns is recorded when its
+// body closes.
 func (s *Server) handleLogged(ctx *fasthttp.RequestCtx) {
-	if s.access == nil {
+	if s.metricsHTTP != nil && string(ctx.Path()) == s.opts.MetricsPath {
+		s.metricsHTTP(ctx)
+		return
+	}
+	if s.access == nil && s.metrics == nil && s.tracer == nil {
 		s.handle(ctx, &accessRecord{})
 		return
 	}
-	rec := newAccessRecord(ctx)
+	var rec accessRecord
+	if s.access != nil {
+		rec = newAccessRecord(ctx)
+	} else {
+		rec.start = time.Now()
+	}
+	if s.tracer != nil {
+		rec.method = string(ctx.Method())
+		rec.span = s.startRequestSpan(ctx)
+	}
+	s.metrics.begin()
 	s.handle(ctx, &rec)
 	if _, streamed := ctx.Response.BodyStream().(*pageBody); streamed {
 		return
 	}
-	s.access.write(&rec, ctx.Response.StatusCode(), int64(len(ctx.Response.Body())))
+	s.finish(&rec, ctx.Response.StatusCode(), int64(len(ctx.Response.Body())), time.Now())
+}
+
+// finish records a request that has ended: its access-log line, its
+// metrics and its span.
+func (s *Server) finish(rec *accessRecord, status int, bytes int64, end time.Time) {
+	s.access.write(rec, status, bytes)
+	if s.metrics != nil {
+		s.metrics.request(rec, status, bytes, end)
+		s.metrics.end()
+	}
+	finishRequestSpan(rec, status, bytes)
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 	ctx.Response.Header.Set("OData-Version", "4.0")
 	t, ok := s.route(ctx.Path())
+	rec.coll = t.label()
 	origin, browser := s.cors(ctx)
 	if !ok {
 		s.fail(ctx, fasthttp.StatusNotFound, "no such resource; collections are "+s.opts.Root+"/Metadata, /Locations, /Observations and /Records")
@@ -108,7 +150,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 		return
 	}
 
-	caller, originName, ok := s.authenticate(ctx, origin, browser)
+	caller, originName, ok := s.authenticate(ctx, origin, browser, rec)
 	if !ok {
 		return
 	}
@@ -120,13 +162,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 			g.release()
 		}
 	}()
-	if !s.pace(ctx, caller, g) {
+	if !s.pace(ctx, caller, g, rec) {
 		return
 	}
 	// The origin's slot is taken after the turn: a request waiting for its
 	// turn must not keep other addresses of its origin out.
 	if originName != "" {
 		if !s.originSlots.acquire(originName) {
+			s.metrics.refuse(refusedOrigin)
 			s.tooMany(ctx, time.Second, "the browser origin has as many requests in flight as it may; retry in a second")
 			return
 		}
@@ -158,11 +201,12 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, t target, params []query.Param
 		s.badQuery(ctx, err)
 		return false
 	}
-	if !s.withinBudget(ctx, q) || !s.takeSlot(ctx, g) {
+	if !s.withinBudget(ctx, q, rec) || !s.takeSlot(ctx, g) {
 		return false
 	}
+	rec.dbWork = true
 	if t.kind == targetCount {
-		s.countOnly(ctx, q)
+		s.countOnly(ctx, q, rec)
 		return false
 	}
 	return s.serve(ctx, q, g, rec)
@@ -170,12 +214,14 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, t target, params []query.Param
 
 // withinBudget refuses (400) a $filter that costs more than FilterBudget,
 // before any SQL runs.
-func (s *Server) withinBudget(ctx *fasthttp.RequestCtx, q *query.Query) bool {
-	if s.opts.FilterBudget <= 0 {
+func (s *Server) withinBudget(ctx *fasthttp.RequestCtx, q *query.Query, rec *accessRecord) bool {
+	if s.opts.FilterBudget <= 0 && s.metrics == nil && s.tracer == nil {
 		return true
 	}
 	cost, why := sqlstore.Cost(q)
-	if cost <= s.opts.FilterBudget {
+	rec.cost = cost
+	s.metrics.queryCost(q.Collection.Name, cost)
+	if s.opts.FilterBudget <= 0 || cost <= s.opts.FilterBudget {
 		return true
 	}
 	s.fail(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(
@@ -192,6 +238,7 @@ func (s *Server) takeSlot(ctx *fasthttp.RequestCtx, g *grant) bool {
 	}
 	g.conn, _ = ctx.Conn().(*stallConn)
 	if !s.slots.acquire(g, time.Now().Add(s.opts.SlotWait), s.turns.closing) {
+		s.metrics.refuse(refusedSlotsBusy)
 		ctx.Response.Header.Set("Retry-After", "1")
 		s.fail(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf(
 			"the server is running as many data queries as it allows (%d); retry in a second", s.slots.size))
@@ -223,6 +270,9 @@ type grant struct {
 	// data slot; preempted is under the slots' lock.
 	conn      *stallConn
 	preempted bool
+	// wasCut is set, before its connection is closed, on a grant that gave
+	// its slot up, so its body can tell why it ended.
+	wasCut atomic.Bool
 }
 
 // writingSince is when the response's current write began waiting on the
@@ -237,6 +287,7 @@ func (g *grant) writingSince() int64 {
 // cut gives the slot up: closing the connection fails the blocked write,
 // which ends the page and releases the grant.
 func (g *grant) cut() {
+	g.wasCut.Store(true)
 	g.s.log.Info("odata: a response that its client does not read gave its data slot to a waiting request",
 		"remote", g.conn.RemoteAddr().String())
 	_ = g.conn.Conn.Close()

@@ -8,6 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a Server. Start from DefaultOptions.
@@ -101,6 +104,20 @@ type Options struct {
 	// query, caller as key id or origin — never the secret —, rows, bytes,
 	// duration); nil: no access log.
 	AccessLog *slog.Logger
+	// Metrics, when set, counts requests, latencies, rows, bytes, refusals
+	// and cut streams, and reads the pools at each scrape (metrics.go). One
+	// Metrics per Server.
+	Metrics *Metrics
+	// MetricsPath, when set with Metrics, is a path of this port that
+	// serves Metrics to Prometheus, for a process with no other pull
+	// metrics endpoint. It must lie outside Root.
+	MetricsPath string
+	// TracerProvider, when set, traces each request: one span with its
+	// collection, status and rows, and child spans for the key check, the
+	// rate limit decision and the database work (tracing.go). Propagator
+	// reads a caller's trace context from the request headers.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 	// AccessLogPerSecond bounds the access log: at most this many lines a
 	// second on average (bursts of as many); the lines over it are counted
 	// and the count is written on the next line as "suppressed".
@@ -176,6 +193,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("odata: with PaceWait set, PaceQueue must be at least 1 and PaceQueueTotal at least PaceQueue, got %d and %d", o.PaceQueue, o.PaceQueueTotal)
 	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
 		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
+	}
+	if o.MetricsPath != "" && (!strings.HasPrefix(o.MetricsPath, "/") || o.MetricsPath == o.Root || strings.HasPrefix(o.MetricsPath, o.Root+"/")) {
+		return fmt.Errorf("odata: MetricsPath must start with / and lie outside Root %q, got %q", o.Root, o.MetricsPath)
 	}
 	if o.PublicURL != "" {
 		u, err := url.Parse(o.PublicURL)

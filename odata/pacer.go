@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // The per-key limits slow a client down instead of failing it. The official
@@ -194,16 +195,19 @@ func (l *keyLine) estimate(n int) time.Duration {
 // pace waits for the caller's turn and its rate limit token, and answers
 // 429 or 503 itself when it cannot have them. With Sequential the turn is
 // left in g, to be released when the response ends.
-func (s *Server) pace(ctx *fasthttp.RequestCtx, caller string, g *grant) bool {
+func (s *Server) pace(ctx *fasthttp.RequestCtx, caller string, g *grant, rec *accessRecord) bool {
 	if s.limiter == nil && !s.opts.Sequential {
 		return true
 	}
 	deadline := time.Now().Add(s.opts.PaceWait)
 	var gone <-chan struct{}
-	var stopWatch func()
+	var stopWatch, endWait func()
+	// watch is called only when the request is about to wait (for its
+	// turn, or for its token): it is also where the wait is counted.
 	watch := func() <-chan struct{} {
 		if stopWatch == nil {
 			stopWatch = func() {}
+			endWait = s.metrics.startWait()
 			if c, ok := ctx.Conn().(*stallConn); ok {
 				gone, stopWatch = watchPeerClose(c.Conn)
 			}
@@ -213,13 +217,14 @@ func (s *Server) pace(ctx *fasthttp.RequestCtx, caller string, g *grant) bool {
 	defer func() {
 		if stopWatch != nil {
 			stopWatch()
+			endWait()
 		}
 	}()
 	if retry, err := s.turns.take(caller, deadline, watch); err != nil {
 		s.refuse(ctx, err, retry)
 		return false
 	}
-	if ok := s.waitToken(ctx, caller, deadline, watch); !ok {
+	if ok := s.waitToken(ctx, caller, deadline, watch, rec); !ok {
 		s.turns.release(caller)
 		return false
 	}
@@ -234,17 +239,18 @@ func (s *Server) pace(ctx *fasthttp.RequestCtx, caller string, g *grant) bool {
 // waitToken asks the rate limiter, holding the caller's turn, and sleeps
 // for as long as it says until it says yes, within deadline. It answers
 // the request itself when it returns false.
-func (s *Server) waitToken(ctx *fasthttp.RequestCtx, caller string, deadline time.Time, gone func() <-chan struct{}) bool {
+func (s *Server) waitToken(ctx *fasthttp.RequestCtx, caller string, deadline time.Time, gone func() <-chan struct{}, rec *accessRecord) bool {
 	if s.limiter == nil {
 		return true
 	}
 	for {
-		ok, retry, err := s.ask(caller)
+		ok, retry, err := s.ask(caller, rec)
 		switch {
 		case err != nil:
 			if s.opts.FailOpen {
 				return true
 			}
+			s.metrics.refuse(refusedLimiterDown)
 			ctx.Response.Header.Set("Retry-After", "1")
 			s.fail(ctx, fasthttp.StatusServiceUnavailable, "rate limiting is unavailable; retry later")
 			return false
@@ -254,6 +260,7 @@ func (s *Server) waitToken(ctx *fasthttp.RequestCtx, caller string, deadline tim
 		retry = max(retry, time.Millisecond)
 		s.turns.spaced(caller, retry)
 		if time.Now().Add(retry).After(deadline) {
+			s.metrics.refuse(refusedRate)
 			s.tooMany(ctx, retry, "over the key's rate of requests for longer than the server waits; retry after the time in Retry-After")
 			return false
 		}
@@ -273,11 +280,17 @@ func (s *Server) waitToken(ctx *fasthttp.RequestCtx, caller string, deadline tim
 
 // ask is one rate limit decision; a failing limiter is logged once per
 // outage.
-func (s *Server) ask(caller string) (bool, time.Duration, error) {
+func (s *Server) ask(caller string, rec *accessRecord) (bool, time.Duration, error) {
 	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
 	defer cancel()
+	reqCtx, span := s.child(reqCtx, rec.span, "odata.rate_limit")
 	ok, retry, err := s.limiter.Allow(reqCtx, caller)
+	if err == nil {
+		span.SetAttributes(attribute.Bool("odata.allowed", ok))
+	}
+	endSpan(span, err)
 	if err != nil {
+		s.metrics.limiterFailed()
 		if s.limiterDown.CompareAndSwap(false, true) {
 			s.log.Warn("odata: rate limiter failed; until it answers again requests are "+map[bool]string{true: "served without its limit (fail open)", false: "refused with 503"}[s.opts.FailOpen],
 				"err", err)
@@ -294,14 +307,18 @@ func (s *Server) ask(caller string) (bool, time.Duration, error) {
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, err error, retry time.Duration) {
 	switch err {
 	case errQueueFull:
+		s.metrics.refuse(refusedQueueFull)
 		s.tooMany(ctx, retry, "too many requests of this key are already waiting for their turn (2 requests a second, one at a time); retry after the time in Retry-After")
 	case errWaitLong:
+		s.metrics.refuse(refusedTurnTimeout)
 		s.tooMany(ctx, retry, "the request could not get its key's turn within the time the server waits; retry after the time in Retry-After")
 	case errGone:
+		s.metrics.refuse(refusedGone)
 		// No one reads the answer; the connection goes.
 		ctx.SetConnectionClose()
 		s.fail(ctx, fasthttp.StatusServiceUnavailable, "the client went away while waiting")
 	default: // errClosing
+		s.metrics.refuse(refusedClosing)
 		ctx.SetConnectionClose()
 		ctx.Response.Header.Set("Retry-After", "1")
 		s.fail(ctx, fasthttp.StatusServiceUnavailable, "the server is shutting down; retry")

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/odata/internal/jsonenc"
 	"github.com/sluicehq/sluice/odata/query"
@@ -22,7 +24,9 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 	csv := wantsCSV(ctx, q)
 	var count []byte // an OData client's "@odata.count":n,
 	if q.Count {
-		n, err := s.store.Count(budget, q)
+		sctx, span := s.child(budget, rec.span, "odata.count")
+		n, err := s.store.Count(sctx, q)
+		endSpan(span, err)
 		if err != nil {
 			s.dbFailed(ctx, budget, err)
 			return false
@@ -38,7 +42,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 		count = strconv.AppendInt(append(count, `"@odata.count":`...), n, 10)
 		count = append(count, ',')
 	}
-	page, err := s.store.Probe(budget, q)
+	sctx, span := s.child(budget, rec.span, "odata.probe")
+	page, err := s.store.Probe(sctx, q)
+	if err == nil {
+		span.SetAttributes(attribute.Int("odata.rows", page.Rows), attribute.Bool("odata.more", page.More))
+	}
+	endSpan(span, err)
 	if err != nil {
 		s.dbFailed(ctx, budget, err)
 		return false
@@ -48,7 +57,10 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 		link = s.nextLink(ctx, q, page.Last)
 	}
 	head := s.pageHead(ctx, q, level, csv, count)
-	if tooBig, err := s.overCap(budget, q, page, len(head), len(link)); err != nil {
+	sctx, span = s.child(budget, rec.span, "odata.page_size")
+	tooBig, err := s.overCap(sctx, q, page, len(head), len(link))
+	endSpan(span, err)
+	if err != nil {
 		s.dbFailed(ctx, budget, err)
 		return false
 	} else if tooBig {
@@ -58,6 +70,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 	}
 
 	ctx.SetStatusCode(fasthttp.StatusOK)
+	rec.csv = csv
 	if csv {
 		ctx.SetContentType(csvType)
 	} else {
@@ -73,8 +86,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 		return false
 	}
 
-	cur, streamCtx, cancelStream, err := s.openRows(budget, q, page)
+	// The rows span lasts as long as the body: the cursor is read at the
+	// client's pace.
+	_, rowsSpan := s.child(budget, rec.span, "odata.rows")
+	cur, streamCtx, cancelStream, err := s.openRows(trace.ContextWithSpan(budget, rowsSpan), q, page)
 	if err != nil {
+		endSpan(rowsSpan, err)
 		ctx.Response.Header.Del("Link")
 		s.dbFailed(ctx, budget, err)
 		return false
@@ -84,12 +101,14 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 	if enc != "" {
 		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
+	rec.coding = enc
 	// A body past StreamTimeout is cut by closing its connection: its
 	// writer may be blocked on a client that reads nothing, holding the
 	// cursor (and its database connection) until the write fails.
 	conn := ctx.Conn()
 	stopCut := context.AfterFunc(streamCtx, func() { conn.Close() })
-	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, stopCut: stopCut, grant: g, rec: *rec}
+	body := &pageBody{s: s, q: q, cur: cur, head: head, csv: csv, link: link, enc: enc, cancel: cancelStream, stopCut: stopCut, grant: g, rec: *rec,
+		streamCtx: streamCtx, span: rowsSpan}
 	s.streams.Add(1)
 	ctx.Response.SetBodyStream(body, -1)
 	return true
@@ -128,7 +147,11 @@ func (s *Server) openRows(budget context.Context, q *query.Query, page query.Pag
 	}()
 	deadline, _ := budget.Deadline()
 	timer := time.AfterFunc(time.Until(deadline), cancel)
-	cur, err = s.store.Rows(streamCtx, q, page)
+	rowsCtx := streamCtx
+	if s.tracer != nil {
+		rowsCtx = trace.ContextWithSpan(streamCtx, trace.SpanFromContext(budget))
+	}
+	cur, err = s.store.Rows(rowsCtx, q, page)
 	if inTime := timer.Stop(); err == nil && !inTime {
 		err = context.DeadlineExceeded
 	}

@@ -11,7 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Server serves the API. Create it with NewServer, run it with Serve, stop
@@ -25,7 +30,12 @@ type Server struct {
 	origins map[string]bool
 	turns   *turns
 	access  *accessLog // nil without Options.AccessLog
-	http    *fasthttp.Server
+	metrics *Metrics   // nil without Options.Metrics
+	// metricsHTTP serves Options.MetricsPath; nil without it.
+	metricsHTTP fasthttp.RequestHandler
+	tracer      trace.Tracer // nil without Options.TracerProvider
+	prop        propagation.TextMapPropagator
+	http        *fasthttp.Server
 	// csdlXML and csdlJSON are the $metadata documents, built once.
 	csdlXML, csdlJSON []byte
 
@@ -70,6 +80,21 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 		keyFails:    newFailThrottle(opts.KeyFailures, opts.KeyFailureWindow, time.Now),
 		originSlots: newSlots(opts.OriginMaxInFlight),
 		browsers:    newRecent(maxTracked, browserIdle)}
+	if opts.Metrics != nil {
+		s.metrics = opts.Metrics
+		s.metrics.srv.Store(s)
+		if opts.MetricsPath != "" {
+			reg := prometheus.NewRegistry()
+			if err := reg.Register(opts.Metrics); err != nil {
+				return nil, fmt.Errorf("odata: metrics: %w", err)
+			}
+			s.metricsHTTP = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		}
+	}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(instrumentation)
+		s.prop = opts.Propagator
+	}
 	if n := queryCap(opts.MaxQueries, store); n > 0 {
 		s.slots = newDataSlots(n, opts.StallPreempt)
 	}

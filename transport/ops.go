@@ -48,7 +48,7 @@ func newOps(s Settings, o Options, st *stats.Store, refresh func()) (ops, error)
 		stdout = io.Discard
 	}
 	p.metrics, err = metrics.New(s.Stats, st, metrics.Options{Logger: o.Logger, Stdout: stdout,
-		Refresh: refresh, HTTPServer: s.Listen.HTTPTimeouts.Server})
+		Refresh: refresh, HTTPServer: s.Listen.HTTPTimeouts.Server, Collectors: o.MetricsCollectors})
 	if err != nil {
 		return ops{}, fmt.Errorf("statistics: %w", err)
 	}

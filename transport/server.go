@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
@@ -33,6 +34,9 @@ type Options struct {
 	GRPCServerOptions []grpc.ServerOption
 	// DebugEndpoints are extra debug paths.
 	DebugEndpoints map[string]DebugEndpoint
+	// MetricsCollectors are served by the pull metrics endpoint beside the
+	// statistics (USE_PROMETHEUS), so one scrape has both.
+	MetricsCollectors []prometheus.Collector
 	// StatsOutput receives the standard-output statistics sink (USE_STATSD=false); os.Stdout when nil.
 	StatsOutput io.Writer
 }

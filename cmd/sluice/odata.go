@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/transport/tracing"
 )
 
 // odataConfig is the command-line configuration of the OData API, shared by
@@ -35,6 +36,11 @@ type odataConfig struct {
 	demoRows    int
 	drain       time.Duration
 	accessLog   bool
+	// metricsPath is where the OData port serves its metrics when no pull
+	// metrics port does ("": nowhere).
+	metricsPath string
+	// tracing are the TRACING_* settings (the rate limit service's).
+	tracing tracing.Settings
 }
 
 // parseODataFlags parses the flags of a command that serves the OData API
@@ -80,6 +86,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.DurationVar(&c.drain, "odata-shutdown-timeout", 10*time.Second, "on SIGTERM, how long OData responses in progress may take to finish before they are cut")
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
 	fs.BoolVar(&c.accessLog, "access-log", true, "one line per OData request on stderr (text or JSON as LOG_FORMAT)")
+	fs.StringVar(&c.metricsPath, "odata-metrics-path", "/metrics", "path of the OData port serving its Prometheus metrics, unless the pull metrics port (USE_PROMETHEUS) serves them (\"\": none)")
 	fs.IntVar(&c.opts.AccessLogPerSecond, "access-log-per-second", c.opts.AccessLogPerSecond, "most access-log lines per second; the lines over it are counted, not written")
 	return c
 }
@@ -91,6 +98,7 @@ type odataService struct {
 	ln      net.Listener
 	limiter interface{ Close() error }
 	extra   interface{ Close() error } // the fallback limiter, if any
+	tracing *tracing.Tracing           // nil without TRACING_ENABLED
 	demoKey string                     // set when demo data and key were prepared
 }
 
@@ -121,6 +129,15 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 	lim, err := s.newLimiter(c, log)
 	if err != nil {
 		return nil, err
+	}
+	if c.tracing.Enabled {
+		if s.tracing, err = tracing.New(c.tracing, tracing.Options{Logger: log}); err != nil {
+			return nil, err
+		}
+		if err := s.tracing.Start(ctx); err != nil {
+			return nil, err
+		}
+		c.opts.TracerProvider, c.opts.Propagator = s.tracing.TracerProvider(), s.tracing.Propagator()
 	}
 	if s.srv, err = odata.NewServer(c.opts, db, db, lim); err != nil {
 		return nil, err
@@ -155,6 +172,9 @@ func (c *odataConfig) complete(log *slog.Logger) error {
 		}
 	}
 	c.opts.Logger = log
+	if c.opts.Metrics != nil {
+		c.opts.MetricsPath = c.metricsPath
+	}
 	if c.accessLog {
 		// Its own logger at info level: the access log is not silenced by
 		// LOG_LEVEL=warn, only by -access-log=false.
@@ -265,6 +285,11 @@ func (s *odataService) run(ctx context.Context, drain time.Duration, log *slog.L
 }
 
 func (s *odataService) close() {
+	if s.tracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.tracing.Shutdown(ctx)
+		cancel()
+	}
 	if s.limiter != nil {
 		s.limiter.Close()
 	}
@@ -335,6 +360,13 @@ func runOData(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The API alone reads the rate limit service's tracing variables too.
+	settings, err := transport.SettingsFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	c.tracing = settings.Tracing
+	c.opts.Metrics = odata.NewMetrics()
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

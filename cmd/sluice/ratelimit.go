@@ -12,10 +12,14 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/internal/gcfloor"
+	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/transport/tracing"
 )
 
 func runRateLimit(args []string) error {
@@ -25,7 +29,7 @@ func runRateLimit(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	rl, err := startRateLimit(ctx, os.LookupEnv)
+	rl, err := startRateLimit(ctx, os.LookupEnv, nil)
 	if err != nil {
 		return err
 	}
@@ -41,12 +45,20 @@ type rateLimit struct {
 	// gcFloor is the heap floor in bytes (SLUICE_GC_HEAP_FLOOR_MIB), applied
 	// while run runs.
 	gcFloor uint64
+	// pulled says the pull metrics endpoint is on (and serves the OData
+	// metrics given to startRateLimit).
+	pulled bool
+	// tracing are the TRACING_* settings, which the OData API shares.
+	tracing tracing.Settings
 	// memoryMax is SLUICE_MEMORY_MAX_BYTES with the memory backend (0
 	// otherwise): the Go runtime's memory limit is set from it while run runs.
 	memoryMax int64
 }
 
-func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*rateLimit, error) {
+// startRateLimit builds the rate limit service from the environment. With
+// od (sluice serve), the OData API's metrics join the pull metrics
+// endpoint when it is on, and its costliest keys are on the debug port.
+func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od *odata.Metrics) (*rateLimit, error) {
 	settings, err := transport.SettingsFromEnv(lookup)
 	if err != nil {
 		return nil, err
@@ -55,11 +67,21 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool)) (*r
 	if err != nil {
 		return nil, err
 	}
-	srv, err := transport.NewServer(ctx, transport.Options{Settings: settings, Logger: log})
+	opts := transport.Options{Settings: settings, Logger: log}
+	pulled := settings.Stats.UsePull && !settings.Stats.Disabled
+	if od != nil {
+		if pulled {
+			opts.MetricsCollectors = []prometheus.Collector{od}
+		}
+		opts.DebugEndpoints = map[string]transport.DebugEndpoint{
+			"/odata/topkeys": {Help: "the OData API keys whose requests took the most time (?n=20)", Handler: od.TopKeysHandler()},
+		}
+	}
+	srv, err := transport.NewServer(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	rl := &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath,
+	rl := &rateLimit{srv: srv, log: log, metricsPath: settings.Stats.PullPath, pulled: pulled, tracing: settings.Tracing,
 		gcFloor: uint64(settings.Runtime.GCHeapFloorMiB) << 20}
 	if settings.Backend.Type == "memory" {
 		rl.memoryMax = settings.Backend.Memory.MaxBytes

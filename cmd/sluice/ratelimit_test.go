@@ -15,7 +15,7 @@ func TestRateLimitAppliesGCHeapFloor(t *testing.T) {
 		"domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rl, err := startRateLimit(ctx, transport.FromMap(env))
+	rl, err := startRateLimit(ctx, transport.FromMap(env), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/sluicehq/sluice/odata"
 )
 
 // runServe starts both halves in one process: the rate limit service
@@ -17,10 +19,12 @@ func runServe(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	rl, err := startRateLimit(ctx, os.LookupEnv)
+	oc.opts.Metrics = odata.NewMetrics()
+	rl, err := startRateLimit(ctx, os.LookupEnv, oc.opts.Metrics)
 	if err != nil {
 		return err
 	}
+	oc.joinRateLimit(rl)
 	od, err := startOData(ctx, oc, rl.log)
 	if err != nil {
 		return fmt.Errorf("odata: %w", err)
@@ -53,6 +57,17 @@ func runServe(args []string) error {
 		}
 	}
 	return err
+}
+
+// joinRateLimit makes the OData API share the rate limit service's
+// operations settings: its metrics go to the pull metrics port when that is
+// on (one scrape has both; the OData port then serves none), and its spans
+// follow TRACING_*.
+func (c *odataConfig) joinRateLimit(rl *rateLimit) {
+	if rl.pulled {
+		c.metricsPath = ""
+	}
+	c.tracing = rl.tracing
 }
 
 // printTryLines tells a person at a terminal what to do next.

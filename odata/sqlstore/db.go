@@ -145,6 +145,18 @@ func (db *DB) InUse() int { return db.be.inUse() }
 // connection.
 func (db *DB) MaxConns() int { return db.be.maxConns() }
 
+// PoolStats are the connection pool's figures.
+type PoolStats struct {
+	InUse, Idle, Max int
+	// Waits counts connection requests that found the pool empty and
+	// waited, and WaitTime is their total wait, since the store opened.
+	Waits    int64
+	WaitTime time.Duration
+}
+
+// PoolStats reads the pool's figures now.
+func (db *DB) PoolStats() PoolStats { return db.be.poolStats() }
+
 // backend is the little the store needs from a driver.
 type backend interface {
 	// query runs a read statement. A statement that fails on a broken
@@ -158,6 +170,7 @@ type backend interface {
 	begin(ctx context.Context) (loadTx, error)
 	inUse() int
 	maxConns() int
+	poolStats() PoolStats
 	close()
 }
 

@@ -175,7 +175,13 @@ func (b *pgBackend) exec(ctx context.Context, sql string, args ...any) error {
 
 func (b *pgBackend) inUse() int    { return int(b.pool.Stat().AcquiredConns()) }
 func (b *pgBackend) maxConns() int { return int(b.pool.Config().MaxConns) }
-func (b *pgBackend) close()        { b.pool.Close() }
+
+func (b *pgBackend) poolStats() PoolStats {
+	st := b.pool.Stat()
+	return PoolStats{InUse: int(st.AcquiredConns()), Idle: int(st.IdleConns()), Max: int(st.MaxConns()),
+		Waits: st.EmptyAcquireCount(), WaitTime: st.EmptyAcquireWaitTime()}
+}
+func (b *pgBackend) close() { b.pool.Close() }
 
 type pgRows struct {
 	rows   pgx.Rows

@@ -64,6 +64,11 @@ func (b *sqliteBackend) inUse() int    { return b.db.Stats().InUse }
 func (b *sqliteBackend) maxConns() int { return b.db.Stats().MaxOpenConnections }
 func (b *sqliteBackend) close()        { b.db.Close() }
 
+func (b *sqliteBackend) poolStats() PoolStats {
+	st := b.db.Stats()
+	return PoolStats{InUse: st.InUse, Idle: st.Idle, Max: st.MaxOpenConnections, Waits: st.WaitCount, WaitTime: st.WaitDuration}
+}
+
 type sqliteRows struct {
 	rows   *sql.Rows
 	types  []colType

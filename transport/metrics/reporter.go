@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/tick"
 )
@@ -32,6 +34,10 @@ type Options struct {
 	// scrape's, the final one) to set gauges whose value is read from
 	// elsewhere (shard queue depth) rather than kept current on the hot path.
 	Refresh func()
+	// Collectors are served by the pull metrics sink beside the
+	// statistics, so one scrape has both (the OData API's metrics); the
+	// other sinks ignore them.
+	Collectors []prometheus.Collector
 }
 
 // sample is one statistic as a sink sees it at a flush.
@@ -111,6 +117,12 @@ func New(s Settings, store *stats.Store, o Options) (*Reporter, error) {
 		ps, err := newPullSink(s, o.Logger)
 		if err != nil {
 			return nil, err
+		}
+		for _, c := range o.Collectors {
+			if err := ps.reg.Register(c); err != nil {
+				ps.close()
+				return nil, fmt.Errorf("pull metrics: %w", err)
+			}
 		}
 		r.sink, r.pull = ps, ps
 	case o.Stdout == io.Discard:
