@@ -16,72 +16,20 @@ import (
 )
 
 // serve answers a valid query. It returns true when a body stream was
-// started, which then owns the caller's lease.
+// started, which then owns the caller's turn and slot.
 func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *accessRecord) bool {
 	budget, cancelBudget := context.WithTimeout(s.base, s.opts.QueryTimeout)
 	defer cancelBudget()
-	level := metadataLevel(ctx)
 	csv := wantsCSV(ctx, q)
-	var count []byte // an OData client's "@odata.count":n,
-	if q.Count {
-		sctx, span := s.child(budget, rec.span, "odata.count")
-		n, err := s.store.Count(sctx, q)
-		endSpan(span, err)
-		if err != nil {
-			s.dbFailed(ctx, budget, err)
-			return false
-		}
-		if csv || dataStreamCount(ctx, q) {
-			// DataStream's form: the count as a string, no rows (the
-			// Python client crashes on anything else).
-			b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
-			s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
-			return false
-		}
-		// Any other client gets OData's inline count beside the rows.
-		count = strconv.AppendInt(append(count, `"@odata.count":`...), n, 10)
-		count = append(count, ',')
-	}
-	sctx, span := s.child(budget, rec.span, "odata.probe")
-	page, err := s.store.Probe(sctx, q)
-	if err == nil {
-		span.SetAttributes(attribute.Int("odata.rows", page.Rows), attribute.Bool("odata.more", page.More))
-	}
-	endSpan(span, err)
-	if err != nil {
-		s.dbFailed(ctx, budget, err)
+	count, answered := s.count(ctx, budget, q, csv, rec)
+	if answered {
 		return false
 	}
-	var link []byte
-	if page.More {
-		link = s.nextLink(ctx, q, page.Last)
-	}
-	head := s.pageHead(ctx, q, level, csv, count)
-	sctx, span = s.child(budget, rec.span, "odata.page_size")
-	tooBig, err := s.overCap(sctx, q, page, len(head), len(link))
-	endSpan(span, err)
-	if err != nil {
-		s.dbFailed(ctx, budget, err)
-		return false
-	} else if tooBig {
-		s.fail(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf(
-			"the page of %d rows would exceed %d bytes; lower $top or $select fewer fields", page.Rows, s.opts.MaxPageBytes))
+	page, link, head, ok := s.decidePage(ctx, budget, q, csv, count, rec)
+	if !ok {
 		return false
 	}
-
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	rec.csv = csv
-	if csv {
-		ctx.SetContentType(csvType)
-	} else {
-		ctx.SetContentType(jsonType)
-	}
-	// The format follows Accept and the coding Accept-Encoding, also
-	// for HEAD, so caches keep the variants apart.
-	ctx.Response.Header.Add("Vary", "Accept, Accept-Encoding")
-	if link != nil {
-		ctx.Response.Header.Set("Link", "<"+string(link)+`>; rel="next"`)
-	}
+	s.pageHeaders(ctx, csv, link, rec)
 	if ctx.IsHead() {
 		return false
 	}
@@ -112,6 +60,80 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, q *query.Query, g *grant, rec *
 	s.streams.Add(1)
 	ctx.Response.SetBodyStream(body, -1)
 	return true
+}
+
+// count runs $count=true. DataStream's clients get the count alone
+// (answered is true then); any other client gets the "@odata.count":n,
+// member that goes before its rows.
+func (s *Server) count(ctx *fasthttp.RequestCtx, budget context.Context, q *query.Query, csv bool, rec *accessRecord) (member []byte, answered bool) {
+	if !q.Count {
+		return nil, false
+	}
+	sctx, span := s.child(budget, rec.span, "odata.count")
+	n, err := s.store.Count(sctx, q)
+	endSpan(span, err)
+	if err != nil {
+		s.dbFailed(ctx, budget, err)
+		return nil, true
+	}
+	if csv || dataStreamCount(ctx, q) {
+		// DataStream's form: the count as a string, no rows (the Python
+		// client crashes on anything else).
+		b := append([]byte(`{"value":"`), strconv.FormatInt(n, 10)...)
+		s.write(ctx, fasthttp.StatusOK, append(b, `"}`...))
+		return nil, true
+	}
+	member = strconv.AppendInt([]byte(`"@odata.count":`), n, 10)
+	return append(member, ','), false
+}
+
+// decidePage probes the page (its rows, whether more follow) and applies
+// the size cap; it answers the request itself when ok is false.
+func (s *Server) decidePage(ctx *fasthttp.RequestCtx, budget context.Context, q *query.Query, csv bool, count []byte, rec *accessRecord) (page query.Page, link, head []byte, ok bool) {
+	sctx, span := s.child(budget, rec.span, "odata.probe")
+	page, err := s.store.Probe(sctx, q)
+	if err == nil {
+		span.SetAttributes(attribute.Int("odata.rows", page.Rows), attribute.Bool("odata.more", page.More))
+	}
+	endSpan(span, err)
+	if err != nil {
+		s.dbFailed(ctx, budget, err)
+		return page, nil, nil, false
+	}
+	if page.More {
+		link = s.nextLink(ctx, q, page.Last)
+	}
+	head = s.pageHead(ctx, q, metadataLevel(ctx), csv, count)
+	sctx, span = s.child(budget, rec.span, "odata.page_size")
+	tooBig, err := s.overCap(sctx, q, page, len(head), len(link))
+	endSpan(span, err)
+	if err != nil {
+		s.dbFailed(ctx, budget, err)
+		return page, nil, nil, false
+	}
+	if tooBig {
+		s.fail(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the page of %d rows would exceed %d bytes; lower $top or $select fewer fields", page.Rows, s.opts.MaxPageBytes))
+		return page, nil, nil, false
+	}
+	return page, link, head, true
+}
+
+// pageHeaders sets the status and headers of a page.
+func (s *Server) pageHeaders(ctx *fasthttp.RequestCtx, csv bool, link []byte, rec *accessRecord) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	rec.csv = csv
+	if csv {
+		ctx.SetContentType(csvType)
+	} else {
+		ctx.SetContentType(jsonType)
+	}
+	// The format follows Accept and the coding Accept-Encoding, also for
+	// HEAD, so caches keep the variants apart.
+	ctx.Response.Header.Add("Vary", "Accept, Accept-Encoding")
+	if link != nil {
+		ctx.Response.Header.Set("Link", "<"+string(link)+`>; rel="next"`)
+	}
 }
 
 // pageHead is what precedes the rows: the CSV header line, or the JSON
