@@ -86,7 +86,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.DurationVar(&c.drain, "odata-shutdown-timeout", 10*time.Second, "on SIGTERM, how long OData responses in progress may take to finish before they are cut")
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
 	fs.BoolVar(&c.accessLog, "access-log", true, "one line per OData request on stderr (text or JSON as LOG_FORMAT)")
-	fs.StringVar(&c.metricsPath, "odata-metrics-path", "/metrics", "path of the OData port serving its Prometheus metrics, unless the pull metrics port (USE_PROMETHEUS) serves them (\"\": none)")
+	fs.StringVar(&c.metricsPath, "odata-metrics-path", "", "path of the public OData port at which to serve its Prometheus metrics without a key, when the pull metrics port (USE_PROMETHEUS) does not (default \"\": not served there)")
 	fs.IntVar(&c.opts.AccessLogPerSecond, "access-log-per-second", c.opts.AccessLogPerSecond, "most access-log lines per second; the lines over it are counted, not written")
 	return c
 }

@@ -17,6 +17,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -84,11 +85,11 @@ func TestServeODataMetrics(t *testing.T) {
 	for _, pulled := range []bool{true, false} {
 		name := map[bool]string{true: "pull metrics port", false: "odata port"}[pulled]
 		t.Run(name, func(t *testing.T) {
-			env := map[string]string{}
+			env, args := map[string]string{}, []string{"-odata-metrics-path", "/metrics"}
 			if pulled {
 				env = map[string]string{"DISABLE_STATS": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0"}
 			}
-			rl, od := servePair(t, env)
+			rl, od := servePair(t, env, args...)
 			odataBase := "http://" + od.ln.Addr().String()
 			// Go's client asks for gzip.
 			if code, body := get(t, odataBase+"/v1/odata/v4/Observations?$top=3", "x-api-key", od.demoKey); code != 200 {
@@ -105,19 +106,13 @@ func TestServeODataMetrics(t *testing.T) {
 			}
 			// The page's body is recorded once it closes, just after its
 			// last byte was read.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				_, body := get(t, scrapeURL)
-				if strings.Contains(body, `sluice_odata_requests_total{code="200",coding="gzip",collection="Observations",format="json"} 1`) {
-					if pulled && !strings.Contains(body, "ratelimit_service_") {
-						t.Errorf("the pull metrics scrape lacks the rate limit statistics")
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the page is not in the scrape of %s:\n%s", scrapeURL, body)
-				}
-				time.Sleep(10 * time.Millisecond)
+			var body string
+			testenv.Eventually(t, "the page in the scrape of "+scrapeURL, func() bool {
+				_, body = get(t, scrapeURL)
+				return strings.Contains(body, `sluice_odata_requests_total{code="200",coding="gzip",collection="Observations",format="json"} 1`)
+			})
+			if pulled && !strings.Contains(body, "ratelimit_service_") {
+				t.Errorf("the pull metrics scrape lacks the rate limit statistics")
 			}
 			code, body := get(t, "http://"+rl.srv.Addrs().Debug.String()+"/odata/topkeys")
 			var top []odata.TopKey
