@@ -3,14 +3,15 @@ package deploy_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/gen"
+	"github.com/sluicehq/sluice/odata/odatatest"
 )
 
 // TestDashboardODataPanels checks the dashboard's OData panels against a
@@ -37,29 +38,10 @@ func TestDashboardODataPanels(t *testing.T) {
 	opts := odata.DefaultOptions()
 	opts.Metrics = odata.NewMetrics()
 	opts.MetricsPath = "/metrics"
-	srv, err := odata.NewServer(opts, db, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	_, root := odatatest.Serve(t, opts, db, db, nil)
+	base := strings.TrimSuffix(root, opts.Root)
 	c := &http.Client{Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
-	base := "http://" + ln.Addr().String()
 	for _, r := range []struct {
 		path, key string
 		want      int

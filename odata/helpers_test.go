@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"sort"
@@ -23,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/gen"
+	"github.com/sluicehq/sluice/odata/odatatest"
 	"github.com/sluicehq/sluice/odata/query"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 	"github.com/sluicehq/sluice/odata/values"
@@ -106,27 +106,7 @@ func testOptions() odata.Options {
 
 func startServer(t *testing.T, db *sqlstore.DB, opts odata.Options, lim odata.RateLimiter) (*odata.Server, string) {
 	t.Helper()
-	srv, err := odata.NewServer(opts, db, db, lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return srv, "http://" + ln.Addr().String() + opts.Root
+	return odatatest.Serve(t, opts, db, db, lim)
 }
 
 // client is a plain HTTP client with no keep-alive surprises between tests.

@@ -3,13 +3,13 @@ package odata_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
 
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/gen"
+	"github.com/sluicehq/sluice/odata/odatatest"
 )
 
 // BenchmarkPageMetrics pages /Observations (10,000-row pages, SQLite) from
@@ -42,21 +42,7 @@ func BenchmarkPageMetrics(b *testing.B) {
 			if on {
 				opts.Metrics = odata.NewMetrics()
 			}
-			srv, err := odata.NewServer(opts, db, db, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ln) }()
-			defer func() {
-				srv.Shutdown(ctx)
-				<-done
-			}()
-			base := "http://" + ln.Addr().String() + opts.Root
+			_, base := odatatest.Serve(b, opts, db, db, nil)
 			c := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 			defer c.CloseIdleConnections()
 			url := base + "/Observations?$top=10000"
