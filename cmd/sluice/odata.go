@@ -15,6 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/sqlstore"
@@ -126,10 +130,6 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 	if err := s.prepareDemo(ctx, c); err != nil {
 		return nil, err
 	}
-	lim, err := s.newLimiter(c, log)
-	if err != nil {
-		return nil, err
-	}
 	if c.tracing.Enabled {
 		if s.tracing, err = tracing.New(c.tracing, tracing.Options{Logger: log}); err != nil {
 			return nil, err
@@ -138,6 +138,10 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 			return nil, err
 		}
 		c.opts.TracerProvider, c.opts.Propagator = s.tracing.TracerProvider(), s.tracing.Propagator()
+	}
+	lim, err := s.newLimiter(c, log)
+	if err != nil {
+		return nil, err
 	}
 	if s.srv, err = odata.NewServer(c.opts, db, db, lim); err != nil {
 		return nil, err
@@ -231,7 +235,7 @@ func (s *odataService) newLimiter(c *odataConfig, log *slog.Logger) (odata.RateL
 	local := odata.LocalLimiterOptions{RequestsPerSecond: uint32(c.rps), Burst: uint32(c.burst)}
 	switch {
 	case c.rateService != "":
-		r, err := odata.NewRemoteLimiter(odata.RemoteLimiterOptions{Target: c.rateService, Timeout: time.Second})
+		r, err := odata.NewRemoteLimiter(odata.RemoteLimiterOptions{Target: c.rateService, Timeout: time.Second, DialOptions: s.limiterDialOptions()})
 		if err != nil {
 			return nil, err
 		}
@@ -259,6 +263,18 @@ func (s *odataService) newLimiter(c *odataConfig, log *slog.Logger) (odata.RateL
 		return l, nil
 	}
 	return nil, nil
+}
+
+// limiterDialOptions are the remote rate limit service's connection
+// options: plaintext, and with tracing on, the request's trace carried to
+// the service, so that a slow decision can be followed into it.
+func (s *odataService) limiterDialOptions() []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if s.tracing != nil {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(s.tracing.TracerProvider()), otelgrpc.WithPropagators(s.tracing.Propagator()))))
+	}
+	return opts
 }
 
 // run serves until ctx ends, then shuts down (giving responses in progress

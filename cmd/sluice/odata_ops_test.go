@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -219,4 +220,49 @@ func TestServeODataTraces(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// With a remote rate limit service, the request's trace goes on into it:
+// the OData API's rate limit span has the gRPC client call as its child,
+// and the service's own span is that call's child.
+func TestServeODataTraceIntoRemoteLimiter(t *testing.T) {
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	endpoint, spans := startCollector(t)
+	ports, err := testenv.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, od := servePair(t, map[string]string{"TRACING_ENABLED": "true", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint, "GRPC_PORT": fmt.Sprint(ports[0])},
+		"-rate-limit-service", fmt.Sprintf("127.0.0.1:%d", ports[0]))
+	if code, body := get(t, "http://"+od.ln.Addr().String()+"/v1/odata/v4/Locations?$top=1", "x-api-key", od.demoKey); code != 200 {
+		t.Fatalf("page: %d %s", code, body)
+	}
+	var chain []string
+	testenv.Eventually(t, "the rate limit span's trace into the remote service", func() bool {
+		all := spans()
+		childOf := func(parent string) *otlpSpan {
+			for i := range all {
+				if parent != "" && all[i].parent == parent {
+					return &all[i]
+				}
+			}
+			return nil
+		}
+		chain = chain[:0]
+		for i := range all {
+			if all[i].name != "odata.rate_limit" {
+				continue
+			}
+			client := childOf(all[i].id)
+			if client == nil {
+				continue
+			}
+			if server := childOf(client.id); server != nil {
+				chain = append(chain, all[i].name, client.name, server.name)
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("span chain: %v", chain)
 }
