@@ -92,6 +92,20 @@ func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
 	defer srv.Shutdown(ctx)
 	base := "http://" + ln.Addr().String() + opts.Root
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	// The same server with metrics on, over the same store: its pages,
+	// interleaved with the plain server's, say what the metrics cost.
+	opts.Metrics = odata.NewMetrics()
+	withMetrics, err := odata.NewServer(opts, db, db, nil)
+	if err != nil {
+		return err
+	}
+	lnM, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go withMetrics.Serve(lnM)
+	defer withMetrics.Shutdown(ctx)
+	baseM := "http://" + lnM.Addr().String() + opts.Root
 
 	total, err := countAll(ctx, db)
 	if err != nil {
@@ -107,6 +121,9 @@ func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
 			}
 		}
 		fmt.Println()
+		if err := metricsAB(client, base, baseM, key, pages); err != nil {
+			return err
+		}
 	}
 	if sparse != "" {
 		if err := sparseRun(ctx, db, client, base, key, sparse, sparseTop, passes); err != nil {
@@ -194,6 +211,31 @@ func throughput(ctx context.Context, db *sqlstore.DB, pg *pgx.Conn, client *http
 	row("API (HTTP, JSON, identity)", api, apiRows)
 	row("COPY (same rows) TO STDOUT", cp, cpRows)
 	fmt.Fprintf(os.Stderr, "%s: %.0f bytes of JSON per row\n", coll.Name, float64(apiBytes)/float64(apiRows))
+	return nil
+}
+
+// metricsAB pages /Observations on the server without metrics and on the
+// one with them, a page of each in turn, and prints the rows/s of both and
+// their ratio.
+func metricsAB(client *http.Client, off, on, key string, pages int) error {
+	var took [2]time.Duration
+	var bytes [2]int64
+	next := [2]string{off + "/Observations?$top=10000", on + "/Observations?$top=10000"}
+	for i := 0; i < pages && next[0] != "" && next[1] != ""; i++ {
+		for side := range next {
+			start := time.Now()
+			u, n, err := fetch(client, next[side], key)
+			if err != nil {
+				return err
+			}
+			took[side] += time.Since(start)
+			bytes[side] += n
+			next[side] = u
+		}
+	}
+	off0, on1 := float64(bytes[0])/took[0].Seconds(), float64(bytes[1])/took[1].Seconds()
+	fmt.Printf("Metrics cost, /Observations pages, interleaved (same pages, same store): metrics off %.1f MB/s, on %.1f MB/s: **on ÷ off %.2f×**.\n\n",
+		off0/1e6, on1/1e6, on1/off0)
 	return nil
 }
 
