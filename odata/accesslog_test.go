@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 )
 
@@ -67,7 +68,7 @@ func TestAccessLog(t *testing.T) {
 	// A key in the query string (answered 401: keys go in the header) and
 	// other secret-looking parameters are masked; $skiptoken is not.
 	do(t, c, "GET", e.base+"/Locations?api_key=qs-secret-1&$skiptoken=Id:3&Access%5FToken=qs-secret-2&x=1")
-	waitFor(t, "seven access lines", func() bool { return len(buf.lines(t)) == 7 })
+	testenv.Eventually(t, "seven access lines", func() bool { return len(buf.lines(t)) == 7 })
 	lines := buf.lines(t)
 	byPath := map[string]map[string]any{}
 	for _, l := range lines {

@@ -139,7 +139,7 @@ func TestQueryCapKeepsKeyChecks(t *testing.T) {
 	for _, sr := range stalled {
 		sr.close()
 	}
-	waitFor(t, "a data slot", func() bool {
+	testenv.Eventually(t, "a data slot", func() bool {
 		return do(t, c, "GET", base+"/Locations?$top=1", "x-api-key", keys[2]).status == 200
 	})
 }
@@ -170,7 +170,7 @@ func TestKeyCache(t *testing.T) {
 	if s := get(cached, a); s != 200 {
 		t.Fatalf("cached key after revocation: %d, want 200 until the TTL passes", s)
 	}
-	waitFor(t, "the revocation to take effect after the TTL", func() bool { return get(expiring, b) == 403 })
+	testenv.Eventually(t, "the revocation to take effect after the TTL", func() bool { return get(expiring, b) == 403 })
 }
 
 // Failed key checks are throttled per client address: after KeyFailures
@@ -364,7 +364,7 @@ func streamTimeout(t *testing.T, db *sqlstore.DB) {
 	if sr.resp.StatusCode != 200 {
 		t.Fatalf("status %d", sr.resp.StatusCode)
 	}
-	waitFor(t, "the connection to return", func() bool { return db.InUse() == 0 })
+	testenv.Eventually(t, "the connection to return", func() bool { return db.InUse() == 0 })
 	if _, err := io.Copy(io.Discard, sr.resp.Body); err == nil {
 		t.Fatal("the timed-out body read to a clean end")
 	}

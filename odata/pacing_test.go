@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/query"
 )
@@ -240,16 +241,16 @@ func TestPacingDisconnectAndShutdown(t *testing.T) {
 		return conn
 	}
 	gone := waiter()
-	waitFor(t, "the request to queue", func() bool { n, _ := odata.Waiting(e.srv); return n == 1 })
+	testenv.Eventually(t, "the request to queue", func() bool { n, _ := odata.Waiting(e.srv); return n == 1 })
 	gone.Close()
-	waitFor(t, "the closed client to leave the queue", func() bool { n, _ := odata.Waiting(e.srv); return n == 0 })
+	testenv.Eventually(t, "the closed client to leave the queue", func() bool { n, _ := odata.Waiting(e.srv); return n == 0 })
 
 	// Shutdown answers a waiting request 503 with Retry-After and closes
 	// its connection; the slow reader is cut when the shutdown's own
 	// bound ends.
 	kept := waiter()
 	defer kept.Close()
-	waitFor(t, "the request to queue", func() bool { n, _ := odata.Waiting(e.srv); return n == 1 })
+	testenv.Eventually(t, "the request to queue", func() bool { n, _ := odata.Waiting(e.srv); return n == 1 })
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/gen"
 )
@@ -167,26 +168,13 @@ func TestDisconnectFreesConnection(t *testing.T) {
 				t.Fatal("no connection in use while the page is open")
 			}
 			sr.close()
-			waitFor(t, "the connection to return", func() bool { return e.db.InUse() == 0 })
+			testenv.Eventually(t, "the connection to return", func() bool { return e.db.InUse() == 0 })
 			c := newClient(t)
-			waitFor(t, "the turn to be released", func() bool {
+			testenv.Eventually(t, "the turn to be released", func() bool {
 				return e.get(c, e.base+"/Locations?$top=1").status == 200
 			})
 		})
 	}
-}
-
-// waitFor polls a condition with a generous bound; it asserts an outcome,
-// not a duration.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 1000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("gave up waiting for %s", what)
 }
 
 func TestHeadAndCompression(t *testing.T) {
@@ -289,7 +277,7 @@ func TestShutdownCutsStalledResponse(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
-	waitFor(t, "the connection to return", func() bool { return db.InUse() == 0 })
+	testenv.Eventually(t, "the connection to return", func() bool { return db.InUse() == 0 })
 	if _, err := io.Copy(io.Discard, sr.resp.Body); err == nil {
 		t.Fatal("the cut body read to a clean end")
 	}

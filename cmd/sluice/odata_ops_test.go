@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -184,41 +183,37 @@ func TestServeODataTraces(t *testing.T) {
 	if code, body := get(t, "http://"+od.ln.Addr().String()+"/v1/odata/v4/Observations?$top=3&$filter=CharacteristicName%20eq%20'pH'", "x-api-key", od.demoKey); code != 200 {
 		t.Fatalf("page: %d %s", code, body)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		// The batch processor exports within its delay (5 s).
+	// The batch processor exports within its delay (5 s).
+	want := []string{"odata.check_key", "odata.rate_limit", "odata.probe", "odata.page_size", "odata.rows"}
+	var req *otlpSpan
+	testenv.Eventually(t, fmt.Sprintf("a request span with children %v", want), func() bool {
 		all := spans()
-		var req *otlpSpan
+		req = nil
 		for i, s := range all {
 			if s.name == "odata GET Observations" {
 				req = &all[i]
 			}
 		}
+		if req == nil {
+			return false
+		}
 		children := map[string]bool{}
-		if req != nil {
-			for _, s := range all {
-				if s.parent == req.id {
-					children[s.name] = true
-				}
+		for _, s := range all {
+			if s.parent == req.id {
+				children[s.name] = true
 			}
 		}
-		want := []string{"odata.check_key", "odata.rate_limit", "odata.probe", "odata.page_size", "odata.rows"}
-		complete := req != nil
 		for _, w := range want {
-			complete = complete && children[w]
-		}
-		if complete {
-			for k, v := range map[string]string{"odata.collection": "Observations", "http.response.status_code": "200", "odata.rows": "3"} {
-				if !strings.Contains(req.attrs[k], v) {
-					t.Errorf("request span %s = %q, want %s", k, req.attrs[k], v)
-				}
+			if !children[w] {
+				return false
 			}
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no request span with children %v among %d spans (children found: %v)", want, len(all), children)
+		return true
+	})
+	for k, v := range map[string]string{"odata.collection": "Observations", "http.response.status_code": "200", "odata.rows": "3"} {
+		if !strings.Contains(req.attrs[k], v) {
+			t.Errorf("request span %s = %q, want %s", k, req.attrs[k], v)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
