@@ -265,7 +265,7 @@ func coalesce(items []item) (uniq []engine.CounterOp, slot []int) {
 		index = make(map[kindKey]int, len(items))
 	}
 	for i, it := range items {
-		if it.op.Kind == engine.OpTokenBucket {
+		if it.op.Kind == engine.OpTokenBucket || it.op.Kind == engine.OpTokenTake {
 			op := *it.op
 			op.After = 0
 			slot[i] = len(uniq)
@@ -302,8 +302,8 @@ func coalesce(items []item) (uniq []engine.CounterOp, slot []int) {
 
 // answer hands every waiter its count, in arrival order, as if its hits
 // were applied in that order: the key's value before the call plus the
-// hits of the waiters ahead of it. A read (OpGet) and a bucket step get the
-// backend's answer as it is. It uses each uniq entry's Hits as the running
+// hits of the waiters ahead of it (OpAdd and OpReserve). A read, a release
+// and a bucket step get the backend's answer as it is. It uses each uniq entry's Hits as the running
 // count: the call is over and the entries are this call's own.
 func answer(uniq []engine.CounterOp, slot []int, items []item, err error) {
 	if err == nil {
@@ -314,7 +314,7 @@ func answer(uniq []engine.CounterOp, slot []int, items []item, err error) {
 	for i, it := range items {
 		if err == nil {
 			u := &uniq[slot[i]]
-			if u.Kind == engine.OpAdd {
+			if u.Kind == engine.OpAdd || u.Kind == engine.OpReserve {
 				u.Hits += it.op.Hits
 				it.op.After = u.Hits
 			} else {

@@ -23,6 +23,19 @@ const (
 	// N waiters coalesced on one key get the answers they would get one by
 	// one; the shard never merges them.
 	OpTokenBucket
+	// OpReserve adds Hits and sets the TTL like OpAdd, but every backend
+	// does it as one atomic operation whose After is the counter's true
+	// value right after it (memcache's OpAdd reads, then increments
+	// later): a lease's block is the range of counts just below After.
+	OpReserve
+	// OpRelease takes Hits back from a counter that still exists (never
+	// below 0, TTL kept; a missing counter is left missing): a lease gives
+	// back hits it reserved and did not use. After is the value after it.
+	OpRelease
+	// OpTokenTake is OpTokenBucket that takes as many of Hits tokens as
+	// the bucket holds (TokenBucketTake) instead of all or none: a lease's
+	// block of tokens.
+	OpTokenTake
 )
 
 // CounterOp is one counter operation, as Kind says: an add (OpAdd: add Hits
@@ -44,6 +57,11 @@ type CounterOp struct {
 	Now      int64
 	Interval int64
 	Burst    int64
+	// Lease, Limit and UnitSec are set by the engine on the operations of
+	// a rule that counts by lease (CountLease); backends ignore them.
+	Lease   LeaseKind
+	Limit   uint64
+	UnitSec int64
 	// After is filled by the backend: the counter's value once Hits is added.
 	After uint64
 }
@@ -62,6 +80,22 @@ func TokenBucketStep(tat int64, op *CounterOp) (next int64, ok bool) {
 		return tat, false
 	}
 	return next, true
+}
+
+// TokenBucketTake applies one OpTokenTake step to the stored TAT: it takes
+// as many of op.Hits tokens as the bucket holds at op.Now and returns the
+// TAT to store and how many it took (0: nothing changes).
+func TokenBucketTake(tat int64, op *CounterOp) (next int64, took uint64) {
+	if op.Interval <= 0 || op.Burst <= 0 {
+		return tat, 0
+	}
+	base := max(tat, op.Now)
+	room := op.Now + op.Burst*op.Interval - base
+	if room < op.Interval {
+		return tat, 0
+	}
+	took = min(op.Hits, uint64(room/op.Interval))
+	return base + int64(took)*op.Interval, took
 }
 
 // TokenBucketTTL is how long a bucket's TAT must be kept: until the bucket

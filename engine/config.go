@@ -48,6 +48,9 @@ type RateLimitConfig struct {
 	// rather than taken for the default.
 	Algorithm string  `yaml:"algorithm"`
 	Burst     *uint32 `yaml:"burst"`
+	// Counting is sluice's extension too: exact, lease, or empty for the
+	// service's default (SLUICE_COUNTING).
+	Counting string `yaml:"counting"`
 }
 
 // ReplacesConfig names a rule that this one replaces.
@@ -87,7 +90,7 @@ var validKeys = map[string]bool{
 	"quota_mode": true, "name": true, "replaces": true, "detailed_metric": true,
 	"value_to_metric": true, "share_threshold": true, "metadata": true,
 	// sluice's extension (the reference's loader rejects them).
-	"algorithm": true, "burst": true,
+	"algorithm": true, "burst": true, "counting": true,
 }
 
 // ParseYAML reads one YAML file into the model with the reference's decoder
@@ -126,7 +129,7 @@ func fromYAML(ds []config.YamlDescriptor) []DescriptorConfig {
 			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata}
 		if r := d.RateLimit; r != nil {
 			rl := &RateLimitConfig{RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Unlimited: r.Unlimited,
-				Name: r.Name, Algorithm: r.Algorithm, Burst: r.Burst}
+				Name: r.Name, Algorithm: r.Algorithm, Burst: r.Burst, Counting: r.Counting}
 			for _, n := range r.ReplacesNames() {
 				rl.Replaces = append(rl.Replaces, ReplacesConfig{Name: n})
 			}
@@ -183,7 +186,7 @@ func validateKeys(m map[any]any) string {
 var (
 	rootKeys       = placeKeys{"domain": nil, "descriptors": descriptorKeys}
 	descriptorKeys = placeKeys{}
-	rateLimitKeys  = placeKeys{"requests_per_unit": nil, "unit": nil, "unlimited": nil, "name": nil, "replaces": replacesKeys, "algorithm": nil, "burst": nil}
+	rateLimitKeys  = placeKeys{"requests_per_unit": nil, "unit": nil, "unlimited": nil, "name": nil, "replaces": replacesKeys, "algorithm": nil, "burst": nil, "counting": nil}
 	replacesKeys   = placeKeys{"name": nil}
 )
 
@@ -271,6 +274,9 @@ type RateLimit struct {
 	// (0: requests_per_unit).
 	Algorithm Algorithm
 	Burst     uint32
+	// Counting is how the rule's hits reach the shared counters
+	// (CountDefault: the service's Options.Counting).
+	Counting Counting
 	// current is what every decision under this rule reports as its
 	// current limit, made once with the rule (statuses only read it); nil
 	// for a RateLimit made elsewhere, which decide then describes itself.
@@ -446,6 +452,13 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		// says that plainly; burst 0 is far more likely a mistake.
 		return nil, &ConfigError{file, fmt.Sprintf("burst of token bucket rule '%s' must be at least 1 (leave it out for requests_per_unit)", fullKey)}
 	}
+	counting, ok := ParseCounting(r.Counting)
+	switch {
+	case !ok:
+		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit counting '%s' (want exact or lease)", r.Counting)}
+	case r.Unlimited && r.Counting != "":
+		return nil, &ConfigError{file, "should not specify rate limit counting when unlimited"}
+	}
 	var burst uint32
 	if r.Burst != nil {
 		burst = *r.Burst
@@ -477,6 +490,7 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		Metadata:        md,
 		Algorithm:       algo,
 		Burst:           burst,
+		Counting:        counting,
 	}
 	rl.current = &CurrentLimit{RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit, Name: rl.Name}
 	c.limits = append(c.limits, rl)
@@ -568,6 +582,9 @@ func (c *Config) Dump() string {
 				line += ", algorithm: sliding_window"
 			case TokenBucket:
 				line += fmt.Sprintf(", algorithm: token_bucket, burst: %d", bucketBurst(l, l.RequestsPerUnit, bucketInterval(l.RequestsPerUnit, l.Unit)))
+			}
+			if l.Counting != CountDefault {
+				line += ", counting: " + l.Counting.String()
 			}
 			lines = append(lines, line)
 		}

@@ -128,6 +128,9 @@ func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []Co
 			continue
 		}
 		ops = alg.appendOps(s, &d, in, ops)
+		if s.leased(l) && !s.o.StopIncrementOnLimit {
+			markLease(ops, in, alg)
+		}
 	}
 	return ops, nil
 }

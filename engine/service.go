@@ -30,6 +30,10 @@ type Options struct {
 	DynamicMetadata      bool          // RESPONSE_DYNAMIC_METADATA
 	Headers              HeaderOptions // LIMIT_RESPONSE_HEADERS_ENABLED and names
 	StopIncrementOnLimit bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	// Counting is how rules that name none count (SLUICE_COUNTING):
+	// CountDefault and CountExact both send every decision to the store.
+	// CountLease needs a Counter that answers leased operations (actors/lease).
+	Counting Counting
 	LocalCache           OverLimitCache
 	KeyValidator         KeyValidator
 	// Timeout bounds how long a decision waits for the counters.

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
@@ -138,6 +139,9 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 type counters struct {
 	back   *backends
 	router *actors.Router
+	// lease answers the operations of rules that count by lease, in front
+	// of the router; every other operation passes through it.
+	lease *lease.Counter
 	// shardDepth are the sluice.shard.<i>.queue_depth gauges, set from the
 	// router at each statistics flush.
 	shardDepth []*stats.Gauge
@@ -184,7 +188,14 @@ func newCounters(ctx context.Context, s Settings, o Options, trace func(engine.B
 	if err != nil {
 		return nil, err
 	}
-	c := &counters{back: back, router: router}
+	lo := s.Limiter.Lease
+	lo.Clock, lo.Stats, lo.CallTimeout = o.Clock, o.Stats, s.Limiter.Timeout
+	leases, err := lease.New(router, lo)
+	if err != nil {
+		router.Close()
+		return nil, err
+	}
+	c := &counters{back: back, router: router, lease: leases}
 	for i := 0; i < router.Shards(); i++ {
 		c.shardDepth = append(c.shardDepth, o.Stats.Gauge(fmt.Sprintf("sluice.shard.%d.queue_depth", i)))
 	}
@@ -206,9 +217,10 @@ func (c *counters) publishShardDepth() {
 	}
 }
 
-// Close stops the shards (answering what they hold), then closes the stores.
+// Close gives back what leases hold, stops the shards (answering what they
+// hold), then closes the stores.
 func (c *counters) Close() error {
-	return errors.Join(c.router.Close(), c.back.Close())
+	return errors.Join(c.lease.Close(), c.router.Close(), c.back.Close())
 }
 
 // defaultInFlight caps the default calls in flight per shard: a few calls

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
@@ -217,12 +218,19 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	eo.QuotaMode = e.Bool("QUOTA_MODE", false)
 	eo.DynamicMetadata = e.Bool("RESPONSE_DYNAMIC_METADATA", false)
 	eo.Timeout = e.Duration("SLUICE_BACKEND_TIMEOUT", eo.Timeout)
+	counting := strings.ToLower(e.String("SLUICE_COUNTING", "exact"))
+	if c, ok := engine.ParseCounting(counting); ok && c != engine.CountDefault {
+		eo.Counting = c
+	} else {
+		e.fail(fmt.Errorf("SLUICE_COUNTING must be exact or lease, got %q", counting))
+	}
 	s.Limiter = LimiterSettings{
 		Options:             eo,
 		LocalCacheSizeBytes: e.Int("LOCAL_CACHE_SIZE_IN_BYTES", 0),
 		StatsMaxDynamic:     e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
 		Shards:              e.Int("SLUICE_SHARDS", 0),
 		MaxInFlight:         e.Int("SLUICE_MAX_IN_FLIGHT", 0),
+		Lease:               leaseFromEnv(e),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
 	s.Backend.Memory = MemorySettings{
@@ -306,6 +314,19 @@ func memcacheFromEnv(e *Env) memcache.Options {
 	o.TLSCACert = e.String("MEMCACHE_TLS_CACERT", "")
 	o.TLSSkipHostnameVerification = e.Bool("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false)
 	return o
+}
+
+// leaseFromEnv reads the quota lease knobs (SLUICE_COUNTING=lease).
+func leaseFromEnv(e *Env) lease.Options {
+	d := lease.DefaultOptions()
+	return lease.Options{
+		Horizon:       e.Duration("SLUICE_LEASE_HORIZON", d.Horizon),
+		HeadroomShare: uint64(max(e.Int("SLUICE_LEASE_HEADROOM_SHARE", int(d.HeadroomShare)), 0)),
+		BlockShare:    uint64(max(e.Int("SLUICE_LEASE_BLOCK_SHARE", int(d.BlockShare)), 0)),
+		MaxBlock:      uint64(max(e.Int("SLUICE_LEASE_MAX_BLOCK", int(d.MaxBlock)), 0)),
+		Sweep:         e.Duration("SLUICE_LEASE_SWEEP_INTERVAL", d.Sweep),
+		IdleAfter:     e.Duration("SLUICE_LEASE_IDLE", d.IdleAfter),
+	}
 }
 
 func readOpsSettings(e *Env, s *Settings) {

@@ -106,7 +106,7 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 	srv.health.Set(ComponentBackend, true)
 
 	eo := s.Limiter.Options
-	eo.Counter = srv.ops.traceCounter(c.router)
+	eo.Counter = srv.ops.traceCounter(c.lease)
 	eo.Stats = o.Stats
 	eo.Clock = o.Clock
 	eo.KeyValidator = c.back.validator

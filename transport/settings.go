@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
@@ -188,6 +189,9 @@ type LimiterSettings struct {
 	// StatsMaxDynamic bounds the statistics names requests create (unknown
 	// domains, detailed_metric keys): SLUICE_STATS_MAX_DYNAMIC.
 	StatsMaxDynamic int
+	// Lease sizes the reservations of rules that count by lease
+	// (SLUICE_COUNTING=lease, or counting: lease on a rule): SLUICE_LEASE_*.
+	Lease lease.Options
 }
 
 // BackendSettings choose and configure the counter store.
@@ -286,6 +290,9 @@ func (s Settings) Validate() error {
 	// The engine's own check, the one NewService makes again.
 	if err := s.Limiter.Options.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if err := s.Limiter.Lease.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("SLUICE_LEASE_*: %w", err))
 	}
 	if s.Limiter.LocalCacheSizeBytes < 0 {
 		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))

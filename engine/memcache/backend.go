@@ -185,7 +185,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 			return fmt.Errorf("memcache: %w", err)
 		}
 		switch op.Kind {
-		case engine.OpTokenBucket:
+		case engine.OpTokenBucket, engine.OpTokenTake, engine.OpReserve, engine.OpRelease:
 			buckets = true
 			continue
 		case engine.OpAdd:
@@ -210,12 +210,8 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 		return fmt.Errorf("memcache: %w", err)
 	}
 	if buckets {
-		for i := range batch {
-			if batch[i].Kind == engine.OpTokenBucket {
-				if err := b.bucketStep(ctx, &batch[i]); err != nil {
-					return fmt.Errorf("memcache: token bucket %q: %w", batch[i].Key, err)
-				}
-			}
+		if err := b.atomicOps(ctx, batch); err != nil {
+			return err
 		}
 	}
 	if len(keys) == 0 {
@@ -228,7 +224,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	}
 	for i := range batch {
 		op := &batch[i]
-		if op.Kind == engine.OpTokenBucket {
+		if atomicKind(op.Kind) {
 			continue
 		}
 		var stored uint64
@@ -282,6 +278,11 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.CounterOp) error {
 		}
 		op.After = uint64(tat)
 		next, ok := engine.TokenBucketStep(tat, op)
+		if op.Kind == engine.OpTokenTake {
+			var took uint64
+			next, took = engine.TokenBucketTake(tat, op)
+			ok = took > 0
+		}
 		if !ok || op.Hits == 0 {
 			return nil
 		}

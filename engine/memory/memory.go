@@ -212,6 +212,19 @@ func (b *Backend) Exec(_ context.Context, batch []engine.CounterOp) error {
 				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Now))
 			}
 			continue
+		case engine.OpTokenTake:
+			inc.After = n
+			if tat, took := engine.TokenBucketTake(int64(n), inc); took > 0 {
+				e = b.entry(e, inc.Key)
+				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Now))
+			}
+			continue
+		case engine.OpRelease:
+			if e != nil && e.expires > now {
+				e.n -= min(e.n, inc.Hits)
+			}
+			inc.After = n - min(n, inc.Hits)
+			continue
 		}
 		e = b.entry(e, inc.Key)
 		e.n, e.expires = n+inc.Hits, now+int64(inc.TTL)
@@ -247,7 +260,7 @@ func (b *Backend) newKeys(batch []engine.CounterOp) (keys []string, need int64) 
 	}
 	for i := range batch {
 		k := batch[i].Key
-		if batch[i].Kind == engine.OpGet {
+		if batch[i].Kind == engine.OpGet || batch[i].Kind == engine.OpRelease {
 			continue
 		}
 		if _, ok := b.m[k]; ok {

@@ -167,8 +167,8 @@ func (b *Backend) newClient(eps endpointSet, tlsCfg *tls.Config) goredis.Univers
 }
 
 // Exec sends, in one pipeline, INCRBY key hits + EXPIRE key ttl
-// for every increment, GET for every read and EVALSHA of the token bucket
-// script for every bucket step, and fills After from the replies. The shards
+// for every increment and reservation, GET for every read and EVALSHA of a
+// script (scripts.go) for every bucket step, token take and release, and fills After from the replies. The shards
 // size the batch (REDIS_PIPELINE_LIMIT is enforced there, per store), so the
 // backend never splits it.
 func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
@@ -176,13 +176,13 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 		return ErrClosed
 	}
 	for i := range batch {
-		if batch[i].Kind != engine.OpAdd {
+		if k := batch[i].Kind; k != engine.OpAdd && k != engine.OpReserve && k != engine.OpRelease {
 			continue
 		}
 		if batch[i].Hits > math.MaxInt64 {
 			return fmt.Errorf("redis: increment %q: hits %d exceed INCRBY's int64 range", batch[i].Key, batch[i].Hits)
 		}
-		if batch[i].TTL <= 0 {
+		if batch[i].TTL <= 0 && batch[i].Kind != engine.OpRelease {
 			return fmt.Errorf("redis: increment %q: TTL %s must be positive (EXPIRE 0 deletes the key)", batch[i].Key, batch[i].TTL)
 		}
 	}
@@ -203,9 +203,10 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 		case engine.OpGet:
 			c.queueOn(ctx, pipe)
 			cmds[i] = pipe.Get(ctx, op.Key)
-		case engine.OpTokenBucket:
+		case engine.OpTokenBucket, engine.OpTokenTake, engine.OpRelease:
 			c.queueOn(ctx, pipe)
-			cmds[i] = pipe.EvalSha(ctx, bucketScript.Hash(), []string{op.Key}, bucketArgs(op)...)
+			sc := scriptOf(op.Kind)
+			cmds[i] = pipe.EvalSha(ctx, sc.Hash(), []string{op.Key}, scriptArgs(op)...)
 		default:
 			// INCRBY and EXPIRE of every key live in the call's arrays and
 			// point at the key and hits in the batch: no allocation per key.
@@ -225,7 +226,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 		return fmt.Errorf("redis: pipeline of %d keys: %w", len(batch), err)
 	}
 	if err := b.rerunUnloaded(ctx, batch, cmds); err != nil {
-		return fmt.Errorf("redis: token bucket script: %w", err)
+		return fmt.Errorf("redis: script: %w", err)
 	}
 	for i := range batch {
 		var v int64
@@ -240,7 +241,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 			}
 		case *goredis.Cmd:
 			if v, err = c.Int64(); err != nil {
-				return fmt.Errorf("redis: token bucket %q: %w", batch[i].Key, err)
+				return fmt.Errorf("redis: %s %q: %w", scriptName(batch[i].Kind), batch[i].Key, err)
 			}
 		}
 		// A counter someone decremented below zero reads as zero.
@@ -315,33 +316,6 @@ func (c *call) queueOn(ctx context.Context, pipe goredis.Pipeliner) {
 	}
 }
 
-// bucketScript is one GCRA step, engine.TokenBucketStep in Lua: KEYS[1] holds
-// the TAT in unix microseconds; ARGV are now, interval, burst and hits; the key
-// expires as engine.TokenBucketTTL says. It
-// returns the TAT it found (0 when missing). Microseconds keep every value
-// below 2^53, exact in Lua's doubles; '%d' writes the TAT without an exponent.
-var bucketScript = goredis.NewScript(bucketLua)
-
-const bucketLua = `
-local v = redis.call('GET', KEYS[1])
-local tat = 0
-if v then tat = tonumber(v) or 0 end
-local now, interval, burst, hits = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if hits > 0 and hits <= burst then
-  local base = tat
-  if now > base then base = now end
-  local nxt = base + hits * interval
-  if nxt - now <= burst * interval then
-    redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', math.floor((nxt - now) / 1000) + 60000)
-  end
-end
-return tat
-`
-
-func bucketArgs(op *engine.CounterOp) []any {
-	return []any{op.Now, op.Interval, op.Burst, op.Hits}
-}
-
 // onlyExpectedErrors: a missing key (GET) and a script the server has not
 // loaded yet (NOSCRIPT, rerun below) are answers, not failures.
 func onlyExpectedErrors(cmds []goredis.Cmder) bool {
@@ -358,18 +332,19 @@ func expected(err error) bool {
 }
 
 // rerunUnloaded sends again, in order and with the script's text (EVAL, which
-// also loads it), the bucket steps a server refused with NOSCRIPT: after a
+// also loads it), the script calls a server refused with NOSCRIPT: after a
 // restart, a failover or SCRIPT FLUSH. NOSCRIPT means the step did not run.
 func (b *Backend) rerunUnloaded(ctx context.Context, batch []engine.CounterOp, cmds []goredis.Cmder) error {
 	var pipe goredis.Pipeliner
 	for i := range batch {
-		if batch[i].Kind != engine.OpTokenBucket || !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+		sc := scriptOf(batch[i].Kind)
+		if sc == nil || !goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 			continue
 		}
 		if pipe == nil {
 			pipe = b.client.Pipeline()
 		}
-		cmds[i] = pipe.Eval(ctx, bucketLua, []string{batch[i].Key}, bucketArgs(&batch[i])...)
+		cmds[i] = pipe.Eval(ctx, scriptText[sc], []string{batch[i].Key}, scriptArgs(&batch[i])...)
 	}
 	if pipe == nil {
 		return nil

@@ -20,8 +20,8 @@ type YamlDescriptor struct {
 	Metadata       map[string]any   `yaml:"metadata"`
 }
 
-// YamlRateLimit is a node's rate_limit block. Algorithm and Burst are
-// sluice's extension.
+// YamlRateLimit is a node's rate_limit block. Algorithm, Burst and
+// Counting are sluice's extension.
 type YamlRateLimit struct {
 	RequestsPerUnit uint32         `yaml:"requests_per_unit"`
 	Unit            string         `yaml:"unit"`
@@ -30,6 +30,7 @@ type YamlRateLimit struct {
 	Replaces        []yamlReplaces `yaml:"replaces"`
 	Algorithm       string         `yaml:"algorithm"`
 	Burst           *uint32        `yaml:"burst"`
+	Counting        string         `yaml:"counting"`
 }
 
 // yamlReplaces is unexported as in the reference, where the error texts

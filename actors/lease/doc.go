@@ -1,0 +1,40 @@
+// Package lease answers rate limit decisions from hits reserved ahead from
+// the shared counters, so that a replica pays no store round trip per
+// decision and the fleet still never goes over a limit.
+//
+// How a decision flows (Counter.Apply, for the operations the engine marked
+// with a engine.LeaseKind; the rest go to the next Counter as they are):
+//
+//  1. The operation's key finds its state (one per cache key, under one
+//     of a few striped locks). A window's state holds spans of counts it
+//     owns: a reservation that added n to the shared counter and got back
+//     C owns the counts C-n+1 … C that are within the limit. A bucket's
+//     state holds tokens: a take of n tokens from a bucket whose theoretical
+//     arrival time (TAT) was found at base gets the tokens whose own times
+//     are base+I … base+n·I.
+//  2. If the state owns enough, the decision takes them and is answered at
+//     once with the count (or TAT) an exact decision would have seen for
+//     those hits; the engine judges it as it judges the store's answers.
+//     If a reservation came back short (the window's counter reached its
+//     limit, or the bucket was empty), the key is over until the window
+//     ends (or the bucket has a token again), answered without a call.
+//  3. Otherwise the decision waits for the state's one reservation in
+//     flight (starting it if none is), sized by the key's observed rate on
+//     this replica and capped by a share of the headroom left; when that
+//     leaves, every waiter tries again. A reservation is also started ahead
+//     of need, when what is owned falls below half a block, so a steady key
+//     never waits.
+//  4. A sweeper, every Options.Sweep, updates rates, gives back (OpRelease,
+//     all keys in one call) what a key holds beyond twice its demand over
+//     the horizon (everything once idle), and forgets states whose window is
+//     over.
+//
+// Why it is never over the limit: a window's reservation grants only the
+// counts at or below the limit of the value the store returned, and every
+// store operation is atomic, so the counts granted across replicas, plus
+// those exact-mode replicas (sluice or envoyproxy/ratelimit) admitted,
+// never exceed the limit; a give-back lowers the counter and the grants
+// together. A token is used only before its own time and at most Burst·I
+// ahead of it, exactly the condition an exact GCRA step checks, so in any
+// interval the tokens used fleet-wide fit burst + rate × t.
+package lease

@@ -1,0 +1,304 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// Options configure a Counter.
+type Options struct {
+	// Horizon is how much of a key's observed demand on this replica one
+	// reservation covers. Longer means fewer store calls per decision and
+	// more held back from other replicas (given back when demand drops).
+	Horizon time.Duration
+	// HeadroomShare: one reservation takes at most 1/HeadroomShare of what
+	// the key had left when last seen, so blocks shrink to single hits near
+	// the limit.
+	HeadroomShare uint64
+	// BlockShare: one reservation takes at most 1/BlockShare of the limit
+	// (a bucket's burst). What a replica holds and never uses is lost to
+	// the others until it is given back; this bounds it when a replica's
+	// demand stops at the moment the limit is reached.
+	BlockShare uint64
+	// MaxBlock caps one reservation, in hits.
+	MaxBlock uint64
+	// Sweep is how often rates are updated and unused hits given back.
+	Sweep time.Duration
+	// IdleAfter: a key without decisions for this long gives back all it holds.
+	IdleAfter time.Duration
+	// CallTimeout bounds one reservation or give-back call.
+	CallTimeout time.Duration
+	Clock       func() time.Time
+	Stats       *stats.Store
+}
+
+// DefaultOptions are the settings SLUICE_LEASE_* start from.
+func DefaultOptions() Options {
+	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20,
+		Sweep: 250 * time.Millisecond, IdleAfter: time.Second, CallTimeout: time.Second}
+}
+
+// EnsureDefaults fills the fields left zero and returns o.
+func (o *Options) EnsureDefaults() *Options {
+	d := DefaultOptions()
+	if o.Horizon == 0 {
+		o.Horizon = d.Horizon
+	}
+	if o.HeadroomShare == 0 {
+		o.HeadroomShare = d.HeadroomShare
+	}
+	if o.BlockShare == 0 {
+		o.BlockShare = d.BlockShare
+	}
+	if o.MaxBlock == 0 {
+		o.MaxBlock = d.MaxBlock
+	}
+	if o.Sweep == 0 {
+		o.Sweep = d.Sweep
+	}
+	if o.IdleAfter == 0 {
+		o.IdleAfter = d.IdleAfter
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = d.CallTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Stats == nil {
+		o.Stats = stats.NewStore()
+	}
+	return o
+}
+
+// Validate reports the first setting that cannot work.
+func (o Options) Validate() error {
+	switch {
+	case o.Horizon < 0 || o.Sweep < 0 || o.IdleAfter < 0 || o.CallTimeout < 0:
+		return fmt.Errorf("lease: horizon (%v), sweep (%v), idle (%v) and call timeout (%v) must not be negative",
+			o.Horizon, o.Sweep, o.IdleAfter, o.CallTimeout)
+	case o.MaxBlock > 1<<62:
+		return fmt.Errorf("lease: max block %d is too large", o.MaxBlock)
+	}
+	return nil
+}
+
+// ErrClosed answers decisions that need a reservation after Close.
+var ErrClosed = errors.New("lease: shutting down")
+
+// stripes spreads the lock of the states; a power of two.
+const stripes = 64
+
+// Counter is an engine.Counter that answers leased operations from
+// reservations and passes every other operation to the next Counter, which
+// also carries the reservations (so they are batched like any operation).
+type Counter struct {
+	next    engine.Counter
+	o       Options
+	stripes [stripes]stripe
+	ctx     context.Context
+	cancel  context.CancelFunc
+	calls   sync.WaitGroup // reservations in flight
+	sweeper chan struct{}  // closed when the sweeper has stopped
+	closeMu sync.Once
+
+	st counters
+}
+
+type stripe struct {
+	mu sync.Mutex
+	m  map[string]*state
+}
+
+// counters are the lease statistics.
+type counters struct {
+	reservations, reserved, returned, local, waited, expired, errors *stats.Counter
+}
+
+// New returns a Counter in front of next, with its sweeper running until Close.
+func New(next engine.Counter, o Options) (*Counter, error) {
+	if err := o.EnsureDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	c := &Counter{next: next, o: o, sweeper: make(chan struct{})}
+	for i := range c.stripes {
+		c.stripes[i].m = map[string]*state{}
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	p, s := "ratelimit.lease.", o.Stats
+	c.st = counters{reservations: s.Counter(p + "reservations"), reserved: s.Counter(p + "reserved_hits"),
+		returned: s.Counter(p + "returned_hits"), local: s.Counter(p + "local_decisions"),
+		waited: s.Counter(p + "waited_decisions"), expired: s.Counter(p + "expired_tokens"),
+		errors: s.Counter(p + "reservation_errors")}
+	go c.sweep()
+	return c, nil
+}
+
+func (c *Counter) stripe(key string) *stripe {
+	return &c.stripes[xxhash.Sum64String(key)%stripes]
+}
+
+// Apply answers ops: the leased ones here, the others through the next Counter.
+func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
+	leased := 0
+	for i := range ops {
+		if ops[i].Lease != engine.LeaseNone {
+			if ops[i].Lease != engine.LeaseSlidingPrev && ops[i].Hits == 0 {
+				unlease(ops, i) // a read: the store's count is the truth
+				continue
+			}
+			leased++
+		}
+	}
+	if leased == 0 {
+		return c.next.Apply(ctx, ops, batch)
+	}
+	if leased < len(ops) {
+		if err := c.applyExact(ctx, ops, batch); err != nil {
+			return err
+		}
+	} else if batch != nil {
+		batch.Close()
+	}
+	for i := range ops {
+		var prev *engine.CounterOp
+		switch ops[i].Lease {
+		case engine.LeaseNone, engine.LeaseSlidingPrev:
+			continue
+		case engine.LeaseSliding:
+			prev = &ops[i+1]
+		}
+		if err := c.take(ctx, &ops[i], prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unlease turns op i (and a sliding window's read that goes with it) back
+// into an exact operation.
+func unlease(ops []engine.CounterOp, i int) {
+	if ops[i].Lease == engine.LeaseSliding {
+		ops[i+1].Lease = engine.LeaseNone
+	}
+	ops[i].Lease = engine.LeaseNone
+}
+
+// applyExact sends the operations that are not leased as one call.
+func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
+	exact := make([]engine.CounterOp, 0, len(ops))
+	for i := range ops {
+		if ops[i].Lease == engine.LeaseNone {
+			exact = append(exact, ops[i])
+		}
+	}
+	if err := c.next.Apply(ctx, exact, batch); err != nil {
+		return err
+	}
+	j := 0
+	for i := range ops {
+		if ops[i].Lease == engine.LeaseNone {
+			ops[i].After = exact[j].After
+			j++
+		}
+	}
+	return nil
+}
+
+// take answers one leased operation: from what its key's state owns, or
+// in turn, once the state's reservations bring enough (call serves the
+// waiters in arrival order).
+func (c *Counter) take(ctx context.Context, op, prev *engine.CounterOp) error {
+	s := c.stripe(op.Key)
+	s.mu.Lock()
+	st := s.m[op.Key]
+	now := c.o.Clock().UnixMicro()
+	if st == nil {
+		st = newState(op, prev, now)
+		s.m[op.Key] = st
+	}
+	if len(st.waiters) == 0 && st.answer(op, prev, now) {
+		st.lastUse = now
+		c.ahead(st, now)
+		s.mu.Unlock()
+		c.st.local.Inc()
+		return nil
+	}
+	if c.ctx.Err() != nil {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	w := &waiter{op: op, prev: prev, done: make(chan error, 1)}
+	st.waiters = append(st.waiters, w)
+	st.want += op.Hits
+	if st.pending == nil {
+		c.reserve(st, 0, now)
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(c.WaitBound())
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-w.done:
+		c.st.waited.Inc()
+		return err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = fmt.Errorf("lease: no reservation for %q within %v: %w", op.Key, c.WaitBound(), context.DeadlineExceeded)
+	}
+	s.mu.Lock()
+	if !st.drop(w) { // answered meanwhile
+		s.mu.Unlock()
+		return <-w.done
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// WaitBound implements engine.WaitBounder: a decision waits for
+// reservations at most as long as one call may take.
+func (c *Counter) WaitBound() time.Duration {
+	if wb, ok := c.next.(engine.WaitBounder); ok {
+		return max(wb.WaitBound(), c.o.CallTimeout)
+	}
+	return c.o.CallTimeout
+}
+
+// ahead starts the next reservation of st before it runs out.
+func (c *Counter) ahead(st *state, now int64) {
+	if st.pending != nil || st.overUntil > now || c.ctx.Err() != nil {
+		return
+	}
+	if st.avail(now) < max(1, st.size/2) && st.demand(now, c.o.Horizon) > 0 {
+		c.reserve(st, 0, now)
+	}
+}
+
+// Close stops the sweeper, gives back what every key holds, and waits for
+// the reservations in flight; decisions waiting for them get their answer.
+// The next Counter must still be open.
+func (c *Counter) Close() error {
+	c.closeMu.Do(func() {
+		c.cancel()
+		// A decision that saw the context open may be starting a
+		// reservation under its stripe's lock: let it, so that Wait
+		// counts it.
+		for i := range c.stripes {
+			c.stripes[i].mu.Lock()
+			c.stripes[i].mu.Unlock() //nolint:staticcheck // an empty critical section is the barrier
+		}
+		<-c.sweeper
+		c.calls.Wait()
+		c.giveBack(c.o.Clock().UnixMicro(), true)
+	})
+	return nil
+}

@@ -1,0 +1,127 @@
+package lease
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// reserve starts st's reservation, sized for need hits and those its
+// waiters want, and the demand st has seen (under st's stripe lock).
+func (c *Counter) reserve(st *state, need uint64, now int64) {
+	n := c.size(st, int64(min(need+st.want, 1<<62)), now)
+	st.size = n
+	p := &reservation{done: make(chan struct{})}
+	st.pending = p
+	ops := make([]engine.CounterOp, 1, 2)
+	if st.kind == engine.LeaseBucket {
+		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpTokenTake, Hits: uint64(n), PerSecond: st.perSecond,
+			Now: now, Interval: st.interval, Burst: st.burst}
+	} else {
+		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpReserve, Hits: uint64(n), TTL: st.ttl, PerSecond: st.perSecond}
+		if st.kind == engine.LeaseSliding {
+			ops = append(ops, engine.CounterOp{Key: st.prevKey, Kind: engine.OpGet, PerSecond: st.perSecond})
+		}
+	}
+	c.st.reservations.Inc()
+	c.calls.Add(1)
+	go c.call(st, p, ops, now)
+}
+
+// size is the next reservation's size: the key's demand over the horizon
+// (at most 4 times the last size, at least need), within the window's time
+// left, a share of the headroom last seen, a share of the limit, and MaxBlock.
+func (c *Counter) size(st *state, need int64, now int64) int64 {
+	n := st.demand(now, c.o.Horizon)
+	if st.size > 0 {
+		n = min(n, 4*st.size)
+	}
+	if st.windowEnd > 0 {
+		left := time.Duration(st.windowEnd-now) * time.Microsecond
+		n = min(n, st.demand(now, left))
+	}
+	n = max(n, need, 1)
+	var head int64
+	if st.kind == engine.LeaseBucket {
+		head = (now + st.burst*st.interval - max(st.seen, now)) / max(st.interval, 1)
+	} else {
+		head = st.limitAt(now) - st.seen
+	}
+	limit := int64(min(st.limit, 1<<62))
+	if st.kind == engine.LeaseBucket {
+		limit = st.burst
+	}
+	n = min(n, max(head/int64(c.o.HeadroomShare), 1), max(limit/int64(c.o.BlockShare), 1))
+	return min(n, int64(c.o.MaxBlock))
+}
+
+// call runs one reservation and files what it got into st.
+func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now int64) {
+	defer c.calls.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.o.CallTimeout)
+	err := c.next.Apply(ctx, ops, nil)
+	cancel()
+	s := c.stripe(st.key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.pending = nil
+	p.err = err
+	close(p.done)
+	now = c.o.Clock().UnixMicro()
+	if err != nil {
+		c.st.errors.Inc()
+		st.serve(now, err)
+		return
+	}
+	c.file(st, ops, now)
+	st.serve(now, nil)
+	switch {
+	case len(st.waiters) == 0:
+	case c.ctx.Err() != nil:
+		st.serve(now, ErrClosed)
+	default:
+		c.reserve(st, 0, now)
+	}
+}
+
+// file adds a reservation's answer to st: the counts (or tokens) it owns
+// now, and, when it came back short, how long the key is over.
+func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
+	op := &ops[0]
+	n := int64(op.Hits)
+	if st.kind == engine.LeaseBucket {
+		found := int64(min(op.After, 1<<62))
+		next, took := engine.TokenBucketTake(found, op)
+		base := max(found, op.Now)
+		if took > 0 {
+			st.spans = append(st.spans, span{base + st.interval, next})
+			c.st.reserved.Add(took)
+			st.seen = next
+		} else {
+			st.seen = found
+		}
+		if int64(took) < n {
+			// One more token fits once the TAT is within burst of the clock.
+			st.overUntil = max(st.seen+st.interval-st.burst*st.interval, now+1)
+		}
+		return
+	}
+	if st.kind == engine.LeaseSliding {
+		st.prev = ops[1].After
+	}
+	after := int64(min(op.After, 1<<62))
+	base := after - n
+	g := min(max(st.limitAt(now)-base, 0), n)
+	if g > 0 {
+		st.spans = append(st.spans, span{base + 1, base + g})
+		c.st.reserved.Add(uint64(g))
+	}
+	st.seen = after
+	if g < n {
+		st.overUntil = st.windowEnd
+		if st.kind == engine.LeaseSliding {
+			st.overUntil = max(st.slidingClear(), now+1)
+		}
+	}
+}

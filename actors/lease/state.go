@@ -1,0 +1,255 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// span is a run of counts (windows: lo … hi, step 1) or of token times
+// (buckets: lo, lo+I, … hi) that a state owns; empty when lo > hi.
+type span struct{ lo, hi int64 }
+
+// state is one cache key's reservations on this replica. Its stripe's lock
+// guards it.
+type state struct {
+	kind      engine.LeaseKind
+	key       string
+	prevKey   string // sliding windows: the previous window's counter
+	ttl       time.Duration
+	perSecond bool
+	limit     uint64
+	unitSec   int64
+	windowEnd int64 // unix µs; windows only
+	interval  int64 // buckets: µs per token
+	burst     int64 // buckets: tokens
+
+	spans     []span
+	seen      int64  // windows: the counter as last seen; buckets: the TAT
+	prev      uint64 // sliding windows: the previous window's count
+	overUntil int64  // unix µs: over, answered here, until then
+	pending   *reservation
+	size      int64     // the last reservation's size
+	waiters   []*waiter // decisions waiting for hits, in arrival order
+	want      uint64    // their hits
+
+	rate    float64 // hits per second on this replica
+	used    int64   // hits taken since rateAt
+	rateAt  int64
+	lastUse int64
+}
+
+// reservation is a state's call in flight; done closes when it is over.
+type reservation struct {
+	done chan struct{}
+	err  error
+}
+
+// waiter is a decision waiting for its key's reservations; done gets its
+// answer once op (and prev) are filled.
+type waiter struct {
+	op, prev *engine.CounterOp
+	done     chan error
+}
+
+// drop removes w from the waiters; false when it is no longer there (it
+// has been answered).
+func (st *state) drop(w *waiter) bool {
+	for i, x := range st.waiters {
+		if x == w {
+			st.waiters = append(st.waiters[:i], st.waiters[i+1:]...)
+			st.want -= w.op.Hits
+			return true
+		}
+	}
+	return false
+}
+
+// serve answers the waiters in arrival order while st can; err, if not
+// nil, answers them all.
+func (st *state) serve(now int64, err error) {
+	n := 0
+	for _, w := range st.waiters {
+		if err == nil && !st.answer(w.op, w.prev, now) {
+			break
+		}
+		st.want -= w.op.Hits
+		w.done <- err
+		n++
+	}
+	if n > 0 {
+		st.lastUse = now
+		rest := copy(st.waiters, st.waiters[n:])
+		clear(st.waiters[rest:])
+		st.waiters = st.waiters[:rest]
+	}
+}
+
+func newState(op, prev *engine.CounterOp, now int64) *state {
+	st := &state{kind: op.Lease, key: op.Key, ttl: op.TTL, perSecond: op.PerSecond,
+		limit: op.Limit, unitSec: op.UnitSec, interval: op.Interval, burst: op.Burst,
+		rateAt: now, lastUse: now, spans: make([]span, 0, 2)}
+	if prev != nil {
+		st.prevKey = prev.Key
+	}
+	if st.kind != engine.LeaseBucket && st.unitSec > 0 {
+		unitUs := st.unitSec * 1e6
+		st.windowEnd = (now/unitUs + 1) * unitUs
+	}
+	return st
+}
+
+// step is the distance between two owned items: a count, or a token's time.
+func (st *state) step() int64 {
+	if st.kind == engine.LeaseBucket {
+		return max(st.interval, 1)
+	}
+	return 1
+}
+
+// avail is how many hits st owns at now (a bucket's tokens whose time has
+// passed are dropped first: unused, they are lost, as in the bucket).
+func (st *state) avail(now int64) int64 {
+	if st.kind == engine.LeaseBucket {
+		st.expire(now)
+	}
+	n, step := int64(0), st.step()
+	for _, s := range st.spans {
+		if s.lo <= s.hi {
+			n += (s.hi-s.lo)/step + 1
+		}
+	}
+	return n
+}
+
+// expire drops the tokens whose time is at or before now.
+func (st *state) expire(now int64) (dropped int64) {
+	i := st.interval
+	for len(st.spans) > 0 {
+		s := &st.spans[0]
+		if s.lo > now {
+			break
+		}
+		k := min((now-s.lo)/i+1, (s.hi-s.lo)/i+1)
+		s.lo += k * i
+		dropped += k
+		if s.lo > s.hi {
+			st.spans = st.spans[1:]
+		}
+	}
+	return dropped
+}
+
+// takeFront removes h owned items from the front and returns the first and
+// last taken. The caller has checked that st owns h.
+func (st *state) takeFront(h int64) (first, last int64) {
+	step := st.step()
+	first = -1
+	for h > 0 {
+		s := &st.spans[0]
+		if first < 0 {
+			first = s.lo
+		}
+		k := min(h, (s.hi-s.lo)/step+1)
+		last = s.lo + (k-1)*step
+		s.lo += k * step
+		h -= k
+		if s.lo > s.hi {
+			st.spans = st.spans[1:]
+		}
+	}
+	return first, last
+}
+
+// takeBack removes up to h owned counts from the back (the ones given back)
+// and returns how many it removed.
+func (st *state) takeBack(h int64) int64 {
+	took := int64(0)
+	for h > 0 && len(st.spans) > 0 {
+		s := &st.spans[len(st.spans)-1]
+		k := min(h, s.hi-s.lo+1)
+		s.hi -= k
+		h -= k
+		took += k
+		if s.lo > s.hi {
+			st.spans = st.spans[:len(st.spans)-1]
+		}
+	}
+	return took
+}
+
+// answer fills op (and a sliding window's prev) from what st owns, or from
+// its over-limit state, and reports whether it could.
+func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
+	h := int64(min(op.Hits, 1<<62))
+	if st.avail(now) >= h {
+		first, last := st.takeFront(h)
+		st.used += h
+		if st.kind == engine.LeaseBucket {
+			op.After = uint64(first - st.interval) // the TAT a step taking these tokens would have found
+		} else {
+			op.After = uint64(last)
+		}
+	} else if st.overUntil > now {
+		if st.kind == engine.LeaseBucket {
+			op.After = uint64(now + st.burst*st.interval) // an empty bucket: the engine judges it over
+		} else {
+			op.After = max(uint64(st.seen), st.limit) + op.Hits
+		}
+	} else {
+		return false
+	}
+	if prev != nil {
+		prev.After = st.prev
+	}
+	return true
+}
+
+// demand is st's rate, brought up to date at now, in hits per horizon.
+func (st *state) demand(now int64, horizon time.Duration) int64 {
+	if dt := now - st.rateAt; dt >= 100_000 {
+		inst := float64(st.used) * 1e6 / float64(dt)
+		if st.rate == 0 {
+			st.rate = inst
+		} else {
+			st.rate = (st.rate + inst) / 2
+		}
+		st.used, st.rateAt = 0, now
+	}
+	r := max(st.rate, float64(st.used)*1e6/float64(max(now-st.rateAt, 100_000)))
+	return int64(r*horizon.Seconds() + 0.999)
+}
+
+// slidingWeight is the previous window's count × the share of it still
+// inside the rolling window ending at now (µs), rounded up: a grant must
+// not count on weight that has not decayed yet.
+func slidingWeight(prev uint64, now, unitSec int64) uint64 {
+	unitUs := unitSec * 1e6
+	left := unitUs - now%unitUs
+	if prev == 0 || left <= 0 {
+		return 0
+	}
+	return uint64((float64(prev)*float64(left) + float64(unitUs) - 1) / float64(unitUs))
+}
+
+// limitAt is the most a window's counter may hold at now.
+func (st *state) limitAt(now int64) int64 {
+	l := int64(min(st.limit, 1<<62))
+	if st.kind == engine.LeaseSliding {
+		l -= int64(min(slidingWeight(st.prev, now, st.unitSec), 1<<62))
+	}
+	return l
+}
+
+// slidingClear is when one more hit fits in a sliding window whose counter
+// holds seen: the previous window's weight decays to 0 at the window's end.
+func (st *state) slidingClear() int64 {
+	free := int64(st.limit) - st.seen - 1
+	if free < 0 || st.prev == 0 {
+		return st.windowEnd
+	}
+	unitUs := st.unitSec * 1e6
+	// prev × left / unit ≤ free  ⇔  left ≤ free × unit / prev
+	maxLeft := int64(float64(free) * float64(unitUs) / float64(st.prev))
+	return max(st.windowEnd-maxLeft, 0)
+}

@@ -1,0 +1,84 @@
+package lease
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// sweep runs until Close: every Options.Sweep it forgets what is over and
+// gives back what keys hold beyond their demand.
+func (c *Counter) sweep() {
+	defer close(c.sweeper)
+	t := time.NewTicker(c.o.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.giveBack(c.o.Clock().UnixMicro(), false)
+		}
+	}
+}
+
+// giveBack reviews every state: windows that are over are forgotten (their
+// counters expire with them), tokens past their time are dropped, idle
+// states are forgotten, and window counts beyond twice a key's demand over
+// the horizon (all of them when idle, or when all is true) go back to the
+// store in one call.
+func (c *Counter) giveBack(now int64, all bool) {
+	var ops []engine.CounterOp
+	for i := range c.stripes {
+		s := &c.stripes[i]
+		s.mu.Lock()
+		for k, st := range s.m {
+			if op, ok := c.review(st, now, all); ok {
+				ops = append(ops, op)
+			}
+			idle := now-st.lastUse >= c.o.IdleAfter.Microseconds()
+			ended := st.windowEnd > 0 && now >= st.windowEnd
+			if st.pending == nil && st.want == 0 && (ended || (idle && st.avail(now) == 0 && st.overUntil <= now)) {
+				delete(s.m, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+	if len(ops) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.CallTimeout)
+	defer cancel()
+	if err := c.next.Apply(ctx, ops, nil); err != nil {
+		c.st.errors.Inc()
+		return // what was not given back stays counted: fewer admitted, never more
+	}
+	for i := range ops {
+		c.st.returned.Add(ops[i].Hits)
+	}
+}
+
+// review brings st up to date at now and returns the give-back it needs.
+func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool) {
+	if st.kind == engine.LeaseBucket {
+		// A bucket's unused tokens are not handed back: each lapses at its
+		// own time, as it would have in the bucket.
+		c.st.expired.Add(uint64(st.expire(now)))
+		return engine.CounterOp{}, false
+	}
+	if st.pending != nil || (st.windowEnd > 0 && now >= st.windowEnd) {
+		return engine.CounterOp{}, false
+	}
+	keep := st.demand(now, c.o.Horizon)
+	if all || now-st.lastUse >= c.o.IdleAfter.Microseconds() {
+		keep = 0
+	}
+	have := st.avail(now)
+	if have == 0 || have <= 2*keep {
+		return engine.CounterOp{}, false
+	}
+	give := st.takeBack(have - keep)
+	st.seen -= give
+	return engine.CounterOp{Key: st.key, Kind: engine.OpRelease, Hits: uint64(give), PerSecond: st.perSecond}, true
+}
