@@ -33,9 +33,9 @@ type Options struct {
 	// Counting is how rules that name none count (SLUICE_COUNTING):
 	// CountDefault and CountExact both send every decision to the store.
 	// CountLease needs a Counter that answers leased operations (actors/lease).
-	Counting Counting
-	LocalCache           OverLimitCache
-	KeyValidator         KeyValidator
+	Counting     Counting
+	LocalCache   OverLimitCache
+	KeyValidator KeyValidator
 	// Timeout bounds how long a decision waits for the counters.
 	Timeout time.Duration
 	// BackendErrorStat names the should_rate_limit error counter of a backend

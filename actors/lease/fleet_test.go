@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,4 +133,3 @@ descriptors:
     value: bucket
     rate_limit: {unit: hour, requests_per_unit: 10000, algorithm: token_bucket}
 `
-
