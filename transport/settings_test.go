@@ -66,6 +66,8 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"REDIS_URL": "a:1", "KVSTORE_URL": "b:2"}, `REDIS_URL="a:1" and KVSTORE_URL="b:2" are both set and differ`},
 		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "-1"}, "SLUICE_GC_HEAP_FLOOR_MIB (-1) must be between 0 (off) and 1048576"},
 		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "67108864"}, "SLUICE_GC_HEAP_FLOOR_MIB (67108864) must be between 0 (off) and 1048576"},
+		{map[string]string{"SLUICE_COUNTING": "leased"}, `SLUICE_COUNTING must be exact or lease, got "leased"`},
+		{map[string]string{"SLUICE_LEASE_HORIZON": "-1s"}, "SLUICE_LEASE_*: lease: horizon (-1s)"},
 	}
 	for _, tc := range cases {
 		_, err := transport.SettingsFromEnv(transport.FromMap(tc.env))

@@ -52,8 +52,12 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 	if st.kind == engine.LeaseBucket {
 		limit = st.burst
 	}
-	n = min(n, max(head/int64(c.o.HeadroomShare), 1), max(limit/int64(c.o.BlockShare), 1))
-	return min(n, int64(c.o.MaxBlock))
+	n = min(n, max(head/int64(c.o.HeadroomShare), 1), max(limit/int64(c.o.BlockShare), 1), int64(c.o.MaxBlock))
+	// The first waiter's hits in one block, or it could never be served.
+	if len(st.waiters) > 0 {
+		n = max(n, int64(min(st.waiters[0].op.Hits, 1<<62)))
+	}
+	return n
 }
 
 // call runs one reservation and files what it got into st.

@@ -179,10 +179,15 @@ func (st *state) takeBack(h int64) int64 {
 }
 
 // answer fills op (and a sliding window's prev) from what st owns, or from
-// its over-limit state, and reports whether it could.
+// its over-limit state, and reports whether it could. An over decision is
+// answered as exact counting would answer it from what this replica knows:
+// a window's owned counts are used up by it (exact counting adds the hits
+// whatever the verdict), a bucket's are left (a refused step takes nothing).
 func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 	h := int64(min(op.Hits, 1<<62))
-	if st.avail(now) >= h {
+	avail := st.avail(now)
+	switch {
+	case avail >= h:
 		first, last := st.takeFront(h)
 		st.used += h
 		if st.kind == engine.LeaseBucket {
@@ -190,14 +195,26 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 		} else {
 			op.After = uint64(last)
 		}
-	} else if st.overUntil > now {
-		if st.kind == engine.LeaseBucket {
-			op.After = uint64(now + st.burst*st.interval) // an empty bucket: the engine judges it over
-		} else {
-			op.After = max(uint64(st.seen), st.limit) + op.Hits
-		}
-	} else {
+	case st.overUntil <= now:
 		return false
+	case st.kind == engine.LeaseBucket:
+		tat := st.seen
+		if avail > 0 {
+			tat = st.spans[0].lo - st.interval
+		}
+		if max(tat, now)+h*st.interval-now <= st.burst*st.interval {
+			tat = now + st.burst*st.interval // what this replica owns does not fit: over, as an empty bucket
+		}
+		op.After = uint64(tat)
+	default:
+		count := max(st.seen, int64(min(st.limit, 1<<62)))
+		if avail > 0 {
+			first, _ := st.takeFront(avail)
+			count = first - 1
+		}
+		// The verdict must be over whatever the counts this replica owns:
+		// they may sit below counts other replicas own.
+		op.After = uint64(max(count+h, int64(min(st.limit, 1<<62))+1))
 	}
 	if prev != nil {
 		prev.After = st.prev

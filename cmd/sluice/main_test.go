@@ -45,6 +45,12 @@ func TestConfigCheck(t *testing.T) {
 	if want := "  f.a: unit=SECOND requests_per_unit=2, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 4\n"; err != nil || !strings.HasSuffix(out, want) {
 		t.Fatalf("algorithm: %v %q", err, out)
 	}
+	lease := filepath.Join(dir, "lease.yaml")
+	os.WriteFile(lease, []byte("domain: g\ndescriptors:\n  - {key: a, rate_limit: {unit: hour, requests_per_unit: 2, counting: lease}}\n"), 0o644)
+	out, err = captureStdout(t, func() error { return runConfigCheck([]string{lease}) })
+	if want := "  g.a: unit=HOUR requests_per_unit=2, shadow_mode: false, quota_mode: false, counting: lease\n"; err != nil || !strings.HasSuffix(out, want) {
+		t.Fatalf("counting: %v %q", err, out)
+	}
 	_, err = captureStdout(t, func() error { return runConfigCheck([]string{good, bad}) })
 	if err == nil || err.Error() != bad+": invalid rate limit unit 'eon'" {
 		t.Fatalf("bad: %v", err)

@@ -151,9 +151,10 @@ func runConfigCheck(args []string) error {
 		return err
 	}
 	fmt.Printf("ok: %d file(s), domains %v\n", len(files), cfg.Domains())
-	// Rules using sluice's algorithm extension, which the reference rejects.
+	// Rules using sluice's extensions (algorithm, counting), which the
+	// reference rejects.
 	for _, line := range strings.Split(cfg.Dump(), "\n") {
-		if strings.Contains(line, ", algorithm: ") {
+		if strings.Contains(line, ", algorithm: ") || strings.Contains(line, ", counting: ") {
 			fmt.Println("  " + line)
 		}
 	}

@@ -1,0 +1,116 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
+)
+
+func TestCountingConfig(t *testing.T) {
+	t.Parallel()
+	bad := []struct{ rateLimit, want string }{
+		{"{unit: second, requests_per_unit: 1, counting: leased}", "invalid rate limit counting 'leased' (want exact or lease)"},
+		{"{unlimited: true, counting: lease}", "should not specify rate limit counting when unlimited"},
+	}
+	for _, tc := range bad {
+		_, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: " + tc.rateLimit + "\n")}}, engine.ConfigOptions{})
+		if err == nil || err.Error() != "f.yaml: "+tc.want {
+			t.Errorf("%s: error %v, want %q", tc.rateLimit, err, tc.want)
+		}
+	}
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte(`domain: d
+descriptors:
+  - {key: a, rate_limit: {unit: second, requests_per_unit: 1, counting: lease}}
+  - {key: b, rate_limit: {unit: minute, requests_per_unit: 2, counting: exact, algorithm: sliding_window}}
+  - {key: c, rate_limit: {unit: hour, requests_per_unit: 3}}
+`)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `d.a: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, counting: lease
+d.b: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false, algorithm: sliding_window, counting: exact
+d.c: unit=HOUR requests_per_unit=3, shadow_mode: false, quota_mode: false
+`
+	if got := cfg.Dump(); got != want {
+		t.Fatalf("dump:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// recordingCounter keeps the operations the engine hands to its Counter.
+type recordingCounter struct {
+	b   engine.Backend
+	ops []engine.CounterOp
+}
+
+func (c *recordingCounter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
+	c.ops = append(c.ops, ops...)
+	return engine.DirectCounter{Backend: c.b}.Apply(ctx, ops, batch)
+}
+
+// TestLeaseTerms: which operations the engine marks as leased, with what
+// terms, under the service default and each rule's own counting.
+func TestLeaseTerms(t *testing.T) {
+	t.Parallel()
+	rules := `domain: d
+descriptors:
+  - {key: fw, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: sw, rate_limit: {unit: minute, requests_per_unit: 20, algorithm: sliding_window}}
+  - {key: tb, rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 7}}
+  - {key: ex, rate_limit: {unit: minute, requests_per_unit: 10, counting: exact}}
+  - {key: le, rate_limit: {unit: hour, requests_per_unit: 30, counting: lease}}
+`
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type term struct {
+		kind  engine.LeaseKind
+		limit uint64
+		unit  int64
+	}
+	tests := []struct {
+		name     string
+		def      engine.Counting
+		stopIncr bool
+		key      string
+		want     []term
+	}{
+		{"default exact", engine.CountExact, false, "fw", []term{{}}},
+		{"fixed", engine.CountLease, false, "fw", []term{{engine.LeaseWindow, 10, 60}}},
+		{"sliding", engine.CountLease, false, "sw", []term{{engine.LeaseSliding, 20, 60}, {engine.LeaseSlidingPrev, 0, 0}}},
+		{"bucket", engine.CountLease, false, "tb", []term{{engine.LeaseBucket, 7, 1}}},
+		{"rule exact", engine.CountLease, false, "ex", []term{{}}},
+		{"rule lease", engine.CountExact, false, "le", []term{{engine.LeaseWindow, 30, 3600}}},
+		{"stop increment counts exactly", engine.CountLease, true, "fw", []term{{}, {}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := &recordingCounter{b: memory.New(nil)}
+			o := engine.DefaultOptions()
+			o.Counter, o.Counting, o.StopIncrementOnLimit = rc, tc.def, tc.stopIncr
+			svc, err := engine.NewService(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.SetConfig(cfg)
+			if _, err := svc.ShouldRateLimit(context.Background(), req("d", kv(tc.key, ""))); err != nil {
+				t.Fatal(err)
+			}
+			if len(rc.ops) != len(tc.want) {
+				t.Fatalf("%d operations, want %d", len(rc.ops), len(tc.want))
+			}
+			for i, w := range tc.want {
+				op := rc.ops[i]
+				got := term{op.Lease, 0, 0}
+				if op.Lease != engine.LeaseNone && op.Lease != engine.LeaseSlidingPrev {
+					got.limit, got.unit = op.Limit, op.UnitSec
+				}
+				if got != w {
+					t.Errorf("op %d (%s): %+v, want %+v", i, op.Key, got, w)
+				}
+			}
+		})
+	}
+}
