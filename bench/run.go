@@ -111,6 +111,12 @@ func run(ctx context.Context, f flags) error {
 		}
 		scaleTable = renderScaleOut(rows)
 	}
+	var leaseTable string
+	if f.lease {
+		if leaseTable, err = benchLease(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+	}
 	var odataTable string
 	if f.odata {
 		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50, codingRuns: 20}
@@ -121,7 +127,7 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("odata: %w", err)
 		}
 	}
-	table := render(rows, eng, time.Since(start), f.driver) + "\n" + scaleTable + odataTable
+	table := render(rows, eng, time.Since(start), f.driver) + "\n" + scaleTable + leaseTable + odataTable
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
