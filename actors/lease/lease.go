@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -30,6 +31,10 @@ type Options struct {
 	BlockShare uint64
 	// MaxBlock caps one reservation, in hits.
 	MaxBlock uint64
+	// FirstBlock is the size of a key's first reservation, before its
+	// rate is known (the caps still apply): a key seen once is likely seen
+	// again, and a block of one would make its next decision wait too.
+	FirstBlock uint64
 	// Sweep is how often rates are updated and unused hits given back.
 	Sweep time.Duration
 	// IdleAfter: a key without decisions for this long gives back all it holds.
@@ -42,8 +47,8 @@ type Options struct {
 
 // DefaultOptions are the settings SLUICE_LEASE_* start from.
 func DefaultOptions() Options {
-	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20,
-		Sweep: 250 * time.Millisecond, IdleAfter: time.Second, CallTimeout: time.Second}
+	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20, FirstBlock: 16,
+		Sweep: 250 * time.Millisecond, IdleAfter: 5 * time.Second, CallTimeout: time.Second}
 }
 
 // EnsureDefaults fills the fields left zero and returns o.
@@ -60,6 +65,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxBlock == 0 {
 		o.MaxBlock = d.MaxBlock
+	}
+	if o.FirstBlock == 0 {
+		o.FirstBlock = d.FirstBlock
 	}
 	if o.Sweep == 0 {
 		o.Sweep = d.Sweep
@@ -111,6 +119,9 @@ type Counter struct {
 	closeMu sync.Once
 
 	st counters
+	// rtt is the mean time a reservation takes (µs, a moving average):
+	// the next one is started at least a few of them before a key runs out.
+	rtt atomic.Int64
 }
 
 type stripe struct {
@@ -168,6 +179,10 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 	} else if batch != nil {
 		batch.Close()
 	}
+	// Answer what can be answered at once, and queue the rest on their
+	// keys, so that the reservations of a batch's keys are all in flight
+	// together (one round trip for the batch, not one per key).
+	var waiters []*waiter
 	for i := range ops {
 		var prev *engine.CounterOp
 		switch ops[i].Lease {
@@ -176,11 +191,18 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 		case engine.LeaseSliding:
 			prev = &ops[i+1]
 		}
-		if err := c.take(ctx, &ops[i], prev); err != nil {
+		w, err := c.try(&ops[i], prev)
+		if err != nil {
 			return err
 		}
+		if w != nil {
+			waiters = append(waiters, w)
+		}
 	}
-	return nil
+	if len(waiters) == 0 {
+		return nil
+	}
+	return c.wait(ctx, waiters)
 }
 
 // unlease turns op i (and a sliding window's read that goes with it) back
@@ -213,12 +235,13 @@ func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch 
 	return nil
 }
 
-// take answers one leased operation: from what its key's state owns, or
-// in turn, once the state's reservations bring enough (call serves the
-// waiters in arrival order).
-func (c *Counter) take(ctx context.Context, op, prev *engine.CounterOp) error {
+// try answers one leased operation from what its key's state owns, or
+// queues it there (starting a reservation if none is in flight) and
+// returns its waiter; call serves waiters in arrival order.
+func (c *Counter) try(op, prev *engine.CounterOp) (*waiter, error) {
 	s := c.stripe(op.Key)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	st := s.m[op.Key]
 	now := c.o.Clock().UnixMicro()
 	if st == nil {
@@ -228,39 +251,55 @@ func (c *Counter) take(ctx context.Context, op, prev *engine.CounterOp) error {
 	if len(st.waiters) == 0 && st.answer(op, prev, now) {
 		st.lastUse = now
 		c.ahead(st, now)
-		s.mu.Unlock()
 		c.st.local.Inc()
-		return nil
+		return nil, nil
 	}
 	if c.ctx.Err() != nil {
-		s.mu.Unlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
-	w := &waiter{op: op, prev: prev, done: make(chan error, 1)}
+	w := &waiter{st: st, op: op, prev: prev, done: make(chan error, 1)}
 	st.waiters = append(st.waiters, w)
 	st.want += op.Hits
 	if st.pending == nil {
 		c.reserve(st, 0, now)
 	}
-	s.mu.Unlock()
+	return w, nil
+}
+
+// wait waits for every waiter's answer, within WaitBound; the first error
+// is returned once all have been answered or withdrawn.
+func (c *Counter) wait(ctx context.Context, ws []*waiter) error {
 	t := time.NewTimer(c.WaitBound())
 	defer t.Stop()
-	var err error
-	select {
-	case err = <-w.done:
-		c.st.waited.Inc()
-		return err
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-t.C:
-		err = fmt.Errorf("lease: no reservation for %q within %v: %w", op.Key, c.WaitBound(), context.DeadlineExceeded)
+	var first error
+	for _, w := range ws {
+		var err error
+		select {
+		case err = <-w.done:
+			c.st.waited.Inc()
+		case <-ctx.Done():
+			err = c.withdraw(w, ctx.Err())
+		case <-t.C:
+			err = c.withdraw(w, fmt.Errorf("lease: no reservation for %q within %v: %w", w.op.Key, c.WaitBound(), context.DeadlineExceeded))
+			t.Reset(0) // the others are out of time too
+		}
+		if first == nil {
+			first = err
+		}
 	}
+	return first
+}
+
+// withdraw takes w out of its key's queue and returns err, or, if it has
+// been answered meanwhile, that answer.
+func (c *Counter) withdraw(w *waiter, err error) error {
+	s := c.stripe(w.op.Key)
 	s.mu.Lock()
-	if !st.drop(w) { // answered meanwhile
-		s.mu.Unlock()
+	gone := w.st.drop(w)
+	s.mu.Unlock()
+	if !gone {
 		return <-w.done
 	}
-	s.mu.Unlock()
 	return err
 }
 
@@ -278,7 +317,8 @@ func (c *Counter) ahead(st *state, now int64) {
 	if st.pending != nil || st.overUntil > now || c.ctx.Err() != nil {
 		return
 	}
-	if st.avail(now) < max(1, st.size/2) && st.demand(now, c.o.Horizon) > 0 {
+	lead := time.Duration(4*c.rtt.Load()) * time.Microsecond
+	if low := max(1, st.size/2, st.demand(now, lead)); st.avail(now) < low && st.demand(now, c.o.Horizon) > 0 {
 		c.reserve(st, 0, now)
 	}
 }

@@ -36,10 +36,14 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 	n := st.demand(now, c.o.Horizon)
 	if st.size > 0 {
 		n = min(n, 4*st.size)
+	} else {
+		n = max(n, int64(c.o.FirstBlock))
 	}
-	if st.windowEnd > 0 {
+	if st.windowEnd > 0 && st.rate > 0 {
+		// No more than the key will use before its window ends (once its
+		// rate is known at all).
 		left := time.Duration(st.windowEnd-now) * time.Microsecond
-		n = min(n, st.demand(now, left))
+		n = min(n, max(st.demand(now, left), 1))
 	}
 	n = max(n, need, 1)
 	var head int64
@@ -64,8 +68,13 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now int64) {
 	defer c.calls.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, c.o.CallTimeout)
+	began := time.Now()
 	err := c.next.Apply(ctx, ops, nil)
 	cancel()
+	if err == nil {
+		took := time.Since(began).Microseconds()
+		c.rtt.Store((3*c.rtt.Load() + took) / 4)
+	}
 	s := c.stripe(st.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()

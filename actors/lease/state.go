@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -48,6 +49,7 @@ type reservation struct {
 // waiter is a decision waiting for its key's reservations; done gets its
 // answer once op (and prev) are filled.
 type waiter struct {
+	st       *state
 	op, prev *engine.CounterOp
 	done     chan error
 }
@@ -222,19 +224,20 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 	return true
 }
 
-// demand is st's rate, brought up to date at now, in hits per horizon.
-func (st *state) demand(now int64, horizon time.Duration) int64 {
-	if dt := now - st.rateAt; dt >= 100_000 {
-		inst := float64(st.used) * 1e6 / float64(dt)
-		if st.rate == 0 {
-			st.rate = inst
-		} else {
-			st.rate = (st.rate + inst) / 2
-		}
+// rateTau is the time constant of a key's rate: long enough that a key
+// seen twice a second keeps a steady estimate between its decisions.
+const rateTau = float64(time.Second / time.Microsecond)
+
+// demand is st's rate, brought up to date at now, in hits per span. The
+// rate is an exponentially weighted average of the hits taken, decaying
+// with rateTau, so a key's rate falls once its decisions stop.
+func (st *state) demand(now int64, span time.Duration) int64 {
+	if dt := now - st.rateAt; dt > 0 {
+		a := math.Exp(-float64(dt) / rateTau)
+		st.rate = a*st.rate + float64(st.used)*(1-a)/float64(dt)*1e6
 		st.used, st.rateAt = 0, now
 	}
-	r := max(st.rate, float64(st.used)*1e6/float64(max(now-st.rateAt, 100_000)))
-	return int64(r*horizon.Seconds() + 0.999)
+	return int64(st.rate*span.Seconds() + 0.999)
 }
 
 // slidingWeight is the previous window's count × the share of it still
