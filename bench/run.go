@@ -103,19 +103,9 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	var scaleTable string
-	if f.scaleOut {
-		rows, err := scaleOut(ctx, tb, f.sluice, work, runtimeRoot, warmup, f.duration, driveFn)
-		if err != nil {
-			return fmt.Errorf("scale-out: %w", err)
-		}
-		scaleTable = renderScaleOut(rows)
-	}
-	var leaseTable string
-	if f.lease {
-		if leaseTable, err = benchLease(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn); err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
+	sharedTables, err := sharedStores(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn)
+	if err != nil {
+		return err
 	}
 	var odataTable string
 	if f.odata {
@@ -127,7 +117,7 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("odata: %w", err)
 		}
 	}
-	table := render(rows, eng, time.Since(start), f.driver) + "\n" + scaleTable + leaseTable + odataTable
+	table := render(rows, eng, time.Since(start), f.driver) + "\n" + sharedTables + odataTable
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
@@ -136,6 +126,28 @@ func run(ctx context.Context, f flags) error {
 		return os.WriteFile(f.out, []byte(table), 0o644)
 	}
 	return nil
+}
+
+// sharedStores runs the sections about counters shared between replicas,
+// as the flags ask: replicas on one Redis and on a cluster (-scale-out),
+// and quota leases with the store at a distance (-lease).
+func sharedStores(ctx context.Context, tb *testenv.ProgramTB, f flags, work, runtimeRoot, peerRoot string, warmup time.Duration, driveFn driveFunc) (string, error) {
+	var tables string
+	if f.scaleOut {
+		rows, err := scaleOut(ctx, tb, f.sluice, work, runtimeRoot, warmup, f.duration, driveFn)
+		if err != nil {
+			return "", fmt.Errorf("scale-out: %w", err)
+		}
+		tables += renderScaleOut(rows)
+	}
+	if f.lease {
+		t, err := benchLease(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn)
+		if err != nil {
+			return "", fmt.Errorf("lease: %w", err)
+		}
+		tables += t
+	}
+	return tables, nil
 }
 
 // writeRules writes a service's rules where its RUNTIME_ROOT points
