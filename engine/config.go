@@ -452,12 +452,9 @@ func (c *Config) newRateLimit(file, fullKey string, d DescriptorConfig) (*RateLi
 		// says that plainly; burst 0 is far more likely a mistake.
 		return nil, &ConfigError{file, fmt.Sprintf("burst of token bucket rule '%s' must be at least 1 (leave it out for requests_per_unit)", fullKey)}
 	}
-	counting, ok := ParseCounting(r.Counting)
-	switch {
-	case !ok:
-		return nil, &ConfigError{file, fmt.Sprintf("invalid rate limit counting '%s' (want exact or lease)", r.Counting)}
-	case r.Unlimited && r.Counting != "":
-		return nil, &ConfigError{file, "should not specify rate limit counting when unlimited"}
+	counting, err := ruleCounting(file, r)
+	if err != nil {
+		return nil, err
 	}
 	var burst uint32
 	if r.Burst != nil {

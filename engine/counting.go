@@ -88,3 +88,15 @@ func markLease(ops []CounterOp, in *limitInfo, alg Algorithm) {
 		op.Lease = LeaseWindow
 	}
 }
+
+// ruleCounting reads a rule's counting.
+func ruleCounting(file string, r *RateLimitConfig) (Counting, error) {
+	c, ok := ParseCounting(r.Counting)
+	switch {
+	case !ok:
+		return c, &ConfigError{file, fmt.Sprintf("invalid rate limit counting '%s' (want exact or lease)", r.Counting)}
+	case r.Unlimited && r.Counting != "":
+		return c, &ConfigError{file, "should not specify rate limit counting when unlimited"}
+	}
+	return c, nil
+}

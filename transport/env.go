@@ -218,12 +218,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	eo.QuotaMode = e.Bool("QUOTA_MODE", false)
 	eo.DynamicMetadata = e.Bool("RESPONSE_DYNAMIC_METADATA", false)
 	eo.Timeout = e.Duration("SLUICE_BACKEND_TIMEOUT", eo.Timeout)
-	counting := strings.ToLower(e.String("SLUICE_COUNTING", "exact"))
-	if c, ok := engine.ParseCounting(counting); ok && c != engine.CountDefault {
-		eo.Counting = c
-	} else {
-		e.fail(fmt.Errorf("SLUICE_COUNTING must be exact or lease, got %q", counting))
-	}
+	eo.Counting = countingFromEnv(e)
 	s.Limiter = LimiterSettings{
 		Options:             eo,
 		LocalCacheSizeBytes: e.Int("LOCAL_CACHE_SIZE_IN_BYTES", 0),
@@ -314,6 +309,16 @@ func memcacheFromEnv(e *Env) memcache.Options {
 	o.TLSCACert = e.String("MEMCACHE_TLS_CACERT", "")
 	o.TLSSkipHostnameVerification = e.Bool("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false)
 	return o
+}
+
+// countingFromEnv reads SLUICE_COUNTING, the counting of rules that name none.
+func countingFromEnv(e *Env) engine.Counting {
+	counting := strings.ToLower(e.String("SLUICE_COUNTING", "exact"))
+	c, ok := engine.ParseCounting(counting)
+	if !ok || c == engine.CountDefault {
+		e.fail(fmt.Errorf("SLUICE_COUNTING must be exact or lease, got %q", counting))
+	}
+	return c
 }
 
 // leaseFromEnv reads the quota lease knobs (SLUICE_COUNTING=lease).

@@ -194,6 +194,18 @@ type LimiterSettings struct {
 	Lease lease.Options
 }
 
+// validate checks what the engine's own Validate does not.
+func (l LimiterSettings) validate() error {
+	var errs []error
+	if err := l.Lease.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("SLUICE_LEASE_*: %w", err))
+	}
+	if l.LocalCacheSizeBytes < 0 {
+		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
 // BackendSettings choose and configure the counter store.
 type BackendSettings struct {
 	Type string // redis (default, as the reference), memcache or memory
@@ -291,11 +303,8 @@ func (s Settings) Validate() error {
 	if err := s.Limiter.Options.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.Limiter.Lease.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("SLUICE_LEASE_*: %w", err))
-	}
-	if s.Limiter.LocalCacheSizeBytes < 0 {
-		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))
+	if err := s.Limiter.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.Backend.Type == "redis" || s.Backend.Type == "" {
 		if err := s.Backend.Redis.Options.Validate(); err != nil {
