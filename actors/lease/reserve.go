@@ -29,9 +29,14 @@ func (c *Counter) reserve(st *state, need uint64, now int64) {
 	go c.call(st, p, ops, now)
 }
 
-// size is the next reservation's size: the key's demand over the horizon
-// (at most 4 times the last size, at least need), within the window's time
-// left, a share of the headroom last seen, a share of the limit, and MaxBlock.
+// size is the next reservation's size. What is reserved ahead of need is
+// the key's demand over the horizon (at most 4 times the last size) within
+// the window's time left, a share of the headroom last seen and a share of
+// the limit: it may never be used. The hits of decisions already waiting
+// (need) are used as soon as the reservation returns, so they are capped by
+// the headroom share alone: a burst on one key costs a few round trips, as
+// in exact mode, instead of one per 1/BlockShare of the limit. MaxBlock
+// caps both.
 func (c *Counter) size(st *state, need int64, now int64) int64 {
 	n := st.demand(now, c.o.Horizon)
 	if st.size > 0 {
@@ -41,7 +46,7 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 		left := time.Duration(st.windowEnd-now) * time.Microsecond
 		n = min(n, st.demand(now, left))
 	}
-	n = max(n, need, 1)
+	n = max(n, 1)
 	var head int64
 	if st.kind == engine.LeaseBucket {
 		head = (now + st.burst*st.interval - max(st.seen, now)) / max(st.interval, 1)
@@ -52,7 +57,9 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 	if st.kind == engine.LeaseBucket {
 		limit = st.burst
 	}
-	n = min(n, max(head/int64(c.o.HeadroomShare), 1), max(limit/int64(c.o.BlockShare), 1))
+	share := max(head/int64(c.o.HeadroomShare), 1)
+	n = min(n, share, max(limit/int64(c.o.BlockShare), 1))
+	n = max(n, min(need, share))
 	return min(n, int64(c.o.MaxBlock))
 }
 
