@@ -1,0 +1,424 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/actors/lease"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memcache"
+	"github.com/sluicehq/sluice/engine/redis"
+	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle ends by itself after its period.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
+	)
+}
+
+// oneWay is the latency the proxy adds in each direction: the store is a
+// 1 ms round trip away, as in the issue's fleet.
+const oneWay = 500 * time.Microsecond
+
+// store is a shared counter store on loopback behind latency proxies.
+type store struct {
+	name string
+	// connect returns a new client of the store (each replica has its own,
+	// as separate processes would).
+	connect func(t *testing.T) engine.Backend
+	// read is the counter at key, read past the proxy.
+	read func(t *testing.T, key string) int64
+	// kill and restart stop the store's servers and start them again,
+	// empty (the helpers run without persistence).
+	kill    func()
+	restart func(t *testing.T)
+	// atomicAdd: the store's exact-mode increment answers the true count.
+	// memcache's does not (the reference reads, then increments later), so
+	// a fleet with an exact replica on memcache can go over by that replica
+	// alone; its tests assert what the lease replicas promise.
+	atomicAdd bool
+}
+
+// startStore starts the store named kind ("redis", "cluster", "memcache").
+func startStore(t *testing.T, kind string) *store {
+	t.Helper()
+	switch kind {
+	case "redis":
+		r := testenv.StartRedis(t, testenv.RedisOptions{})
+		p := testenv.StartLatencyProxy(t, r.Addr, oneWay)
+		c := r.Client(t)
+		return &store{name: kind, atomicAdd: true,
+			connect: func(t *testing.T) engine.Backend { return redisBackend(t, "single", p.Addr) },
+			read:    func(t *testing.T, key string) int64 { return redisRead(t, c, key) },
+			kill:    r.Kill, restart: func(t *testing.T) { r.Restart(t) }}
+	case "cluster":
+		cl := testenv.StartRedisCluster(t, 3)
+		var addrs []string
+		for _, n := range cl.Nodes {
+			p := testenv.StartLatencyProxy(t, n.Addr, oneWay)
+			addrs = append(addrs, p.Addr)
+			announceProxy(t, n, p)
+		}
+		waitAnnounced(t, cl, addrs)
+		c := cl.Client(t)
+		return &store{name: kind, atomicAdd: true,
+			connect: func(t *testing.T) engine.Backend { return redisBackend(t, "cluster", strings.Join(addrs, ",")) },
+			read:    func(t *testing.T, key string) int64 { return redisRead(t, c, key) },
+			kill: func() {
+				for _, n := range cl.Nodes {
+					n.Kill()
+				}
+			},
+			restart: func(t *testing.T) {
+				// Each node starts again from its nodes.conf: same slots,
+				// no data.
+				for _, n := range cl.Nodes {
+					n.Restart(t)
+				}
+			}}
+	case "memcache":
+		m := testenv.StartMemcached(t)
+		if m == nil {
+			t.Skip("no memcached")
+		}
+		p := testenv.StartLatencyProxy(t, m.Addr, oneWay)
+		direct := memcacheBackend(t, m.Addr)
+		return &store{name: kind,
+			connect: func(t *testing.T) engine.Backend { return memcacheBackend(t, p.Addr) },
+			read: func(t *testing.T, key string) int64 {
+				ops := []engine.CounterOp{{Key: key, Kind: engine.OpGet}}
+				if err := direct.Exec(context.Background(), ops); err != nil {
+					t.Fatalf("read %s: %v", key, err)
+				}
+				return int64(ops[0].After)
+			},
+			kill: m.Kill, restart: func(t *testing.T) { m.Restart(t) }}
+	}
+	t.Fatalf("no store %q", kind)
+	return nil
+}
+
+var storeKinds = []string{"redis", "cluster", "memcache"}
+
+func redisBackend(t *testing.T, typ, url string) engine.Backend {
+	o := redis.DefaultOptions()
+	o.Type, o.SocketType, o.URL = typ, "tcp", url
+	o.StartupInitialInterval, o.StartupMaxInterval, o.StartupMaxElapsed = 10*time.Millisecond, 100*time.Millisecond, 10*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := redis.New(ctx, o)
+	if err != nil {
+		t.Fatalf("redis backend: %v", err)
+	}
+	return b
+}
+
+func memcacheBackend(t *testing.T, addr string) engine.Backend {
+	o := memcache.DefaultOptions()
+	o.HostPorts = []string{addr}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := memcache.New(ctx, o)
+	if err != nil {
+		t.Fatalf("memcache backend: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func redisRead(t *testing.T, c goredis.Cmdable, key string) int64 {
+	v, err := c.Get(context.Background(), key).Int64()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	return v
+}
+
+// announceProxy makes node n tell clients (CLUSTER SLOTS, MOVED) to reach
+// it through p, so that a cluster client's every call pays the latency.
+func announceProxy(t *testing.T, n *testenv.Redis, p *testenv.LatencyProxy) {
+	port := p.Addr[strings.LastIndexByte(p.Addr, ':')+1:]
+	c := n.Client(t)
+	for _, kv := range [][2]string{{"cluster-announce-ip", "127.0.0.1"}, {"cluster-announce-port", port}} {
+		if err := c.ConfigSet(context.Background(), kv[0], kv[1]).Err(); err != nil {
+			t.Fatalf("CONFIG SET %s on %s: %v", kv[0], n.Addr, err)
+		}
+	}
+}
+
+// waitAnnounced waits until every node's CLUSTER SLOTS names only the proxies.
+func waitAnnounced(t *testing.T, cl *testenv.RedisCluster, proxies []string) {
+	testenv.Eventually(t, "every node to announce its proxy", func() bool {
+		for _, n := range cl.Nodes {
+			slots, err := n.Client(t).ClusterSlots(context.Background()).Result()
+			if err != nil || len(slots) == 0 {
+				return false
+			}
+			for _, s := range slots {
+				for _, node := range s.Nodes {
+					if !contains(proxies, node.Addr) {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	})
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// countingBackend counts the calls that carry reservations (OpReserve or
+// OpTokenTake) and the reservations in them; with a gate, the first such
+// call waits until the gate is closed.
+type countingBackend struct {
+	engine.Backend
+	calls, reserveCalls, reserveOps atomic.Int64
+	gate                            chan struct{}
+	gated                           atomic.Bool
+	mu                              sync.Mutex
+	sizes                           []int // reservations per call, in order
+}
+
+func (b *countingBackend) Exec(ctx context.Context, ops []engine.CounterOp) error {
+	b.calls.Add(1)
+	n := 0
+	for i := range ops {
+		if ops[i].Kind == engine.OpReserve || ops[i].Kind == engine.OpTokenTake {
+			n++
+		}
+	}
+	if n > 0 {
+		b.reserveCalls.Add(1)
+		b.reserveOps.Add(int64(n))
+		b.mu.Lock()
+		b.sizes = append(b.sizes, n)
+		b.mu.Unlock()
+		if b.gate != nil && b.gated.CompareAndSwap(false, true) {
+			select {
+			case <-b.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return b.Backend.Exec(ctx, ops)
+}
+
+// storeReplica is one sluice on a real store: a Service whose counter is a
+// lease.Counter in front of an actors.Router (one shard, as the server runs
+// network stores) over its own client of the store, or the Router alone in
+// exact mode.
+type storeReplica struct {
+	replica
+	router *actors.Router
+	back   *countingBackend
+	stats  *stats.Store
+}
+
+// stat is the lease statistic name (ratelimit.lease.<name>) of r.
+func (r storeReplica) stat(name string) int64 {
+	return int64(r.stats.CounterValue("ratelimit.lease." + name))
+}
+
+func storeFleet(t *testing.T, s *store, yaml string, now func() time.Time, lo lease.Options, gate chan struct{}, modes ...string) []storeReplica {
+	t.Helper()
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []storeReplica
+	for _, m := range modes {
+		back := &countingBackend{Backend: s.connect(t), gate: gate}
+		router, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return back }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := storeReplica{router: router, back: back, stats: stats.NewStore()}
+		o := engine.DefaultOptions()
+		o.Clock, o.Counter = now, router
+		var lc *lease.Counter
+		if m == "lease" {
+			o.Counting = engine.CountLease
+			lo := lo
+			lo.Clock, lo.Stats = now, r.stats
+			if lc, err = lease.New(router, lo); err != nil {
+				t.Fatal(err)
+			}
+			o.Counter, r.lease = lc, lc
+		}
+		// Cleanup runs last-in first-out: the lease gives back what it
+		// holds through the router, then the router and the client close.
+		t.Cleanup(func() {
+			if lc != nil {
+				_ = lc.Close()
+			}
+			_ = router.Close()
+			_ = back.Close()
+		})
+		if r.svc, err = engine.NewService(o); err != nil {
+			t.Fatal(err)
+		}
+		r.svc.SetConfig(cfg)
+		out = append(out, r)
+	}
+	return out
+}
+
+func replicasOf(rs []storeReplica) []replica {
+	out := make([]replica, len(rs))
+	for i := range rs {
+		out[i] = rs[i].replica
+	}
+	return out
+}
+
+// storeRules: a window key carries its window's start, so moving the clock
+// a unit on starts a fresh counter whatever the store's TTLs do.
+const storeRules = `domain: d
+descriptors:
+  - key: k
+    value: fixed
+    rate_limit: {unit: minute, requests_per_unit: 10000}
+  - key: k
+    value: sliding
+    rate_limit: {unit: minute, requests_per_unit: 10000, algorithm: sliding_window}
+  - key: k
+    value: bucket
+    rate_limit: {unit: hour, requests_per_unit: 10000, algorithm: token_bucket}
+  - key: k
+    value: skew
+    rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+`
+
+func startClock() *clock {
+	// A minute's start plus a second: keys and buckets start clean.
+	return &clock{t: time.Unix(1795313400+1, 0)}
+}
+
+func joined(modes []string) string { return strings.Join(modes, ",") }
+
+// TestStoreFleetNeverOver: three replicas on one store 1 ms away, 20,000
+// decisions at once on a key limited to 10,000 per window: at most 10,000
+// and at least 9,900 admitted, in five windows in a row for the fixed
+// window (keys carry the window, the clock moves a minute), for sliding
+// windows in windows two units apart (the previous window's weight would
+// otherwise decide), with three lease replicas and with an exact one among
+// them. Token bucket: 20,000 at once, then 1,000 at each of five steps of
+// 36 s (100 tokens), and OK ≤ burst + rate × t for every interval between
+// two steps.
+func TestStoreFleetNeverOver(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind)
+			clk := startClock()
+			for _, alg := range []string{"fixed", "sliding", "bucket"} {
+				for _, modes := range [][]string{{"lease", "lease", "lease"}, {"lease", "lease", "exact"}} {
+					clk.Add(2 * time.Hour) // fresh windows; buckets full again
+					t.Run(alg+"/"+joined(modes), func(t *testing.T) {
+						if kind == "memcache" && alg == "bucket" && modes[2] == "exact" {
+							// memcache's exact bucket steps go one at a time,
+							// a get and a compare-and-swap each: thousands on
+							// one key take seconds 1 ms away, past the call
+							// timeout, in exact mode alone.
+							t.Skip("memcache's exact-mode token bucket cannot answer a storm on one key within the call timeout")
+						}
+						rs := storeFleet(t, s, storeRules, clk.Now, lease.Options{}, nil, modes...)
+						if alg == "bucket" {
+							checkBucket(t, clk, rs)
+							return
+						}
+						windows := 1
+						if alg == "fixed" && modes[2] == "exact" {
+							windows = 5
+						}
+						for w := range windows {
+							ok := storm(t, replicasOf(rs), alg, 20000, []int{1, 1, 1})
+							t.Logf("window %d: admitted %d %v", w, sum(ok), ok)
+							checkWindow(t, s, modes, ok)
+							if alg == "fixed" {
+								clk.Add(time.Minute)
+							} else {
+								clk.Add(2 * time.Minute)
+							}
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// checkWindow checks one window's admissions against its limit of 10,000.
+func checkWindow(t *testing.T, s *store, modes []string, ok []int) {
+	t.Helper()
+	leased := 0
+	for i, m := range modes {
+		if m == "lease" {
+			leased += ok[i]
+		}
+	}
+	if n := sum(ok); n < 9900 {
+		t.Fatalf("%d admitted (per replica %v), want at least 9,900", n, ok)
+	}
+	if !s.atomicAdd && modes[len(modes)-1] == "exact" {
+		// memcache's exact replica judges a count it read before others'
+		// increments landed: only the lease replicas' grants are bounded.
+		if leased > 10000 {
+			t.Fatalf("lease replicas admitted %d (per replica %v), over the limit of 10,000", leased, ok)
+		}
+		return
+	}
+	if n := sum(ok); n > 10000 {
+		t.Fatalf("%d admitted (per replica %v), over the limit of 10,000", n, ok)
+	}
+}
+
+// checkBucket: a bucket of burst 10,000 refilling one token per 360 ms.
+func checkBucket(t *testing.T, clk *clock, rs []storeReplica) {
+	t.Helper()
+	const burst, step, perStep = 10000, 36 * time.Second, 100
+	var admitted []int
+	ok := storm(t, replicasOf(rs), "bucket", 20000, []int{1, 1, 1})
+	if n := sum(ok); n < 9900 || n > burst {
+		t.Fatalf("%d admitted at once (per replica %v), want 9,900 … 10,000", n, ok)
+	}
+	admitted = append(admitted, sum(ok))
+	for range 5 {
+		clk.Add(step)
+		ok := storm(t, replicasOf(rs), "bucket", 1000, []int{1, 1, 1})
+		admitted = append(admitted, sum(ok))
+	}
+	t.Logf("admitted per step: %v", admitted)
+	for a := range admitted {
+		n := 0
+		for b := a; b < len(admitted); b++ {
+			n += admitted[b]
+			if bound := burst + perStep*(b-a); n > bound {
+				t.Fatalf("steps %d…%d admitted %d, over burst + rate × t = %d (per step %v)", a, b, n, bound, admitted)
+			}
+		}
+	}
+}
