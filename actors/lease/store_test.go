@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,9 +68,11 @@ func startStore(t *testing.T, kind string) *store {
 	case "cluster":
 		cl := testenv.StartRedisCluster(t, 3)
 		var addrs []string
+		var proxies []*testenv.LatencyProxy
 		for _, n := range cl.Nodes {
 			p := testenv.StartLatencyProxy(t, n.Addr, oneWay)
 			addrs = append(addrs, p.Addr)
+			proxies = append(proxies, p)
 			announceProxy(t, n, p)
 		}
 		waitAnnounced(t, cl, addrs)
@@ -85,9 +88,11 @@ func startStore(t *testing.T, kind string) *store {
 			restart: func(t *testing.T) {
 				// Each node starts again from its nodes.conf: same slots,
 				// no data.
-				for _, n := range cl.Nodes {
+				for i, n := range cl.Nodes {
 					n.Restart(t)
+					announceProxy(t, n, proxies[i])
 				}
+				waitAnnounced(t, cl, addrs)
 			}}
 	case "memcache":
 		m := testenv.StartMemcached(t)
@@ -420,5 +425,118 @@ func checkBucket(t *testing.T, clk *clock, rs []storeReplica) {
 				t.Fatalf("steps %d…%d admitted %d, over burst + rate × t = %d (per step %v)", a, b, n, bound, admitted)
 			}
 		}
+	}
+}
+
+// TestStoreReservationsBatched: reservations of many keys leave in one
+// pipelined call. The first call is held at the store's door until every
+// other key's reservation is queued at the shard; when it returns, the
+// shard sends them all in one call.
+func TestStoreReservationsBatched(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind)
+			gate := make(chan struct{})
+			rs := storeFleet(t, s, storeRules, startClock().Now, lease.Options{}, gate, "lease")
+			r := rs[0]
+			const keys = 100
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for i := range keys {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "m", Value: fmt.Sprintf("key%d", i)}}}}}
+					resp, err := r.svc.ShouldRateLimit(context.Background(), req)
+					if err != nil || resp.OverallCode != engine.CodeOK {
+						failed.Add(1)
+					}
+				}()
+			}
+			first := func() int {
+				r.back.mu.Lock()
+				defer r.back.mu.Unlock()
+				if len(r.back.sizes) == 0 {
+					return -1
+				}
+				return r.back.sizes[0]
+			}
+			testenv.Eventually(t, "every reservation but the held call's to be queued at the shard", func() bool {
+				n := first()
+				return n > 0 && r.router.Pending(0) == keys-n
+			})
+			close(gate)
+			wg.Wait()
+			if n := failed.Load(); n > 0 {
+				t.Fatalf("%d of %d decisions failed or were refused", n, keys)
+			}
+			r.back.mu.Lock()
+			sizes := append([]int(nil), r.back.sizes...)
+			r.back.mu.Unlock()
+			// Reservations ahead of need may join the second call.
+			if len(sizes) < 2 || sizes[1] < keys-sizes[0] {
+				t.Fatalf("reservations per call %v: the %d queued behind the first did not leave together", sizes, keys-sizes[0])
+			}
+			t.Logf("%d keys: reservations per call %v", keys, sizes)
+		})
+	}
+}
+
+// TestStoreSkewedDemand: a token bucket (1,000/s, burst 1,000) asked twice
+// its rate, 80% of it at one replica, then at another. A replica's
+// reservations follow its own demand and it gives back nothing it cannot
+// use (a bucket's unused tokens lapse at their own time), so within 1 s of
+// the shift the replica with the demand admits the most; and in every
+// interval the fleet admits at most burst + rate × t.
+func TestStoreSkewedDemand(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := startStore(t, kind)
+			clk := startClock()
+			lo := lease.Options{BlockShare: 10, Sweep: 10 * time.Millisecond}
+			rs := storeFleet(t, s, storeRules, clk.Now, lo, nil, "lease", "lease", "lease")
+			const burst, perStep, step = 1000, 100, 100 * time.Millisecond
+			var totals []int
+			drained := storm(t, replicasOf(rs), "skew", 2*burst, []int{1, 1, 1})
+			totals = append(totals, sum(drained))
+			// leads reports whether replica i admitted the most for 3 steps
+			// in a row within 10 steps (1 s) with the demand at i.
+			leads := func(i int) bool {
+				share := []int{1, 1, 1}
+				share[i] = 8
+				run := 0
+				for range 10 {
+					clk.Add(step)
+					ok := storm(t, replicasOf(rs), "skew", 2*perStep, share)
+					totals = append(totals, sum(ok))
+					t.Logf("demand at %d: admitted %v", i, ok)
+					if ok[i] > ok[(i+1)%3] && ok[i] > ok[(i+2)%3] {
+						run++
+					} else {
+						run = 0
+					}
+					if run == 3 {
+						return true
+					}
+				}
+				return false
+			}
+			if !leads(0) {
+				t.Fatal("with 80% of the demand, replica 0 did not admit the most for 3 steps in a row within 1 s")
+			}
+			if !leads(1) {
+				t.Fatal("1 s after the demand moved to replica 1, it did not admit the most for 3 steps in a row")
+			}
+			for a := range totals {
+				n := 0
+				for b := a; b < len(totals); b++ {
+					n += totals[b]
+					if bound := burst + perStep*(b-a); n > bound {
+						t.Fatalf("steps %d…%d admitted %d, over burst + rate × t = %d (per step %v)", a, b, n, bound, totals)
+					}
+				}
+			}
+			t.Logf("admitted per step %v", totals)
+		})
 	}
 }
