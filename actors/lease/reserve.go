@@ -85,6 +85,11 @@ func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now in
 	st.serve(now, nil)
 	switch {
 	case len(st.waiters) == 0:
+		// Decisions that arrive together all wait for this reservation
+		// and never take the answer-at-once path that reserves ahead:
+		// reserve ahead here too, or a key whose decisions come in bursts
+		// waits a round trip every time.
+		c.ahead(st, now)
 	case c.ctx.Err() != nil:
 		st.serve(now, ErrClosed)
 	default:
