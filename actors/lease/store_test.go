@@ -540,3 +540,88 @@ func TestStoreSkewedDemand(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreKilled: three lease replicas on a fixed window of 10,000; the
+// store is killed for 5 s (SIGKILL, then started again empty on the same
+// port). While it is down, decisions are answered from the reservations
+// held, never more than they hold, then fail (the bounded error of exact
+// mode); once it is back, the fleet admits again, and at most what the
+// fresh counter allows plus what replicas still held. The store forgot its
+// counters (no persistence), so the window's total may reach what it had
+// admitted plus a full limit, as it would in exact mode.
+func TestStoreKilled(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			const limit = 10000
+			s := startStore(t, kind)
+			clk := startClock()
+			rs := storeFleet(t, s, storeRules, clk.Now, lease.Options{}, nil, "lease", "lease", "lease")
+			key := fmt.Sprintf("d_k_fixed_%d", clk.Now().Unix()/60*60)
+			okBefore := 0
+			for range 5 {
+				clk.Add(100 * time.Millisecond)
+				ok := storm(t, replicasOf(rs), "fixed", 300, []int{1, 1, 1})
+				if sum(ok) != 300 {
+					t.Fatalf("before the kill, far below the limit: admitted %v of 300", ok)
+				}
+				okBefore += 300
+			}
+			holding := func() int64 {
+				var n int64
+				for _, r := range rs {
+					n += r.stat("reserved_hits") - r.stat("returned_hits")
+				}
+				return n
+			}
+			// Every reservation that reached the store has been filed.
+			testenv.Eventually(t, "the store's counter to equal what the replicas reserved", func() bool {
+				return s.read(t, key) == holding()
+			})
+			counted := holding()
+			held := counted - int64(okBefore)
+			if held <= 0 {
+				t.Fatalf("replicas hold %d hits after steady demand: nothing reserved ahead", held)
+			}
+			s.kill()
+			killed := time.Now()
+			okDown, errDown := 0, 0
+			for i := 0; i < 50 && time.Since(killed) < 5*time.Second; i++ {
+				clk.Add(100 * time.Millisecond)
+				for _, r := range rs {
+					for range 10 {
+						resp, err := r.svc.ShouldRateLimit(context.Background(), request("fixed"))
+						switch {
+						case err != nil:
+							errDown++
+						case resp.OverallCode == engine.CodeOK:
+							okDown++
+						}
+					}
+				}
+			}
+			time.Sleep(time.Until(killed.Add(5 * time.Second))) // the outage lasts 5 s
+			t.Logf("store down: %d answered OK from %d held, %d failed", okDown, held, errDown)
+			if okDown == 0 || int64(okDown) > held {
+				t.Fatalf("store down: %d answered OK; want 1 … %d (what was held)", okDown, held)
+			}
+			if errDown == 0 {
+				t.Fatal("store down: no decision failed once the reservations ran out")
+			}
+			s.restart(t)
+			testenv.Eventually(t, "decisions to be admitted once the store is back", func() bool {
+				resp, err := rs[1].svc.ShouldRateLimit(context.Background(), request("fixed"))
+				return err == nil && resp.OverallCode == engine.CodeOK
+			})
+			leftover := held - int64(okDown)
+			ok := storm(t, replicasOf(rs), "fixed", 2*limit, []int{1, 1, 1})
+			after := int64(sum(ok)) + 1 // the probe above
+			t.Logf("store back: admitted %d %v (held before: %d)", after, ok, leftover)
+			if after > limit+leftover {
+				t.Fatalf("store back: admitted %d, over the fresh counter's %d plus the %d still held", after, limit, leftover)
+			}
+			if after < limit-100 {
+				t.Fatalf("store back: admitted %d, want at least %d", after, limit-100)
+			}
+		})
+	}
+}
