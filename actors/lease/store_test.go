@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 // 1 ms round trip away, as in the fleet.
 const oneWay = 500 * time.Microsecond
 
+const callTimeout = 5 * time.Second
+
 // store is a shared counter store on loopback behind latency proxies.
 type store struct {
 	name string
@@ -255,18 +257,22 @@ func storeFleet(t *testing.T, s *store, yaml string, now func() time.Time, lo le
 	var out []storeReplica
 	for _, m := range modes {
 		back := &countingBackend{Backend: s.connect(t), gate: gate}
-		router, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return back }})
+		// Calls may take long on a loaded 2-core machine under -race with
+		// 20,000 decisions in flight: a generous call timeout (which also
+		// bounds how long a decision waits for a reservation) keeps the
+		// counts, not the machine's speed, under test.
+		router, err := actors.New(actors.Options{Shards: 1, CallTimeout: callTimeout, Backend: func(int) engine.Backend { return back }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := storeReplica{router: router, back: back, stats: stats.NewStore()}
 		o := engine.DefaultOptions()
-		o.Clock, o.Counter = now, router
+		o.Clock, o.Counter, o.Timeout = now, router, callTimeout
 		var lc *lease.Counter
 		if m == "lease" {
 			o.Counting = engine.CountLease
 			lo := lo
-			lo.Clock, lo.Stats = now, r.stats
+			lo.Clock, lo.Stats, lo.CallTimeout = now, r.stats, callTimeout
 			if lc, err = lease.New(router, lo); err != nil {
 				t.Fatal(err)
 			}
