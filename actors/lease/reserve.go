@@ -29,9 +29,14 @@ func (c *Counter) reserve(st *state, need uint64, now int64) {
 	go c.call(st, p, ops, now)
 }
 
-// size is the next reservation's size: the key's demand over the horizon
-// (at most 4 times the last size, at least need), within the window's time
-// left, a share of the headroom last seen, a share of the limit, and MaxBlock.
+// size is the next reservation's size. What is reserved ahead of need is
+// the key's demand over the horizon (at most 4 times the last size) within
+// the window's time left, a share of the headroom last seen and a share of
+// the limit: it may never be used. The hits of decisions already waiting
+// (need) are used as soon as the reservation returns, so they are capped by
+// the headroom share alone: a burst on one key costs a few round trips, as
+// in exact mode, instead of one per 1/BlockShare of the limit. MaxBlock
+// caps both.
 func (c *Counter) size(st *state, need int64, now int64) int64 {
 	n := st.demand(now, c.o.Horizon)
 	if st.size > 0 {
@@ -45,7 +50,7 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 		left := time.Duration(st.windowEnd-now) * time.Microsecond
 		n = min(n, max(st.demand(now, left), 1))
 	}
-	n = max(n, need, 1)
+	n = max(n, 1)
 	var head int64
 	if st.kind == engine.LeaseBucket {
 		head = (now + st.burst*st.interval - max(st.seen, now)) / max(st.interval, 1)
@@ -56,7 +61,12 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 	if st.kind == engine.LeaseBucket {
 		limit = st.burst
 	}
-	n = min(n, max(head/int64(c.o.HeadroomShare), 1), max(limit/int64(c.o.BlockShare), 1), int64(c.o.MaxBlock))
+	share := max(head/int64(c.o.HeadroomShare), 1)
+	n = min(n, share, max(limit/int64(c.o.BlockShare), 1), int64(c.o.MaxBlock))
+	// Decisions waiting now are demand that exists: they may take up to the
+	// headroom share; the block share and the horizon bound what is held
+	// ahead of demand.
+	n = max(n, min(need, share, int64(c.o.MaxBlock)))
 	// The first waiter's hits in one block, or it could never be served.
 	if len(st.waiters) > 0 {
 		n = max(n, int64(min(st.waiters[0].op.Hits, 1<<62)))
@@ -91,6 +101,11 @@ func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now in
 	st.serve(now, nil)
 	switch {
 	case len(st.waiters) == 0:
+		// Decisions that arrive together all wait for this reservation
+		// and never take the answer-at-once path that reserves ahead:
+		// reserve ahead here too, or a key whose decisions come in bursts
+		// waits a round trip every time.
+		c.ahead(st, now)
 	case c.ctx.Err() != nil:
 		st.serve(now, ErrClosed)
 	default:

@@ -1,68 +1,81 @@
 package testenv
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// LatencyProxy is a TCP proxy on loopback that delays every byte by a fixed
-// time in each direction: a store in another zone, for tests and
-// benchmarks. Data keeps flowing while earlier data waits out its delay
-// (each direction is a queue of timestamped chunks), so a pipelined client
-// sees the round trip once, as over a long link, not once per chunk.
+// LatencyProxy forwards TCP connections from a loopback port to a target,
+// delivering every byte OneWay after it arrived, in each direction, without
+// limiting throughput: a store that is far away (another zone, the edge)
+// for tests that must not depend on how fast loopback is.
 type LatencyProxy struct {
-	Addr string
+	Addr   string // host:port clients dial
+	Target string
+	OneWay time.Duration
 
-	target string
-	delay  time.Duration
-	ln     net.Listener
+	ln       net.Listener
+	accepted atomic.Int64
+
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	conns  map[*proxyConn]struct{}
+	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+	done   chan struct{}  // closed by Close: delayed writes stop waiting
 }
 
-// StartLatencyProxy proxies a loopback listener to target, delaying each
-// direction by oneWay; it is closed when the test ends.
+// maxProxyConns bounds the connections (5 goroutines each) a proxy serves at
+// once; more are refused by closing them, as a full server would.
+const maxProxyConns = 256
+
+// proxyChunkQueue bounds the chunks in flight per direction (each at most
+// proxyChunk bytes): a reader that gets that far ahead of its writer waits.
+const (
+	proxyChunkQueue = 256
+	proxyChunk      = 32 << 10
+)
+
+// StartLatencyProxy listens on a free loopback port and forwards to target
+// (host:port), adding oneWay in each direction (a round trip of
+// 2×oneWay). Cleanup closes it and waits for all its goroutines. A target
+// that refuses the dial closes the client's connection, as a dead server
+// would.
 func StartLatencyProxy(t TB, target string, oneWay time.Duration) *LatencyProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("latency proxy: %v", err)
+		t.Fatalf("testenv: latency proxy: listen: %v", err)
 		return nil
 	}
-	p := &LatencyProxy{Addr: ln.Addr().String(), target: target, delay: oneWay, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &LatencyProxy{Addr: ln.Addr().String(), Target: target, OneWay: oneWay, ln: ln,
+		conns: map[*proxyConn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
 	return p
 }
 
-// Close stops accepting, cuts every proxied connection and waits for the
-// proxy's goroutines.
+// Accepted is how many client connections the proxy has accepted so far.
+func (p *LatencyProxy) Accepted() int64 { return p.accepted.Load() }
+
+// Close stops accepting, cuts every connection and waits for the proxy's
+// goroutines. Calling it twice is fine.
 func (p *LatencyProxy) Close() {
 	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+		_ = p.ln.Close()
+		for c := range p.conns {
+			c.cut()
+		}
 	}
 	p.mu.Unlock()
-	p.ln.Close()
 	p.wg.Wait()
-}
-
-// track registers c to be cut on Close; false when the proxy is closed.
-func (p *LatencyProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
 }
 
 func (p *LatencyProxy) accept() {
@@ -70,77 +83,132 @@ func (p *LatencyProxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue // a client that gave up while queued
 		}
-		if !p.track(c) {
-			return
+		p.accepted.Add(1)
+		p.mu.Lock()
+		if p.closed || len(p.conns) >= maxProxyConns {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
 		}
+		pc := &proxyConn{client: c}
+		p.conns[pc] = struct{}{}
 		p.wg.Add(1)
-		go p.serve(c)
+		p.mu.Unlock()
+		go p.serve(pc)
 	}
 }
 
-// serve dials the target for client c and relays both ways until either
-// side closes.
-func (p *LatencyProxy) serve(c net.Conn) {
+// proxyConn is one client connection and its connection to the target.
+type proxyConn struct {
+	mu             sync.Mutex
+	client, target net.Conn
+	cutDone        bool
+}
+
+// cut closes both sides; the goroutines of the connection then end.
+func (c *proxyConn) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cutDone = true
+	_ = c.client.Close()
+	if c.target != nil {
+		_ = c.target.Close()
+	}
+}
+
+// serve dials the target and runs both directions until both have ended.
+func (p *LatencyProxy) serve(c *proxyConn) {
 	defer p.wg.Done()
-	s, err := net.DialTimeout("tcp", p.target, readyTimeout)
-	if err != nil || !p.track(s) {
-		c.Close()
+	defer func() {
+		c.cut()
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
+	d := net.Dialer{Timeout: 2 * time.Second}
+	target, err := d.Dial("tcp", p.Target)
+	if err != nil {
 		return
 	}
-	var relays sync.WaitGroup
-	relays.Add(2)
-	go func() { defer relays.Done(); p.relay(s, c) }()
-	go func() { defer relays.Done(); p.relay(c, s) }()
-	relays.Wait()
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, s)
-	p.mu.Unlock()
+	c.mu.Lock()
+	if c.cutDone { // Close came while dialing
+		c.mu.Unlock()
+		_ = target.Close()
+		return
+	}
+	c.target = target
+	c.mu.Unlock()
+	for _, conn := range []net.Conn{c.client, target} {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+	}
+	var dirs sync.WaitGroup
+	dirs.Add(2)
+	go func() { defer dirs.Done(); p.forward(c, target, c.client) }()
+	go func() { defer dirs.Done(); p.forward(c, c.client, target) }()
+	dirs.Wait()
 }
 
-// chunk is data read at a time, due for writing delay later.
-type chunk struct {
-	b   []byte
-	due time.Time
+type delayed struct {
+	at  time.Time
+	buf []byte
 }
 
-// relay copies src to dst, each chunk delayed; when either ends, both
-// connections are closed, which ends the relay of the other direction too.
-func (p *LatencyProxy) relay(dst, src net.Conn) {
-	queue := make(chan chunk, 1024)
-	done := make(chan struct{})
+// forward copies src to dst, each chunk OneWay after it was read. The end
+// of src half-closes dst once everything before it is delivered; an error
+// on either side cuts the connection.
+func (p *LatencyProxy) forward(c *proxyConn, dst, src net.Conn) {
+	q := make(chan delayed, proxyChunkQueue)
+	var read sync.WaitGroup
+	read.Add(1)
 	go func() {
-		defer close(done)
-		for ch := range queue {
-			if d := time.Until(ch.due); d > 0 {
-				time.Sleep(d)
+		defer read.Done()
+		defer close(q)
+		buf := make([]byte, proxyChunk)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- delayed{time.Now().Add(p.OneWay), append([]byte(nil), buf[:n]...)}
 			}
-			if _, err := dst.Write(ch.b); err != nil {
-				dst.Close()
-				src.Close()
-				for range queue { // drain until the reader sees the close
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					c.cut()
 				}
 				return
 			}
 		}
 	}()
-	for {
-		buf := make([]byte, 32<<10)
-		n, err := src.Read(buf)
-		if n > 0 {
-			queue <- chunk{b: buf[:n], due: time.Now().Add(p.delay)}
+	failed := false
+	timer := time.NewTimer(0)
+	<-timer.C
+	for d := range q {
+		if failed {
+			continue // drain, so the reader never blocks on a full queue
 		}
-		if err != nil {
-			if err != io.EOF {
-				dst.Close()
+		if wait := time.Until(d.at); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-p.done:
+				timer.Stop()
+				failed = true
+				continue
 			}
-			break
+		}
+		if _, err := dst.Write(d.buf); err != nil {
+			failed = true
+			c.cut()
 		}
 	}
-	close(queue)
-	<-done
-	dst.Close()
-	src.Close()
+	timer.Stop()
+	read.Wait()
+	if tc, ok := dst.(*net.TCPConn); ok && !failed {
+		_ = tc.CloseWrite()
+	}
 }
