@@ -20,7 +20,8 @@
 //     ends (or the bucket has a token again), answered without a call.
 //  3. Otherwise the decision waits for the state's one reservation in
 //     flight (starting it if none is), sized by the key's observed rate on
-//     this replica and capped by a share of the headroom left; when that
+//     this replica (a share of the limit at most) plus the hits waiting,
+//     all capped by a share of the headroom left; when that
 //     leaves, every waiter tries again. A reservation is also started ahead
 //     of need, when what is owned falls below half a block, so a steady key
 //     never waits.

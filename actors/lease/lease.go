@@ -24,10 +24,11 @@ type Options struct {
 	// the key had left when last seen, so blocks shrink to single hits near
 	// the limit.
 	HeadroomShare uint64
-	// BlockShare: one reservation takes at most 1/BlockShare of the limit
-	// (a bucket's burst). What a replica holds and never uses is lost to
-	// the others until it is given back; this bounds it when a replica's
-	// demand stops at the moment the limit is reached.
+	// BlockShare: what one reservation takes ahead of demand is at most
+	// 1/BlockShare of the limit (a bucket's burst); the hits of decisions
+	// already waiting are not held, they are used at once. What a replica
+	// holds and never uses is lost to the others until it is given back;
+	// this bounds it when a replica's demand stops as the limit is reached.
 	BlockShare uint64
 	// MaxBlock caps one reservation, in hits.
 	MaxBlock uint64

@@ -118,8 +118,15 @@ func ReserveRelease(t *testing.T, s Store) {
 		t.Fatalf("mixed call: answers %v, want %v", afters(got), w)
 	}
 
-	// Concurrent reservations on one key each get their own true value:
-	// together, every count from 1 to the total exactly once.
+	reserveConcurrently(t, s)
+}
+
+// reserveConcurrently: concurrent reservations on one key each get their
+// own true value: together, every count from 1 to the total exactly once.
+func reserveConcurrently(t *testing.T, s Store) {
+	reserve := func(key string, n uint64, ttl time.Duration) engine.CounterOp {
+		return engine.CounterOp{Key: key, Kind: engine.OpReserve, Hits: n, TTL: ttl}
+	}
 	const workers, each = 8, 25
 	c := s.Prefix + "rr-concurrent"
 	var mu sync.Mutex
