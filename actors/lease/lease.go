@@ -249,6 +249,7 @@ func (c *Counter) try(op, prev *engine.CounterOp) (*waiter, error) {
 		st = newState(op, prev, now)
 		s.m[op.Key] = st
 	}
+	st.retune(op)
 	if len(st.waiters) == 0 && st.answer(op, prev, now) {
 		st.lastUse = now
 		c.ahead(st, now)

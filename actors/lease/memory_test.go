@@ -1,6 +1,8 @@
 package lease_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,5 +27,32 @@ func TestFleetNeverOverOnMemory(t *testing.T) {
 				t.Logf("admitted %d: %v", sum(ok), ok)
 			})
 		}
+	}
+}
+
+// TestReloadRaisesLimit: a key that reached its limit is answered over
+// without a store call; once a reload raises the limit, the room the
+// raise made is admitted, and no more.
+func TestReloadRaisesLimit(t *testing.T) {
+	clk := &clock{t: time.Unix(1795313464, 0)}
+	store := memory.New(clk.Now)
+	rs := fleet(t, rulesYAML, func() engine.Counter { return engine.DirectCounter{Backend: store} }, clk.Now, "lease")
+	if ok := storm(t, rs, "fixed", 10100, []int{1}); sum(ok) != 10000 {
+		t.Fatalf("%d admitted under a limit of 10,000", sum(ok))
+	}
+	raised, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(strings.Replace(rulesYAML, "requests_per_unit: 10000}\n  - key: k\n    value: sliding", "requests_per_unit: 10050}\n  - key: k\n    value: sliding", 1))}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := []engine.CounterOp{{Key: "d_k_fixed_1795313460", Kind: engine.OpGet}}
+	if err := store.Exec(context.Background(), read); err != nil {
+		t.Fatal(err)
+	}
+	// The reservation that found the limit counted past it, as exact
+	// counting counts every refused hit.
+	room := 10050 - int(read[0].After)
+	rs[0].svc.SetConfig(raised)
+	if ok := storm(t, rs, "fixed", 200, []int{1}); sum(ok) != room || room <= 0 {
+		t.Fatalf("%d admitted after the limit rose by 50 (the counter stood at %d), want %d", sum(ok), read[0].After, room)
 	}
 }

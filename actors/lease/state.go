@@ -101,6 +101,33 @@ func newState(op, prev *engine.CounterOp, now int64) *state {
 	return st
 }
 
+// retune follows a rule that changed under a key (a configuration
+// reload): owned counts above a lowered limit are dropped, and a bucket
+// whose rate or burst changed drops its tokens (their times were reckoned
+// at the old rate). Nothing is given back: fewer admitted, never more.
+func (st *state) retune(op *engine.CounterOp) {
+	if st.kind == engine.LeaseBucket {
+		if op.Interval != st.interval || op.Burst != st.burst {
+			st.interval, st.burst, st.spans = op.Interval, op.Burst, st.spans[:0]
+		}
+		return
+	}
+	if op.Limit == st.limit {
+		return
+	}
+	st.limit = op.Limit
+	top := int64(min(st.limit, 1<<62))
+	kept := st.spans[:0]
+	for _, sp := range st.spans {
+		sp.hi = min(sp.hi, top)
+		if sp.lo <= sp.hi {
+			kept = append(kept, sp)
+		}
+	}
+	st.spans = kept
+	st.overUntil = 0 // a raised limit may have room again
+}
+
 // step is the distance between two owned items: a count, or a token's time.
 func (st *state) step() int64 {
 	if st.kind == engine.LeaseBucket {
