@@ -36,6 +36,7 @@ func main() {
 	sparse := flag.String("sparse", "CharacteristicName eq 'Titanium'", "filter paged to the end for the sparse run (empty skips it)")
 	sparseTop := flag.Int("sparse-top", 1000, "$top of the sparse run")
 	passes := flag.Int("passes", 10, "times the sparse filter is paged to the end")
+	tableRounds := flag.Int("table-rounds", 3, "times the whole table is read through COPY and through the API, in turn (0 skips it)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -49,19 +50,23 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*dsn, *pages, *sparse, *sparseTop, *passes); err != nil {
+	if err := run(*dsn, *pages, *sparse, *sparseTop, *passes, *tableRounds); err != nil {
 		fmt.Fprintln(os.Stderr, "odatabench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
+func run(dsn string, pages int, sparse string, sparseTop, passes, tableRounds int) error {
 	if !sqlstore.IsPostgres(dsn) {
 		return errors.New("-db must be a PostgreSQL DSN")
 	}
 	ctx := context.Background()
-	db, err := sqlstore.Open(ctx, dsn)
+	// The store as `sluice odata` opens it: with its statement timeouts,
+	// whose session settings cost round trips of their own.
+	opts := odata.DefaultOptions()
+	opts.Sequential = false
+	db, err := sqlstore.OpenWith(ctx, dsn, sqlstore.Config{StatementTimeout: opts.QueryTimeout, StreamTimeout: opts.StreamTimeout})
 	if err != nil {
 		return err
 	}
@@ -78,8 +83,6 @@ func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
 		return err
 	}
 	defer db.RevokeKey(ctx, "odatabench")
-	opts := odata.DefaultOptions()
-	opts.Sequential = false
 	srv, err := odata.NewServer(opts, db, db, nil)
 	if err != nil {
 		return err
@@ -122,6 +125,11 @@ func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
 		}
 		fmt.Println()
 		if err := metricsAB(client, base, baseM, key, pages); err != nil {
+			return err
+		}
+	}
+	if tableRounds > 0 {
+		if err := tableRun(ctx, pg, client, base, key, total, tableRounds); err != nil {
 			return err
 		}
 	}
