@@ -176,7 +176,7 @@ func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := append((*bp)[:0], b.head...)
-	keys := fieldKeys(q)
+	plan := newRowPlan(q)
 	first := true
 	for cur.Next() {
 		b.rows.Add(1)
@@ -184,9 +184,9 @@ func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 		case b.csv:
 			buf = appendCSVRow(buf, q, cur.Values())
 		case first:
-			buf = appendRow(buf, q, keys, cur.Values())
+			buf = plan.Append(buf, cur.Values())
 		default:
-			buf = appendRow(append(buf, ','), q, keys, cur.Values())
+			buf = plan.Append(append(buf, ','), cur.Values())
 		}
 		first = false
 		if len(buf) >= flushEvery {
