@@ -410,6 +410,7 @@ func rowsSQL(d dialect, v *view, q *query.Query, p query.Page, aliased bool) (st
 				b.s(" AND o.id >= ").arg(p.First.Int).s(" AND o.id <= ").arg(p.Last.Int)
 			}
 			b.s(") m JOIN observations o ON o.id = m.id", v.joins, " ORDER BY o.id")
+			b.streamingLimit(v, p)
 			return b.String(), b.args, nil
 		}
 	}
@@ -418,7 +419,20 @@ func rowsSQL(d dialect, v *view, q *query.Query, p query.Page, aliased bool) (st
 		return "", nil, err
 	}
 	b.s(" AND ", key, " >= ").arg(v.keyArg(p.First)).s(" AND ", key, " <= ").arg(v.keyArg(p.Last)).s(" ORDER BY ", key)
+	b.streamingLimit(v, p)
 	return b.String(), b.args, nil
+}
+
+// streamingLimit bounds a joined page by the number of ids in its range,
+// which never cuts a row. It is there for PostgreSQL's generic plan of the
+// prepared statement: without a LIMIT that plan hash-joins the page and
+// sorts it (on disk at 10,000 rows), so no row leaves before the last is
+// read; with one it walks the id index and joins row by row, streaming.
+func (b *builder) streamingLimit(v *view, p query.Page) {
+	if v.joins == "" || v.coll.UUIDKey {
+		return
+	}
+	b.s(" LIMIT ").arg(p.Last.Int - p.First.Int + 1)
 }
 
 // countSQL counts the rows matching the filter.
