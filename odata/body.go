@@ -22,7 +22,7 @@ import (
 // pageBody is a page's response body. fasthttp calls WriteTo on the
 // connection's goroutine, after the headers, and Close once the response is
 // written or abandoned (also for HEAD, and when the client went away before
-// any byte). Writes go straight to the connection as 32 KiB chunks, so a
+// any byte). Writes go straight to the connection as 64 KiB chunks, so a
 // client that reads slowly blocks WriteTo, which stops reading the cursor.
 type pageBody struct {
 	s       *Server
@@ -147,21 +147,28 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 var errCursor = errors.New("the cursor failed")
 
 // flushEvery is how much encoded JSON is collected before it is written:
-// large enough for few writes, small enough to keep memory flat.
-const flushEvery = 32 << 10
+// large enough for few writes, small enough to keep memory flat. fasthttp
+// frames each write as a chunk through its 4 KiB connection buffer, in
+// three system calls whatever the write's size, so the chunk size sets the
+// write path's cost per byte.
+const flushEvery = 64 << 10
+
+// codedFlush is how much compressed output is gathered before it is
+// written: compressed pages are a twentieth of their rows' size.
+const codedFlush = 32 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, flushEvery+4096); return &b }}
 
 // stream writes the body: rows as the cursor yields them, then the link.
 // Uncompressed JSON goes out in writes of about flushEvery bytes (one chunk
-// each); compressed output is gathered to the same size first.
+// each); compressed output is gathered to codedFlush bytes first.
 func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 	q, cur, link := b.q, b.cur, b.link
 	out := w
 	var zbuf *bufio.Writer
 	var closer compressor
 	if enc != codingIdentity {
-		zbuf = bufio.NewWriterSize(w, flushEvery)
+		zbuf = bufio.NewWriterSize(w, codedFlush)
 		closer = getCompressor(enc, zbuf)
 		defer putCompressor(enc, closer)
 		out = closer
@@ -169,7 +176,7 @@ func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := append((*bp)[:0], b.head...)
-	keys := fieldKeys(q)
+	plan := newRowPlan(q)
 	first := true
 	for cur.Next() {
 		b.rows.Add(1)
@@ -177,9 +184,9 @@ func (s *Server) stream(w io.Writer, enc string, b *pageBody) error {
 		case b.csv:
 			buf = appendCSVRow(buf, q, cur.Values())
 		case first:
-			buf = appendRow(buf, q, keys, cur.Values())
+			buf = plan.Append(buf, cur.Values())
 		default:
-			buf = appendRow(append(buf, ','), q, keys, cur.Values())
+			buf = plan.Append(append(buf, ','), cur.Values())
 		}
 		first = false
 		if len(buf) >= flushEvery {

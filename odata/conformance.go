@@ -1,7 +1,6 @@
 package odata
 
 import (
-	"bytes"
 	"context"
 	"strconv"
 	"strings"
@@ -330,7 +329,7 @@ func appendCSVFormula(b, v []byte) []byte {
 // break or leading/trailing space, doubling inner quotes (RFC 4180 §2). An
 // empty string is written as "" so that it differs from null.
 func appendCSVField(b, v []byte) []byte {
-	if len(v) > 0 && !bytes.ContainsAny(v, ",\"\r\n") && v[0] != ' ' && v[len(v)-1] != ' ' {
+	if len(v) > 0 && v[0] != ' ' && v[len(v)-1] != ' ' && !csvQuoted(v) {
 		return append(b, v...)
 	}
 	b = append(b, '"')
@@ -341,4 +340,18 @@ func appendCSVField(b, v []byte) []byte {
 		b = append(b, c)
 	}
 	return append(b, '"')
+}
+
+// csvQuotes marks the bytes that make a field quoted.
+var csvQuotes = [256]bool{',': true, '"': true, '\r': true, '\n': true}
+
+// csvQuoted reports whether v holds a byte of csvQuotes (bytes.ContainsAny
+// builds its set on every call; a page asks once per cell).
+func csvQuoted(v []byte) bool {
+	for _, c := range v {
+		if csvQuotes[c] {
+			return true
+		}
+	}
+	return false
 }

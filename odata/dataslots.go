@@ -16,7 +16,7 @@ import (
 // connection is closed, which ends the write, the cursor and the page — so
 // the waiting request is served. Without contention nobody is cut before
 // StallTimeout (no byte accepted) or StreamTimeout (the whole body); with
-// it, a reader slower than one write (32 KiB) per StallPreempt loses to
+// it, a reader slower than one write (64 KiB) per StallPreempt loses to
 // one that reads. This is nginx's send_timeout applied only when someone
 // else needs the slot.
 

@@ -19,7 +19,7 @@
 // @odata.nextLink at the end of the body.
 //
 // Memory per request is bounded whatever $top is: rows are encoded one at
-// a time into a 32 KiB buffer and written through a pipe of a few chunks;
+// a time into a 64 KiB buffer and written through a pipe of a few chunks;
 // when the client stops reading, writes block, the cursor is not advanced
 // and the database stops sending. A client that disconnects makes the next
 // write fail, which closes the cursor and returns its connection.

@@ -24,3 +24,7 @@ func fieldKeys(q *query.Query) [][]byte { return keysOf[q.Collection] }
 func appendRow(b []byte, q *query.Query, keys [][]byte, vals []query.Value) []byte {
 	return jsonenc.AppendRow(b, q, keys, vals)
 }
+
+// newRowPlan plans the JSON rows of a page (jsonenc.RowPlan: the bytes of
+// appendRow, with the per-field lookups done once).
+func newRowPlan(q *query.Query) *jsonenc.RowPlan { return jsonenc.NewRowPlan(q, fieldKeys(q)) }

@@ -1,7 +1,10 @@
 // Command odatabench measures the OData API on a loaded PostgreSQL store:
 // rows/s and page times of 10,000-row pages of /Observations and /Records
-// next to `COPY (the page's rows) TO STDOUT` in the same run, and the page
-// times of a sparse filter paged to the end. Fill the store first with
+// next to `COPY (the page's rows) TO STDOUT` in the same run; the whole
+// observations table read through COPY (text and CSV) and through the API
+// (/Observations, /Records and $format=csv paged to the end), in turn, with
+// API ÷ COPY; and the page times of a sparse filter paged to the end. The
+// store is opened as `sluice odata` opens it. Fill it first with
 // `sluice generate -db <dsn> -rows N`. make bench runs it (bench/odata.go).
 //
 //	go run ./bench/odatabench -db postgres://... -pages 200 -sparse "CharacteristicName eq 'Titanium'"
@@ -36,6 +39,7 @@ func main() {
 	sparse := flag.String("sparse", "CharacteristicName eq 'Titanium'", "filter paged to the end for the sparse run (empty skips it)")
 	sparseTop := flag.Int("sparse-top", 1000, "$top of the sparse run")
 	passes := flag.Int("passes", 10, "times the sparse filter is paged to the end")
+	tableRounds := flag.Int("table-rounds", 3, "times the whole table is read through COPY and through the API, in turn (0 skips it)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -49,19 +53,23 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*dsn, *pages, *sparse, *sparseTop, *passes); err != nil {
+	if err := run(*dsn, *pages, *sparse, *sparseTop, *passes, *tableRounds); err != nil {
 		fmt.Fprintln(os.Stderr, "odatabench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
+func run(dsn string, pages int, sparse string, sparseTop, passes, tableRounds int) error {
 	if !sqlstore.IsPostgres(dsn) {
 		return errors.New("-db must be a PostgreSQL DSN")
 	}
 	ctx := context.Background()
-	db, err := sqlstore.Open(ctx, dsn)
+	// The store as `sluice odata` opens it: with its statement timeouts,
+	// whose session settings cost round trips of their own.
+	opts := odata.DefaultOptions()
+	opts.Sequential = false
+	db, err := sqlstore.OpenWith(ctx, dsn, sqlstore.Config{StatementTimeout: opts.QueryTimeout, StreamTimeout: opts.StreamTimeout})
 	if err != nil {
 		return err
 	}
@@ -78,34 +86,20 @@ func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
 		return err
 	}
 	defer db.RevokeKey(ctx, "odatabench")
-	opts := odata.DefaultOptions()
-	opts.Sequential = false
-	srv, err := odata.NewServer(opts, db, db, nil)
+	base, stop, err := serve(opts, db)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(ctx)
-	base := "http://" + ln.Addr().String() + opts.Root
+	defer stop()
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	// The same server with metrics on, over the same store: its pages,
 	// interleaved with the plain server's, say what the metrics cost.
 	opts.Metrics = odata.NewMetrics()
-	withMetrics, err := odata.NewServer(opts, db, db, nil)
+	baseM, stopM, err := serve(opts, db)
 	if err != nil {
 		return err
 	}
-	lnM, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	go withMetrics.Serve(lnM)
-	defer withMetrics.Shutdown(ctx)
-	baseM := "http://" + lnM.Addr().String() + opts.Root
+	defer stopM()
 
 	total, err := countAll(ctx, db)
 	if err != nil {
@@ -125,12 +119,31 @@ func run(dsn string, pages int, sparse string, sparseTop, passes int) error {
 			return err
 		}
 	}
+	if tableRounds > 0 {
+		if err := tableRun(ctx, pg, client, base, key, total, tableRounds); err != nil {
+			return err
+		}
+	}
 	if sparse != "" {
 		if err := sparseRun(ctx, db, client, base, key, sparse, sparseTop, passes); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// serve starts an OData server on a loopback port and returns its root URL.
+func serve(opts odata.Options, db *sqlstore.DB) (base string, stop func(), err error) {
+	srv, err := odata.NewServer(opts, db, db, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String() + opts.Root, func() { srv.Shutdown(context.Background()) }, nil
 }
 
 func countAll(ctx context.Context, db *sqlstore.DB) (int64, error) {

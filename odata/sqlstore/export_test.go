@@ -9,7 +9,7 @@ import (
 
 // Explain returns the plan of the probe statement of q, one line per node.
 func (db *DB) Explain(ctx context.Context, q *query.Query) ([]string, error) {
-	sqlText, args, err := probeSQL(db.d, views[q.Collection], q)
+	sqlText, args, _, err := probeSQL(db.d, views[q.Collection], q)
 	if err != nil {
 		return nil, err
 	}

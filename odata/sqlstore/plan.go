@@ -320,7 +320,9 @@ func (v *view) keyArg(k query.Key) any {
 
 // probeSQL selects the ids of the page plus one row: enough to know the
 // page's bounds and whether another page follows. Only indexes are read.
-func probeSQL(d dialect, v *view, q *query.Query) (string, []any, error) {
+// On PostgreSQL a plain range (no split filter) is summed up in one row
+// (probeSummary) instead of sending every id.
+func probeSQL(d dialect, v *view, q *query.Query) (sqlText string, args []any, summary bool, err error) {
 	b := &builder{d: d}
 	key := v.key()
 	limit := int64(q.Top) + 1
@@ -358,7 +360,7 @@ func probeSQL(d dialect, v *view, q *query.Query) (string, []any, error) {
 					err = b.branchWhere(sc, bs, i)
 				}
 				if err != nil {
-					return "", nil, err
+					return "", nil, false, err
 				}
 				b.s(" AND o.id > ").arg(v.keyArg(q.After))
 				if d.pg {
@@ -366,15 +368,27 @@ func probeSQL(d dialect, v *view, q *query.Query) (string, []any, error) {
 				}
 			}
 			b.s(" ORDER BY id LIMIT ").arg(limit)
-			return b.String(), b.args, nil
+			return b.String(), b.args, false, nil
 		}
 	}
-	b.s("SELECT ", key, " FROM ", v.table, " ", v.alias, " WHERE ")
+	if d.pg {
+		// count, first, last of the top+1 ids and the top-th. array_agg
+		// takes the ids in the order the limited subquery yields them,
+		// which is the index's: the Limit node sits between the ordered
+		// scan and the aggregate, so nothing can reorder them.
+		b.s("SELECT count(*), min(k), max(k), (array_agg(k))[").arg(int64(q.Top)).s("] FROM (SELECT ", key, " AS k")
+	} else {
+		b.s("SELECT ", key)
+	}
+	b.s(" FROM ", v.table, " ", v.alias, " WHERE ")
 	if err := b.where(v, q.Filter); err != nil {
-		return "", nil, err
+		return "", nil, false, err
 	}
 	b.s(" AND ", key, " > ").arg(v.keyArg(q.After)).s(" ORDER BY ", key, " LIMIT ").arg(limit)
-	return b.String(), b.args, nil
+	if d.pg {
+		b.s(") s")
+	}
+	return b.String(), b.args, d.pg, nil
 }
 
 // rowsSQL selects the selected fields of the rows between the page's first
@@ -410,6 +424,7 @@ func rowsSQL(d dialect, v *view, q *query.Query, p query.Page, aliased bool) (st
 				b.s(" AND o.id >= ").arg(p.First.Int).s(" AND o.id <= ").arg(p.Last.Int)
 			}
 			b.s(") m JOIN observations o ON o.id = m.id", v.joins, " ORDER BY o.id")
+			b.streamingLimit(v, p)
 			return b.String(), b.args, nil
 		}
 	}
@@ -418,7 +433,20 @@ func rowsSQL(d dialect, v *view, q *query.Query, p query.Page, aliased bool) (st
 		return "", nil, err
 	}
 	b.s(" AND ", key, " >= ").arg(v.keyArg(p.First)).s(" AND ", key, " <= ").arg(v.keyArg(p.Last)).s(" ORDER BY ", key)
+	b.streamingLimit(v, p)
 	return b.String(), b.args, nil
+}
+
+// streamingLimit bounds a joined page by the number of ids in its range,
+// which never cuts a row. It is there for PostgreSQL's generic plan of the
+// prepared statement: without a LIMIT that plan hash-joins the page and
+// sorts it (on disk at 10,000 rows), so no row leaves before the last is
+// read; with one it walks the id index and joins row by row, streaming.
+func (b *builder) streamingLimit(v *view, p query.Page) {
+	if v.joins == "" || v.coll.UUIDKey {
+		return
+	}
+	b.s(" LIMIT ").arg(p.Last.Int - p.First.Int + 1)
 }
 
 // countSQL counts the rows matching the filter.

@@ -85,14 +85,12 @@ func (b *pgBackend) readOnce(ctx context.Context, types []colType, sql string, a
 		return nil, err
 	}
 	r := &pgRows{types: types, conn: c}
+	var rows pgx.Rows
 	if timeout > 0 {
-		if _, err := c.Exec(ctx, "SELECT set_config('statement_timeout', $1, false)", strconv.FormatInt(max(1, timeout.Milliseconds()), 10)); err != nil {
-			r.discard()
-			return nil, err
-		}
-		r.reset = true
+		rows, err = r.queryWithTimeout(ctx, timeout, sql, args)
+	} else {
+		rows, err = c.Query(ctx, sql, args...)
 	}
-	rows, err := c.Query(ctx, sql, args...)
 	if err != nil {
 		r.release()
 		return nil, err
@@ -106,6 +104,29 @@ func (b *pgBackend) readOnce(ctx context.Context, types []colType, sql string, a
 		}
 	}
 	return r, nil
+}
+
+// queryWithTimeout runs the statement under its own statement_timeout in
+// the one round trip of a pipeline: set_config(..., true) and the statement
+// share the implicit transaction that the pipeline's Sync ends, so the
+// setting applies to the statement (whose timer starts with it) and lapses
+// by itself, leaving the connection's session default as it was.
+func (r *pgRows) queryWithTimeout(ctx context.Context, timeout time.Duration, sql string, args []any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	b.Queue("SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(max(1, timeout.Milliseconds()), 10))
+	b.Queue(sql, args...)
+	br := r.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	r.batch = br
+	return rows, nil
 }
 
 // brokenConn reports whether err comes from the connection rather than the
@@ -185,6 +206,7 @@ func (b *pgBackend) close() { b.pool.Close() }
 
 type pgRows struct {
 	rows   pgx.Rows
+	batch  pgx.BatchResults // the pipeline rows came from, if any
 	types  []colType
 	conn   *pgxpool.Conn
 	reset  bool // the connection's statement_timeout was changed
@@ -208,6 +230,11 @@ func (r *pgRows) close() error {
 	}
 	r.rows.Close()
 	err := r.rows.Err()
+	if r.batch != nil {
+		if berr := r.batch.Close(); err == nil {
+			err = berr
+		}
+	}
 	r.release()
 	return err
 }
@@ -234,17 +261,6 @@ func (r *pgRows) release() {
 		}
 	}
 	c.Release()
-}
-
-// discard closes the connection rather than pooling it (its session state
-// is unknown).
-func (r *pgRows) discard() {
-	c := r.conn
-	r.conn = nil
-	conn := c.Hijack()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = conn.Close(ctx)
-	cancel()
 }
 
 // values decodes the raw wire values: pgx picks the binary format for

@@ -22,37 +22,82 @@ func (v *view) keyTypes() []colType {
 // exists. It reads indexes only.
 func (db *DB) Probe(ctx context.Context, q *query.Query) (query.Page, error) {
 	v := views[q.Collection]
-	sqlText, args, err := probeSQL(db.d, v, q)
+	sqlText, args, summary, err := probeSQL(db.d, v, q)
 	if err != nil {
 		return query.Page{}, err
 	}
-	rs, err := db.be.query(ctx, v.keyTypes(), sqlText, args)
+	kt := v.keyTypes()[0]
+	types := []colType{kt}
+	if summary {
+		types = []colType{tInt, kt, kt, kt}
+	}
+	rs, err := db.be.query(ctx, types, sqlText, args)
 	if err != nil {
 		return query.Page{}, fmt.Errorf("sqlstore: probe %s: %w", q.Collection.Name, err)
 	}
 	defer rs.close()
 	var p query.Page
+	if summary {
+		p, err = readSummary(rs, v, q.Top)
+	} else {
+		p, err = readIDs(rs, v, q.Top)
+	}
+	if err == nil {
+		err = rs.err()
+	}
+	if err != nil {
+		return query.Page{}, fmt.Errorf("sqlstore: probe %s: %w", q.Collection.Name, err)
+	}
+	return p, nil
+}
+
+func (v *view) keyOf(val query.Value) query.Key {
+	if v.coll.UUIDKey {
+		return query.Key{UUID: string(val.Bytes)}
+	}
+	return query.Key{Int: val.Int}
+}
+
+// readIDs decides the page from its ids, one row each, plus one.
+func readIDs(rs rowSource, v *view, top int) (query.Page, error) {
+	var p query.Page
 	vals := make([]query.Value, 1)
 	for rs.next() {
 		if err := rs.values(vals); err != nil {
-			return query.Page{}, err
+			return p, err
 		}
-		if p.Rows == q.Top {
+		if p.Rows == top {
 			p.More = true
 			break
 		}
-		k := query.Key{Int: vals[0].Int}
-		if v.coll.UUIDKey {
-			k = query.Key{UUID: string(vals[0].Bytes)}
-		}
+		k := v.keyOf(vals[0])
 		if p.Rows == 0 {
 			p.First = k
 		}
 		p.Last = k
 		p.Rows++
 	}
-	if err := rs.err(); err != nil {
-		return query.Page{}, fmt.Errorf("sqlstore: probe %s: %w", q.Collection.Name, err)
+	return p, nil
+}
+
+// readSummary decides the page from one row: how many of the top+1 ids
+// there are, the first, the last and the top-th.
+func readSummary(rs rowSource, v *view, top int) (query.Page, error) {
+	var p query.Page
+	if !rs.next() {
+		return p, rs.err()
+	}
+	vals := make([]query.Value, 4)
+	if err := rs.values(vals); err != nil {
+		return p, err
+	}
+	n := int(vals[0].Int)
+	p.Rows, p.More = min(n, top), n > top
+	if p.Rows > 0 {
+		p.First, p.Last = v.keyOf(vals[1]), v.keyOf(vals[2])
+		if p.More {
+			p.Last = v.keyOf(vals[3])
+		}
 	}
 	return p, nil
 }

@@ -31,13 +31,20 @@ func TestStatementTimeoutPostgres(t *testing.T) {
 	}{
 		{"SHOW statement_timeout", false, "200ms"},
 		{"SHOW statement_timeout", true, "7min"},
-		{"SHOW statement_timeout", false, "200ms"}, // the stream's connection was reset
+		{"SHOW statement_timeout", false, "200ms"}, // the stream's setting lapsed
 	} {
 		for range 3 { // several pooled connections
 			if got, err := db.ReadText(ctx, c.sql, c.stream); err != nil || got != c.want {
 				t.Fatalf("%s (stream %v): %q %v, want %q", c.sql, c.stream, got, err, c.want)
 			}
 		}
+	}
+	// A stream runs under its own timeout, not the read timeout.
+	if _, err := db.ReadText(ctx, "SELECT pg_sleep(0.4)::text", true); err != nil {
+		t.Fatalf("a 0.4 s stream under a 200 ms read timeout: %v", err)
+	}
+	if got, err := db.ReadText(ctx, "SHOW statement_timeout", false); err != nil || got != "200ms" {
+		t.Fatalf("after a stream: %q %v", got, err)
 	}
 	_, err = db.ReadText(ctx, "SELECT pg_sleep(5)::text", false)
 	if err == nil || !sqlstore.TimedOut(err) || sqlstore.Unavailable(err) {

@@ -7,6 +7,7 @@
 package jsonenc
 
 import (
+	"encoding/binary"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -21,6 +22,13 @@ func AppendString(dst []byte, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Most text is plain ASCII: skip it eight bytes at a time.
+		for i+8 <= len(s) && !special8(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
@@ -63,6 +71,20 @@ func AppendString(dst []byte, s []byte) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// special8 reports whether any of the eight bytes in x needs a look of its
+// own: a control character, a quote, a backslash, or a byte of a multibyte
+// character. Each test is exact for "some byte is": (v - 0x01…) &^ v has
+// the high bit set in a byte's lane only if some byte of v is zero (and
+// likewise below 0x20 with 0x20…).
+func special8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	below := (x - ones*0x20) &^ x
+	quote = (quote - ones) &^ quote
+	backslash = (backslash - ones) &^ backslash
+	return (below|quote|backslash|x)&highs != 0
 }
 
 // StringLen is len(AppendString(nil, s)) without building it.

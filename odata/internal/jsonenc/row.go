@@ -114,3 +114,53 @@ func AppendNumber(b []byte, k query.Kind, v *query.Value) []byte {
 	}
 	return AppendFloat(b, v.Float)
 }
+
+// RowPlan writes the rows of one query as AppendRow does, with what
+// AppendRow looks up per field (its key, the comma before it, its kind)
+// worked out once per page.
+type RowPlan struct {
+	cols []planCol
+}
+
+type planCol struct {
+	prefix []byte // `{"Field":` for the first field, `,"Field":` after it
+	kind   query.Kind
+}
+
+// NewRowPlan plans the rows of q; keys are Keys(q.Collection).
+func NewRowPlan(q *query.Query, keys [][]byte) *RowPlan {
+	p := &RowPlan{cols: make([]planCol, len(q.Fields))}
+	for i, fi := range q.Fields {
+		sep := byte(',')
+		if i == 0 {
+			sep = '{'
+		}
+		p.cols[i] = planCol{prefix: append([]byte{sep}, keys[fi]...), kind: q.Collection.Fields[fi].Kind}
+	}
+	return p
+}
+
+// Append writes one row object: the same bytes as AppendRow.
+func (p *RowPlan) Append(b []byte, vals []query.Value) []byte {
+	if len(p.cols) == 0 {
+		return append(b, '{', '}')
+	}
+	for i := range p.cols {
+		c := &p.cols[i]
+		b = append(b, c.prefix...)
+		v := &vals[i]
+		switch {
+		case v.Null:
+			b = append(b, "null"...)
+		case c.kind == query.KindInt:
+			b = AppendInt(b, v.Int)
+		case c.kind == query.KindFloat:
+			b = AppendFloat(b, v.Float)
+		case c.kind == query.KindJSON:
+			b = append(b, v.Bytes...)
+		default:
+			b = AppendString(b, v.Bytes)
+		}
+	}
+	return append(b, '}')
+}

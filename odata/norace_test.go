@@ -1,0 +1,5 @@
+//go:build !race
+
+package odata
+
+const raceEnabled = false
