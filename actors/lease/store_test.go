@@ -306,18 +306,7 @@ func replicasOf(rs []storeReplica) []replica {
 
 // storeRules: a window key carries its window's start, so moving the clock
 // a unit on starts a fresh counter whatever the store's TTLs do.
-const storeRules = `domain: d
-descriptors:
-  - key: k
-    value: fixed
-    rate_limit: {unit: minute, requests_per_unit: 10000}
-  - key: k
-    value: sliding
-    rate_limit: {unit: minute, requests_per_unit: 10000, algorithm: sliding_window}
-  - key: k
-    value: bucket
-    rate_limit: {unit: hour, requests_per_unit: 10000, algorithm: token_bucket}
-  - key: k
+const storeRules = rulesYAML + `  - key: k
     value: skew
     rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
   - key: m
