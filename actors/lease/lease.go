@@ -261,9 +261,8 @@ func (c *Counter) try(op, prev *engine.CounterOp) (*waiter, error) {
 	}
 	w := &waiter{st: st, op: op, prev: prev, done: make(chan error, 1)}
 	st.waiters = append(st.waiters, w)
-	st.want += op.Hits
-	if st.pending == nil {
-		c.reserve(st, 0, now)
+	if !st.pending {
+		c.reserve(st, now)
 	}
 	return w, nil
 }
@@ -316,12 +315,12 @@ func (c *Counter) WaitBound() time.Duration {
 
 // ahead starts the next reservation of st before it runs out.
 func (c *Counter) ahead(st *state, now int64) {
-	if st.pending != nil || st.overUntil > now || c.ctx.Err() != nil {
+	if st.pending || st.overUntil > now || c.ctx.Err() != nil {
 		return
 	}
 	lead := time.Duration(4*c.rtt.Load()) * time.Microsecond
 	if low := max(1, st.size/2, st.demand(now, lead)); st.avail(now) < low && st.demand(now, c.o.Horizon) > 0 {
-		c.reserve(st, 0, now)
+		c.reserve(st, now)
 	}
 }
 

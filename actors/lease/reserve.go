@@ -7,13 +7,12 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// reserve starts st's reservation, sized for need hits and those its
-// waiters want, and the demand st has seen (under st's stripe lock).
-func (c *Counter) reserve(st *state, need uint64, now int64) {
-	n := c.size(st, int64(min(need+st.want, 1<<62)), now)
+// reserve starts st's reservation, sized for the hits its waiters want
+// and the demand st has seen (under st's stripe lock).
+func (c *Counter) reserve(st *state, now int64) {
+	n := c.size(st, int64(min(st.waiting(), 1<<62)), now)
 	st.size = n
-	p := &reservation{done: make(chan struct{})}
-	st.pending = p
+	st.pending = true
 	ops := make([]engine.CounterOp, 1, 2)
 	if st.kind == engine.LeaseBucket {
 		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpTokenTake, Hits: uint64(n), PerSecond: st.perSecond,
@@ -26,7 +25,7 @@ func (c *Counter) reserve(st *state, need uint64, now int64) {
 	}
 	c.st.reservations.Inc()
 	c.calls.Add(1)
-	go c.call(st, p, ops, now)
+	go c.call(st, ops, now)
 }
 
 // size is the next reservation's size. What is reserved ahead of need is
@@ -75,7 +74,7 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 }
 
 // call runs one reservation and files what it got into st.
-func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now int64) {
+func (c *Counter) call(st *state, ops []engine.CounterOp, now int64) {
 	defer c.calls.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, c.o.CallTimeout)
 	began := time.Now()
@@ -88,9 +87,7 @@ func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now in
 	s := c.stripe(st.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.pending = nil
-	p.err = err
-	close(p.done)
+	st.pending = false
 	now = c.o.Clock().UnixMicro()
 	if err != nil {
 		c.st.errors.Inc()
@@ -109,7 +106,7 @@ func (c *Counter) call(st *state, p *reservation, ops []engine.CounterOp, now in
 	case c.ctx.Err() != nil:
 		st.serve(now, ErrClosed)
 	default:
-		c.reserve(st, 0, now)
+		c.reserve(st, now)
 	}
 }
 

@@ -26,24 +26,17 @@ type state struct {
 	burst     int64 // buckets: tokens
 
 	spans     []span
-	seen      int64  // windows: the counter as last seen; buckets: the TAT
-	prev      uint64 // sliding windows: the previous window's count
-	overUntil int64  // unix µs: over, answered here, until then
-	pending   *reservation
+	seen      int64     // windows: the counter as last seen; buckets: the TAT
+	prev      uint64    // sliding windows: the previous window's count
+	overUntil int64     // unix µs: over, answered here, until then
+	pending   bool      // a reservation is in flight
 	size      int64     // the last reservation's size
 	waiters   []*waiter // decisions waiting for hits, in arrival order
-	want      uint64    // their hits
 
 	rate    float64 // hits per second on this replica
 	used    int64   // hits taken since rateAt
 	rateAt  int64
 	lastUse int64
-}
-
-// reservation is a state's call in flight; done closes when it is over.
-type reservation struct {
-	done chan struct{}
-	err  error
 }
 
 // waiter is a decision waiting for its key's reservations; done gets its
@@ -60,11 +53,19 @@ func (st *state) drop(w *waiter) bool {
 	for i, x := range st.waiters {
 		if x == w {
 			st.waiters = append(st.waiters[:i], st.waiters[i+1:]...)
-			st.want -= w.op.Hits
 			return true
 		}
 	}
 	return false
+}
+
+// waiting is the hits of the decisions waiting.
+func (st *state) waiting() uint64 {
+	var n uint64
+	for _, w := range st.waiters {
+		n += w.op.Hits
+	}
+	return n
 }
 
 // serve answers the waiters in arrival order while st can; err, if not
@@ -75,7 +76,6 @@ func (st *state) serve(now int64, err error) {
 		if err == nil && !st.answer(w.op, w.prev, now) {
 			break
 		}
-		st.want -= w.op.Hits
 		w.done <- err
 		n++
 	}

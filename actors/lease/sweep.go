@@ -39,7 +39,7 @@ func (c *Counter) giveBack(now int64, all bool) {
 			}
 			idle := now-st.lastUse >= c.o.IdleAfter.Microseconds()
 			ended := st.windowEnd > 0 && now >= st.windowEnd
-			if st.pending == nil && st.want == 0 && (ended || (idle && st.avail(now) == 0 && st.overUntil <= now)) {
+			if !st.pending && len(st.waiters) == 0 && (ended || (idle && st.avail(now) == 0 && st.overUntil <= now)) {
 				delete(s.m, k)
 			}
 		}
@@ -67,7 +67,7 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 		c.st.expired.Add(uint64(st.expire(now)))
 		return engine.CounterOp{}, false
 	}
-	if st.pending != nil || (st.windowEnd > 0 && now >= st.windowEnd) {
+	if st.pending || (st.windowEnd > 0 && now >= st.windowEnd) {
 		return engine.CounterOp{}, false
 	}
 	keep := st.demand(now, c.o.Horizon)

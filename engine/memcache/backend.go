@@ -178,17 +178,17 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	}
 	keys := make([]string, 0, len(batch))
 	jobs := make([]job, 0, len(batch))
-	buckets := false
+	atomic := false
 	for i := range batch {
 		op := &batch[i]
 		if err := ValidateKey(op.Key); err != nil {
 			return fmt.Errorf("memcache: %w", err)
 		}
-		switch op.Kind {
-		case engine.OpTokenBucket, engine.OpTokenTake, engine.OpReserve, engine.OpRelease:
-			buckets = true
+		if atomicKind(op.Kind) {
+			atomic = true
 			continue
-		case engine.OpAdd:
+		}
+		if op.Kind == engine.OpAdd {
 			if op.TTL <= 0 {
 				return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", op.Key, op.TTL)
 			}
@@ -209,7 +209,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memcache: %w", err)
 	}
-	if buckets {
+	if atomic {
 		if err := b.atomicOps(ctx, batch); err != nil {
 			return err
 		}
