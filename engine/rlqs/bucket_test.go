@@ -1,0 +1,93 @@
+package rlqs_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/rlqs"
+)
+
+func TestEntries(t *testing.T) {
+	t.Parallel()
+	e := func(kv ...string) []engine.Entry {
+		var out []engine.Entry
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, engine.Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	bucket := map[string]string{"tenant": "acme", "path": "/api", "env": "prod"}
+	cases := []struct {
+		name   string
+		bucket map[string]string
+		order  []string
+		want   []engine.Entry
+	}{
+		{"one key", map[string]string{"name": "b"}, nil, e("name", "b")},
+		{"sorted by default", bucket, nil, e("env", "prod", "path", "/api", "tenant", "acme")},
+		{"configured order", bucket, []string{"tenant", "path", "env"}, e("tenant", "acme", "path", "/api", "env", "prod")},
+		{"configured first, the rest sorted", bucket, []string{"tenant"}, e("tenant", "acme", "env", "prod", "path", "/api")},
+		{"names the bucket lacks are skipped", bucket, []string{"region", "path"}, e("path", "/api", "env", "prod", "tenant", "acme")},
+		{"a name twice counts once", bucket, []string{"path", "path", "env"}, e("path", "/api", "env", "prod", "tenant", "acme")},
+		{"byte order", map[string]string{"b": "1", "B": "2", "a": "3"}, nil, e("B", "2", "a", "3", "b", "1")},
+		{"empty", map[string]string{}, []string{"x"}, e()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := rlqs.Entries(c.bucket, c.order)
+			if !slices.Equal(got, c.want) && !(len(got) == 0 && len(c.want) == 0) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestKey(t *testing.T) {
+	t.Parallel()
+	a := map[string]string{"name": "b", "env": "prod"}
+	b := map[string]string{"env": "prod", "name": "b"}
+	if rlqs.Key(a) != rlqs.Key(b) {
+		t.Fatalf("one bucket, two keys: %q %q", rlqs.Key(a), rlqs.Key(b))
+	}
+	// Maps that a naive join would confuse.
+	distinct := []map[string]string{
+		{"a": "b:c"},
+		{"a:b": "c"},
+		{"a": "b", "c": ""},
+		{"a": "b1:c"},
+		{"a": "b", "1:c": "d"},
+		{"ab": "c"},
+		{"a": "bc"},
+		{},
+	}
+	seen := map[string]int{}
+	for i, m := range distinct {
+		k := rlqs.Key(m)
+		if j, dup := seen[k]; dup {
+			t.Fatalf("maps %v and %v share the key %q", distinct[j], m, k)
+		}
+		seen[k] = i
+	}
+}
+
+// FuzzKey: two maps have the same Key exactly when they are equal.
+func FuzzKey(f *testing.F) {
+	f.Add("a", "b:c", "a:b", "c")
+	f.Add("a", "b", "a", "b")
+	f.Add("1", "2:3", "1", "2")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		m1 := map[string]string{k1: v1, "x": v2}
+		m2 := map[string]string{k2: v2, "x": v1}
+		equal := len(m1) == len(m2)
+		for k, v := range m1 {
+			if w, ok := m2[k]; !ok || w != v {
+				equal = false
+			}
+		}
+		if (rlqs.Key(m1) == rlqs.Key(m2)) != equal {
+			t.Fatalf("%v and %v: keys %q and %q", m1, m2, rlqs.Key(m1), rlqs.Key(m2))
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package rlqs
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Kind is the kind of rate limit strategy an Envoy is told to enforce.
+type Kind uint8
+
+const (
+	// AllowAll is the blanket rule ALLOW_ALL.
+	AllowAll Kind = iota
+	// DenyAll is the blanket rule DENY_ALL.
+	DenyAll
+	// TokenBucket is a token_bucket strategy.
+	TokenBucket
+)
+
+func (k Kind) String() string {
+	switch k {
+	case AllowAll:
+		return "ALLOW_ALL"
+	case DenyAll:
+		return "DENY_ALL"
+	case TokenBucket:
+		return "token_bucket"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Strategy is what one Envoy enforces for one bucket: the
+// RateLimitStrategy of a QuotaAssignmentAction.
+type Strategy struct {
+	Kind Kind
+	// For TokenBucket: Envoy's bucket holds MaxTokens (and starts full),
+	// and gains TokensPerFill every FillInterval (whole seconds),
+	// continuously.
+	MaxTokens     uint32
+	TokensPerFill uint32
+	FillInterval  time.Duration
+}
+
+// Rate is what s admits in the long run, in requests per second.
+func (s Strategy) Rate() float64 {
+	switch s.Kind {
+	case AllowAll:
+		return math.Inf(1)
+	case TokenBucket:
+		if s.FillInterval > 0 {
+			return float64(s.TokensPerFill) / s.FillInterval.Seconds()
+		}
+	}
+	return 0
+}
+
+// PlanKind is how a bucket's rule is served.
+type PlanKind uint8
+
+const (
+	// PlanNone: no assignment is sent (Options.NoMatch none).
+	PlanNone PlanKind = iota
+	// PlanAllow: every reporter gets ALLOW_ALL.
+	PlanAllow
+	// PlanDeny: every reporter gets DENY_ALL.
+	PlanDeny
+	// PlanDivide: Limit is divided among the reporters (Divide, Assign).
+	PlanDivide
+)
+
+// Plan is what a bucket's rule makes of its reporters.
+type Plan struct {
+	Kind PlanKind
+	// Limit is the rule's rate in requests per second: what PlanDivide
+	// divides, and, for a shadow-mode rule, what the caller judges the
+	// reported demand against for the statistics.
+	Limit float64
+	// Burst is the fleet-wide bucket size in tokens of a token-bucket
+	// rule, shared out in proportion to the shares; 0 for other rules,
+	// whose buckets hold Options.Burst of their share.
+	Burst float64
+	// Shadow is a shadow-mode rule's plan: ALLOW_ALL, its statistics
+	// counted by the caller as if Limit applied.
+	Shadow bool
+}
+
+// PlanFor is the plan of rule l, the rule a bucket matched (nil when it
+// matched none, or its domain is not configured). An unlimited rule allows
+// all; a shadow-mode rule allows all (the Envoys must not deny, and the
+// statistics still say what the limit would have done); a limit of zero
+// denies all; a rule whose unit is not a window (it cannot be loaded) is
+// taken as no match.
+func PlanFor(l *engine.RateLimit, o Options) Plan {
+	switch {
+	case l == nil || (!l.Unlimited && !l.Unit.Valid()):
+		switch o.NoMatch {
+		case NoMatchAllow:
+			return Plan{Kind: PlanAllow}
+		case NoMatchDeny:
+			return Plan{Kind: PlanDeny}
+		}
+		return Plan{Kind: PlanNone}
+	case l.Unlimited:
+		return Plan{Kind: PlanAllow}
+	}
+	limit := float64(l.RequestsPerUnit) / float64(l.Unit.Seconds())
+	switch {
+	case l.ShadowMode:
+		return Plan{Kind: PlanAllow, Limit: limit, Shadow: true}
+	case l.RequestsPerUnit == 0:
+		return Plan{Kind: PlanDeny}
+	}
+	p := Plan{Kind: PlanDivide, Limit: limit}
+	if l.Algorithm == engine.TokenBucket {
+		// The engine's bucket holds the rule's burst, or requests_per_unit.
+		p.Burst = float64(l.RequestsPerUnit)
+		if l.Burst > 0 {
+			p.Burst = float64(l.Burst)
+		}
+	}
+	return p
+}
+
+// Assign is the strategy of a reporter whose share (requests per second,
+// from Divide) is share; ok is false for PlanNone (send nothing).
+//
+// The fill interval is 1 s and tokens_per_fill the share rounded down: a
+// whole second because Envoy reads no less; rounding down because the
+// shares add up to the limit, so the loss is under one request per second
+// per Envoy, which matters only for shares of a few per second. A share
+// under 1/s gets one token per the whole seconds it takes (rounded up),
+// DENY_ALL if that is longer than Options.MaxFill. The bucket holds
+// Options.Burst of the share, or, under a token-bucket rule, the share's
+// part of the rule's burst; at least one token.
+func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
+	switch p.Kind {
+	case PlanNone:
+		return Strategy{}, false
+	case PlanAllow:
+		return Strategy{Kind: AllowAll}, true
+	case PlanDeny:
+		return Strategy{Kind: DenyAll}, true
+	}
+	share = min(share, p.Limit)
+	if !(share > 0) {
+		return Strategy{Kind: DenyAll}, true
+	}
+	s = Strategy{Kind: TokenBucket, TokensPerFill: 1, FillInterval: time.Second}
+	if share >= 1 {
+		s.TokensPerFill = uint32(min(math.Floor(share), math.MaxUint32))
+	} else {
+		secs := math.Ceil(1 / share)
+		if secs > o.MaxFill.Seconds() {
+			return Strategy{Kind: DenyAll}, true
+		}
+		s.FillInterval = time.Duration(secs) * time.Second
+	}
+	burst := share * o.Burst.Seconds()
+	if p.Burst > 0 {
+		burst = p.Burst * share / p.Limit
+	}
+	s.MaxTokens = uint32(max(1, min(math.Floor(burst), math.MaxUint32)))
+	return s, true
+}
+
+// TTL is the assignment_time_to_live of assignments to a stream whose
+// Envoy reports every `every` (as the server observes it; 0 if not yet
+// known): Options.TTLReports intervals, at least Options.MinTTL, rounded up
+// to whole seconds.
+func (o Options) TTL(every time.Duration) time.Duration {
+	ttl := max(o.MinTTL, time.Duration(o.TTLReports)*max(every, 0))
+	return (ttl + time.Second - 1).Truncate(time.Second)
+}
+
+// Keep reports whether an Envoy whose active strategy is cur keeps it
+// (sluice sends cur again, extending its TTL) rather than being sent next.
+// Envoy refills a replaced token bucket, so every change of assignment
+// lets max_tokens through at once; a change is worth that only when it
+// takes something back, or gives noticeably more. cur is kept when it is
+// next, or when both are token buckets and cur admits no more than next
+// (its rate and its bucket), and at least 1−hysteresis of next's rate.
+// Keeping never admits more than next, so the fleet's total stays within
+// the limit.
+func Keep(cur, next Strategy, hysteresis float64) bool {
+	if cur == next {
+		return true
+	}
+	if cur.Kind != TokenBucket || next.Kind != TokenBucket {
+		return false
+	}
+	rc, rn := cur.Rate(), next.Rate()
+	return rc <= rn && rc >= (1-hysteresis)*rn && cur.MaxTokens <= next.MaxTokens
+}
