@@ -8,10 +8,12 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/actors/lease"
+	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
+	alloc "github.com/sluicehq/sluice/engine/rlqs"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/transport/metrics"
@@ -226,6 +228,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		Shards:              e.Int("SLUICE_SHARDS", 0),
 		MaxInFlight:         e.Int("SLUICE_MAX_IN_FLIGHT", 0),
 		Lease:               leaseFromEnv(e),
+		Quota:               quotaFromEnv(e),
 	}
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
 	s.Backend.Memory = MemorySettings{
@@ -444,4 +447,59 @@ func tracingFromEnv(e *Env) tracing.Settings {
 	}
 	t.Headers = h
 	return t
+}
+
+// quotaFromEnv reads the Rate Limit Quota Service's knobs (SLUICE_RLQS_*).
+func quotaFromEnv(e *Env) rlqs.Options {
+	o := rlqs.DefaultOptions()
+	a := &o.Alloc
+	a.Floor = float64(e.Float32("SLUICE_RLQS_FLOOR", float32(a.Floor)))
+	a.Spare = float64(e.Float32("SLUICE_RLQS_SPARE", float32(a.Spare)))
+	a.Hysteresis = float64(e.Float32("SLUICE_RLQS_HYSTERESIS", float32(a.Hysteresis)))
+	a.Burst = e.Duration("SLUICE_RLQS_BURST", a.Burst)
+	a.MaxFill = e.Duration("SLUICE_RLQS_MAX_FILL_INTERVAL", a.MaxFill)
+	a.TTLReports = e.Int("SLUICE_RLQS_TTL_REPORTS", a.TTLReports)
+	a.MinTTL = e.Duration("SLUICE_RLQS_MIN_TTL", a.MinTTL)
+	if v := e.String("SLUICE_RLQS_NO_MATCH", a.NoMatch.String()); v != "" {
+		nm, err := alloc.ParseNoMatch(strings.ToLower(v))
+		if err != nil {
+			e.fail(fmt.Errorf("SLUICE_RLQS_NO_MATCH: %w", err))
+		}
+		a.NoMatch = nm
+	}
+	a.KeyOrder = keyOrderFromEnv(e, "SLUICE_RLQS_KEY_ORDER")
+	o.Tick = e.Duration("SLUICE_RLQS_TICK", o.Tick)
+	o.Delivery = e.Duration("SLUICE_RLQS_DELIVERY", o.Delivery)
+	o.IdleAfter = e.Duration("SLUICE_RLQS_IDLE", o.IdleAfter)
+	o.MaxBuckets = e.Int("SLUICE_RLQS_MAX_BUCKETS", o.MaxBuckets)
+	return o
+}
+
+// keyOrderFromEnv reads "domain=k1,k2;other=k3": per domain, the BucketId
+// keys in the order they are matched against nested descriptors.
+func keyOrderFromEnv(e *Env, name string) map[string][]string {
+	v, _ := e.Lookup(name)
+	var out map[string][]string
+	for _, part := range strings.Split(v, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		dom, keys, ok := strings.Cut(part, "=")
+		dom = strings.TrimSpace(dom)
+		var list []string
+		for _, k := range strings.Split(keys, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				list = append(list, k)
+			}
+		}
+		if !ok || dom == "" || len(list) == 0 {
+			e.fail(fmt.Errorf("environment: %s: %q is not domain=key1,key2", name, part))
+			return nil
+		}
+		if out == nil {
+			out = make(map[string][]string)
+		}
+		out[dom] = list
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"net"
 	"net/http"
 	"os"
@@ -137,6 +138,7 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	rls := newRLSServer(s.decider(), s.log, s.errs)
 	g.RegisterService(rls.serviceDesc(), rls)
 	healthpb.RegisterHealthServer(g, s.ghs)
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.quota)
 	return g
 }
 

@@ -56,6 +56,9 @@ type Server struct {
 	svc      *engine.Service
 	loader   *loader
 	net      *listeners
+	// quota serves the Rate Limit Quota Service on the gRPC port; it
+	// exists while Run does.
+	quota *quotaServer
 }
 
 // NewServer builds the backend (waiting for it to answer, as the reference
@@ -185,6 +188,9 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 	defer func() {
 		stopConfig()
 		bg.Wait()
+		if s.quota != nil {
+			s.quota.close()
+		}
 		s.counters.Close()
 		s.errs.close()
 		s.ops.close() // last, so the final statistics flush sees everything
@@ -192,6 +198,11 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := s.ops.start(cfgCtx, &bg); err != nil {
 		return err
 	}
+	q, err := newQuotaServer(s.settings.Limiter.Quota, s.svc, s.ops.traceCounter(s.counters.lease), s.stats, s.log)
+	if err != nil {
+		return err
+	}
+	s.quota = q
 
 	if !s.settings.Config.ForceStart {
 		select {
@@ -218,6 +229,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		running--
 	}
 	s.health.Set(ComponentSigterm, false)
+	s.quota.stopStreams()
 	s.net.shutdown()
 	if err := served(errc, running); runErr == nil {
 		runErr = err

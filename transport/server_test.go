@@ -57,6 +57,13 @@ type harness struct {
 // the config directory first; env overrides the defaults used here.
 func start(t *testing.T, env map[string]string, files map[string]string) *harness {
 	t.Helper()
+	clk := &clock{t: t0}
+	return startClock(t, env, files, clk.Now)
+}
+
+// startClock is start with the engine's clock now (nil: the real one).
+func startClock(t *testing.T, env map[string]string, files map[string]string, now func() time.Time) *harness {
+	t.Helper()
 	root := t.TempDir()
 	h := &harness{root: root, cfgDir: filepath.Join(root, "app", "config"), logs: &logBuffer{}}
 	if err := os.MkdirAll(h.cfgDir, 0o755); err != nil {
@@ -81,8 +88,7 @@ func start(t *testing.T, env map[string]string, files map[string]string) *harnes
 	}
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.stats = stats.NewStore()
-	clk := &clock{t: t0}
-	h.run = rlsserver.Start(t, transport.Options{Settings: settings, Logger: logger, Stats: h.stats, Clock: clk.Now})
+	h.run = rlsserver.Start(t, transport.Options{Settings: settings, Logger: logger, Stats: h.stats, Clock: now})
 	h.srv = h.run.Server
 	a := h.srv.Addrs()
 	h.http, h.debug, h.grpc = "http://"+a.HTTP.String(), "http://"+a.Debug.String(), a.GRPC.String()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/actors/lease"
+	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
@@ -192,6 +193,8 @@ type LimiterSettings struct {
 	// Lease sizes the reservations of rules that count by lease
 	// (SLUICE_COUNTING=lease, or counting: lease on a rule): SLUICE_LEASE_*.
 	Lease lease.Options
+	// Quota serves the Rate Limit Quota Service (SLUICE_RLQS_*).
+	Quota rlqs.Options
 }
 
 // validate checks what the engine's own Validate does not.
@@ -199,6 +202,9 @@ func (l LimiterSettings) validate() error {
 	var errs []error
 	if err := l.Lease.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("SLUICE_LEASE_*: %w", err))
+	}
+	if err := l.Quota.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("SLUICE_RLQS_*: %w", err))
 	}
 	if l.LocalCacheSizeBytes < 0 {
 		errs = append(errs, errors.New("LOCAL_CACHE_SIZE_IN_BYTES must not be negative"))

@@ -1,0 +1,309 @@
+package rlqs
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	alloc "github.com/sluicehq/sluice/engine/rlqs"
+)
+
+// change is what one reporter is sent this tick: a new assignment
+// (replace), or its current one again, for a longer TTL.
+type change struct {
+	st      *Stream
+	r       *reporter
+	strat   alloc.Strategy
+	ttl     time.Duration
+	replace bool
+	// skip: held back, nothing is sent.
+	skip bool
+}
+
+// segment is the token bucket c starts at now.
+func (c change) segment(now time.Time) segment {
+	sg := segment{from: now, until: now.Add(c.ttl)}
+	if c.strat.Kind == alloc.TokenBucket {
+		sg.rate, sg.burst = c.strat.Rate(), float64(c.strat.MaxTokens)
+	}
+	return sg
+}
+
+// work is one hub's part of a tick.
+type work struct {
+	h        *hub
+	changes  []change
+	reserves []reserved // the tick's reservations for the hub
+	take     int        // index of its token take in the tick's ops, or -1
+	taken    uint64
+}
+
+type reserved struct {
+	window int64
+	op     int
+}
+
+// tickState is one tick: the hubs served, the store operations sent for
+// them, and what goes out afterwards.
+type tickState struct {
+	now      time.Time
+	works    []*work
+	ops      []engine.CounterOp
+	releases []engine.CounterOp
+	out      map[*Stream][]Action
+	need     map[int64]float64
+}
+
+// tick serves the hubs that have news or assignments to renew. The store
+// call is made without the lock, so reports keep arriving meanwhile.
+func (s *Service) tick(now time.Time) {
+	t := &tickState{now: now, out: make(map[*Stream][]Action), need: make(map[int64]float64)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if cfg := s.rules.Config(); cfg != s.cfg {
+		s.cfg = cfg
+		for _, h := range s.hubs {
+			h.dirty = true
+		}
+	}
+	for _, h := range s.hubs {
+		if h.dirty || !now.Before(h.next) {
+			t.prepare(s, h)
+		}
+	}
+	s.mu.Unlock()
+
+	err := s.call(t.ops)
+	if err != nil {
+		s.st.reserveErrors.Inc()
+		s.o.logf("rlqs: reserving quota: %v", err)
+	}
+	s.mu.Lock()
+	for _, w := range t.works {
+		t.finish(s, w, err)
+	}
+	s.mu.Unlock()
+
+	for st, acts := range t.out {
+		st.sink.Push(acts)
+	}
+	if err := s.call(t.releases); err != nil {
+		s.st.releaseErrors.Inc()
+	}
+}
+
+// prepare decides the hub's changes and the reservations they need.
+func (t *tickState) prepare(s *Service, h *hub) {
+	now := t.now
+	if h.cfg != s.cfg && !t.reload(s, h) {
+		return
+	}
+	t.sweep(s, h)
+	if len(h.reporters) == 0 {
+		delete(s.hubs, h.key)
+		s.st.buckets.Set(int64(len(s.hubs)))
+		return
+	}
+	w := &work{h: h, take: -1}
+	w.changes = h.decide(s, now, 1, nil)
+	switch {
+	case h.windowed():
+		for ks, n := range h.need(now, w.changes, t.need) {
+			if c := ceilNeed(n); c > h.reserved[ks] {
+				w.reserves = append(w.reserves, reserved{window: ks, op: len(t.ops)})
+				t.ops = append(t.ops, h.rule.ReserveOp(time.Unix(ks, 0), c-h.reserved[ks], now))
+			}
+		}
+	case h.take > 0 && h.rule.Limit != nil && h.rule.Limit.Algorithm == engine.TokenBucket:
+		w.take, w.taken = len(t.ops), h.take
+		t.ops = append(t.ops, h.rule.TakeOp(h.take, now))
+		h.take = 0
+	}
+	t.works = append(t.works, w)
+}
+
+// finish books what the store granted, fits the changes in it, and
+// commits them.
+func (t *tickState) finish(s *Service, w *work, err error) {
+	h, now := w.h, t.now
+	switch {
+	case h.windowed() && err != nil:
+		// Nothing is known of the store: nobody gets more than was paid
+		// for; the Envoys keep what they have until it expires.
+		h.unmark(w.changes)
+		w.changes = nil
+	case h.windowed():
+		limit := uint64(h.rule.Limit.RequestsPerUnit)
+		for _, rv := range w.reserves {
+			op := &t.ops[rv.op]
+			g, excess := engine.Granted(op, limit)
+			h.reserved[rv.window] += g
+			if excess > 0 {
+				t.releases = append(t.releases, h.rule.ReleaseOp(time.Unix(rv.window, 0), excess))
+			}
+		}
+		w.changes = h.fit(s, now, w.changes, t.need)
+	case w.take >= 0 && err != nil:
+		h.take += w.taken
+	}
+	h.commit(s, now, w.changes, t.out)
+	if h.windowed() {
+		t.giveBack(h)
+	}
+	h.dirty = false
+	h.next = h.nextDue(s, now)
+}
+
+// giveBack releases what the hub holds on a window beyond what its Envoys
+// may still admit in it.
+func (t *tickState) giveBack(h *hub) {
+	cur, _ := h.rule.Window(t.now)
+	need := h.need(t.now, nil, t.need)
+	for ks, held := range h.reserved {
+		if ks < cur.Unix() {
+			delete(h.reserved, ks)
+			continue
+		}
+		if n := ceilNeed(need[ks]); held > n {
+			t.releases = append(t.releases, h.rule.ReleaseOp(time.Unix(ks, 0), held-n))
+			h.reserved[ks] = n
+		}
+	}
+}
+
+// fit returns changes, or smaller ones, that the hub's reservations pay
+// for. First the limit is scaled down to what is left beyond what the
+// Envoys already hold (the shares stay max-min fair); then, largest first,
+// raises are held back (the Envoy keeps what it has, already paid for)
+// and what still does not fit, an extension or a first assignment, is
+// DENY_ALL, which adds nothing to any window.
+func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]float64) []change {
+	f := 1.0
+	for try := 0; try < 3; try++ {
+		worst := h.short(now, changes, need)
+		if worst >= 1 {
+			return changes
+		}
+		h.unmark(changes)
+		f *= worst * 0.98
+		changes = h.decide(s, now, f, changes[:0])
+	}
+	slices.SortFunc(changes, func(a, b change) int { return cmp.Compare(b.raise(), a.raise()) })
+	for i := range changes {
+		changes[i].r.ch = i
+	}
+	for i := range changes {
+		if h.short(now, changes, need) >= 1 {
+			return changes
+		}
+		c := &changes[i]
+		if c.replace && c.r.sent && c.raise() > 0 {
+			c.skip = true
+			continue
+		}
+		c.strat, c.replace = alloc.Strategy{Kind: alloc.DenyAll}, true
+	}
+	if h.short(now, changes, need) < 1 {
+		s.st.overcommitted.Inc()
+	}
+	return changes
+}
+
+// short is the least, over the windows, of what the hub holds ÷ what the
+// changes would need (1 when everything fits).
+func (h *hub) short(now time.Time, changes []change, need map[int64]float64) float64 {
+	worst := 1.0
+	for ks, n := range h.need(now, changes, need) {
+		if held := h.reserved[ks]; ceilNeed(n) > held {
+			worst = min(worst, float64(held)/n)
+		}
+	}
+	return worst
+}
+
+// raise is how much faster c lets its Envoy go than what it has.
+func (c change) raise() float64 {
+	if !c.r.sent {
+		return c.strat.Rate()
+	}
+	return c.strat.Rate() - c.r.cur.Rate()
+}
+
+// decide is what each live reporter is sent, with the rule's limit scaled
+// by f: for a divided limit, max-min fair shares of what is left once the
+// ghosts' buckets and every bucket's tokens are set aside.
+func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []change {
+	live := h.live()
+	if len(live) == 0 {
+		return out
+	}
+	var shares []float64
+	if h.plan.Kind == alloc.PlanDivide {
+		claims := make([]alloc.Claim, len(live))
+		for i, st := range live {
+			claims[i] = h.reporters[st].claim
+		}
+		shares = alloc.Divide(h.divisible(s, now, len(live))*f, claims, s.o.Alloc, nil)
+	}
+	for i, st := range live {
+		r := h.reporters[st]
+		var share float64
+		if shares != nil {
+			share = shares[i]
+		}
+		next, ok := h.plan.Assign(share, s.o.Alloc)
+		if !ok {
+			continue
+		}
+		c := change{st: st, r: r, strat: next, ttl: st.ttl(&s.o.Alloc), replace: true}
+		if r.sent && alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis) {
+			if r.until.Sub(now) >= c.ttl/2 {
+				continue
+			}
+			c.strat, c.replace = r.cur, false
+		}
+		r.ch = len(out)
+		out = append(out, c)
+	}
+	return out
+}
+
+// divisible is the rate the live reporters share: the rule's, less the
+// rates of the ghosts' buckets still alive and the tokens every bucket
+// holds (Options.Burst of the rate, at least one each), spread over a
+// window.
+func (h *hub) divisible(s *Service, now time.Time, n int) float64 {
+	l := h.plan.Limit
+	if _, length := h.rule.Window(now); length > 0 {
+		l -= (l*s.o.Alloc.Burst.Seconds() + float64(n)) / length.Seconds()
+	}
+	for _, r := range h.reporters {
+		if r.ghost && len(r.segs) > 0 && r.segs[len(r.segs)-1].until.After(now) {
+			l -= r.segs[len(r.segs)-1].rate
+		}
+	}
+	return max(l, 0)
+}
+
+// live is the streams of the reporters that are not ghosts, in the order
+// the streams were opened.
+func (h *hub) live() []*Stream {
+	out := make([]*Stream, 0, len(h.reporters))
+	for st, r := range h.reporters {
+		if !r.ghost {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Stream) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+func (h *hub) unmark(changes []change) {
+	for _, c := range changes {
+		c.r.ch = -1
+	}
+}

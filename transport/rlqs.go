@@ -1,0 +1,208 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/actors/rlqs"
+	"github.com/sluicehq/sluice/engine"
+	alloc "github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/stats"
+)
+
+// quotaServer serves the Rate Limit Quota Service's one method,
+// StreamRateLimitQuotas, on either gRPC server: a stream is a loop that
+// hands reports to the quota service and writes the actions it pushes.
+type quotaServer struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	svc *rlqs.Service
+	log *slog.Logger
+
+	// drain ends every stream (UNAVAILABLE), so that the Envoys reconnect
+	// to another replica and a graceful stop need not wait for them.
+	drain     chan struct{}
+	drainOnce sync.Once
+}
+
+func newQuotaServer(o rlqs.Options, svc *engine.Service, counter engine.Counter, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
+	o.Log = log
+	q, err := rlqs.New(o, svc, counter, st)
+	if err != nil {
+		return nil, err
+	}
+	return &quotaServer{svc: q, log: log, drain: make(chan struct{})}, nil
+}
+
+// stopStreams ends the streams being served and those opened later.
+func (q *quotaServer) stopStreams() { q.drainOnce.Do(func() { close(q.drain) }) }
+
+// close stops the quota service; the streams must have ended.
+func (q *quotaServer) close() {
+	q.stopStreams()
+	q.svc.Close()
+}
+
+// StreamRateLimitQuotas is the method on grpc-go's server.
+func (q *quotaServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	return q.serve(stream.Context(), stream.Recv, stream.Send)
+}
+
+type received struct {
+	m   *rlqsv3.RateLimitQuotaUsageReports
+	err error
+}
+
+// serve runs one stream until the client ends it, it fails, or drain. The
+// receiving goroutine belongs to the call: it ends when recv fails, which
+// it does once the call is over (both servers end a call's receives when
+// its method returns).
+func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	box := newOutbox()
+	st := q.svc.Open(box)
+	defer st.Close()
+	in := make(chan received)
+	go func() {
+		for {
+			m, err := recv()
+			select {
+			case in <- received{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-q.drain:
+			return status.Error(codes.Unavailable, "sluice is shutting down: reconnect")
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-box.ready:
+			if err := box.flush(send); err != nil {
+				return err
+			}
+		case r := <-in:
+			if errors.Is(r.err, io.EOF) {
+				return box.flush(send)
+			}
+			if r.err != nil {
+				return r.err
+			}
+			if err := q.report(st, r.m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// report hands one message to the quota service.
+func (q *quotaServer) report(st *rlqs.Stream, m *rlqsv3.RateLimitQuotaUsageReports) error {
+	usages := make([]rlqs.Usage, len(m.GetBucketQuotaUsages()))
+	for i, u := range m.GetBucketQuotaUsages() {
+		usages[i] = rlqs.Usage{Bucket: u.GetBucketId().GetBucket(), Elapsed: u.GetTimeElapsed().AsDuration(),
+			Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied()}
+	}
+	err := st.Report(time.Now(), m.GetDomain(), usages)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rlqs.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.InvalidArgument, err.Error())
+}
+
+// outbox is a stream's Sink: actions queue until the stream's loop writes
+// them, one message per flush; a newer action for a bucket replaces a
+// queued one, so a stream that writes slowly holds one per bucket at most.
+type outbox struct {
+	mu    sync.Mutex
+	queue []rlqs.Action
+	at    map[string]int
+	ready chan struct{}
+}
+
+func newOutbox() *outbox {
+	return &outbox{at: make(map[string]int), ready: make(chan struct{}, 1)}
+}
+
+// Push queues actions; it never blocks.
+func (o *outbox) Push(acts []rlqs.Action) {
+	o.mu.Lock()
+	for _, a := range acts {
+		if i, ok := o.at[a.Key]; ok {
+			o.queue[i] = a
+			continue
+		}
+		o.at[a.Key] = len(o.queue)
+		o.queue = append(o.queue, a)
+	}
+	o.mu.Unlock()
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+}
+
+// flush writes what is queued as one RateLimitQuotaResponse.
+func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+	o.mu.Lock()
+	acts := o.queue
+	o.queue = nil
+	clear(o.at)
+	o.mu.Unlock()
+	if len(acts) == 0 {
+		return nil
+	}
+	return send(quotaResponse(acts))
+}
+
+// quotaResponse is the message of acts, in their order.
+func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
+	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(acts))}
+	for i, a := range acts {
+		ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket}}
+		if a.Abandon {
+			ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		} else {
+			ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+				QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					AssignmentTimeToLive: durationpb.New(a.TTL),
+					RateLimitStrategy:    strategyProto(a.Strategy),
+				}}
+		}
+		resp.BucketAction[i] = ba
+	}
+	return resp
+}
+
+func strategyProto(s alloc.Strategy) *typev3.RateLimitStrategy {
+	switch s.Kind {
+	case alloc.TokenBucket:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens:     s.MaxTokens,
+			TokensPerFill: wrapperspb.UInt32(s.TokensPerFill),
+			FillInterval:  durationpb.New(s.FillInterval),
+		}}}
+	case alloc.DenyAll:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
+}
