@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -166,32 +167,44 @@ func (h *hub) need(now time.Time, changes []change, need map[int64]float64) map[
 // addNeed adds, for each window of length from cur on, the most one Envoy
 // may admit in it under segs: at any moment it enforces one of them (a
 // replacement it may or may not have applied yet is one or the other), so
-// in a window it spends at most every bucket's tokens and the fastest
-// rate over the time they cover.
+// in a window it spends at most every bucket's tokens and, at each moment,
+// the fastest rate of the buckets it may hold then.
 func addNeed(need map[int64]float64, segs []segment, cur time.Time, length time.Duration) {
 	end := cur
 	for _, sg := range segs {
 		end = maxTime(end, sg.until)
 	}
+	var cuts []time.Time
 	for ks := cur; ks.Before(end); ks = ks.Add(length) {
 		ke := ks.Add(length)
-		var burst, rate float64
-		var from, until time.Time
+		burst := 0.0
+		cuts = cuts[:0]
 		for _, sg := range segs {
 			a, b := maxTime(ks, sg.from), minTime(ke, sg.until)
+			if b.After(a) {
+				burst += sg.burst
+				cuts = append(cuts, a, b)
+			}
+		}
+		if len(cuts) == 0 {
+			continue
+		}
+		slices.SortFunc(cuts, func(x, y time.Time) int { return x.Compare(y) })
+		spent := burst
+		for i := 1; i < len(cuts); i++ {
+			a, b := cuts[i-1], cuts[i]
 			if !b.After(a) {
 				continue
 			}
-			if from.IsZero() || a.Before(from) {
-				from = a
+			rate := 0.0
+			for _, sg := range segs {
+				if !sg.from.After(a) && !sg.until.Before(b) {
+					rate = max(rate, sg.rate)
+				}
 			}
-			until = maxTime(until, b)
-			burst += sg.burst
-			rate = max(rate, sg.rate)
+			spent += rate * b.Sub(a).Seconds()
 		}
-		if !from.IsZero() {
-			need[ks.Unix()] += burst + rate*until.Sub(from).Seconds()
-		}
+		need[ks.Unix()] += spent
 	}
 }
 

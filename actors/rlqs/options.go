@@ -47,7 +47,7 @@ func DefaultOptions() Options {
 	a := alloc.DefaultOptions()
 	a.Burst = 20 * time.Millisecond
 	a.Spare = 0.5
-	return Options{Alloc: a, Tick: 50 * time.Millisecond, Delivery: 200 * time.Millisecond,
+	return Options{Alloc: a, Tick: 50 * time.Millisecond, Delivery: 50 * time.Millisecond,
 		IdleAfter: 30 * time.Second, MaxBuckets: 100_000, CallTimeout: time.Second}
 }
 

@@ -37,6 +37,10 @@ type work struct {
 	reserves []reserved // the tick's reservations for the hub
 	take     int        // index of its token take in the tick's ops, or -1
 	taken    uint64
+	// want is, per window, what the changes the claims call for would
+	// need: what the hub keeps of its reservations even when less was
+	// sent, so that room it got stays its own until the raises fit.
+	want map[int64]uint64
 }
 
 type reserved struct {
@@ -112,8 +116,11 @@ func (t *tickState) prepare(s *Service, h *hub) {
 	w.changes = h.decide(s, now, 1, nil)
 	switch {
 	case h.windowed():
+		w.want = make(map[int64]uint64)
 		for ks, n := range h.need(now, w.changes, t.need) {
-			if c := ceilNeed(n); c > h.reserved[ks] {
+			c := ceilNeed(n)
+			w.want[ks] = c
+			if c > h.reserved[ks] {
 				w.reserves = append(w.reserves, reserved{window: ks, op: len(t.ops)})
 				t.ops = append(t.ops, h.rule.ReserveOp(time.Unix(ks, 0), c-h.reserved[ks], now))
 			}
@@ -146,21 +153,26 @@ func (t *tickState) finish(s *Service, w *work, err error) {
 				t.releases = append(t.releases, h.rule.ReleaseOp(time.Unix(rv.window, 0), excess))
 			}
 		}
-		w.changes = h.fit(s, now, w.changes, t.need)
+		var short bool
+		w.changes, short = h.fit(s, now, w.changes, t.need)
+		if short {
+			// Another replica or RLS callers may give room back soon.
+			defer func() { h.next = minTime(h.next, now.Add(retryShort)) }()
+		}
 	case w.take >= 0 && err != nil:
 		h.take += w.taken
 	}
 	h.commit(s, now, w.changes, t.out)
 	if h.windowed() {
-		t.giveBack(h)
+		t.giveBack(h, w.want)
 	}
 	h.dirty = false
 	h.next = h.nextDue(s, now)
 }
 
 // giveBack releases what the hub holds on a window beyond what its Envoys
-// may still admit in it.
-func (t *tickState) giveBack(h *hub) {
+// may still admit in it and what their claims call for.
+func (t *tickState) giveBack(h *hub, want map[int64]uint64) {
 	cur, _ := h.rule.Window(t.now)
 	need := h.need(t.now, nil, t.need)
 	for ks, held := range h.reserved {
@@ -168,7 +180,7 @@ func (t *tickState) giveBack(h *hub) {
 			delete(h.reserved, ks)
 			continue
 		}
-		if n := ceilNeed(need[ks]); held > n {
+		if n := max(ceilNeed(need[ks]), want[ks]); held > n {
 			t.releases = append(t.releases, h.rule.ReleaseOp(time.Unix(ks, 0), held-n))
 			h.reserved[ks] = n
 		}
@@ -181,24 +193,31 @@ func (t *tickState) giveBack(h *hub) {
 // raises are held back (the Envoy keeps what it has, already paid for)
 // and what still does not fit, an extension or a first assignment, is
 // DENY_ALL, which adds nothing to any window.
-func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]float64) []change {
-	f := 1.0
-	for try := 0; try < 3; try++ {
-		worst := h.short(now, changes, need)
-		if worst >= 1 {
-			return changes
-		}
-		h.unmark(changes)
-		f *= worst * 0.98
-		changes = h.decide(s, now, f, changes[:0])
+func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]float64) (_ []change, short bool) {
+	if h.short(now, changes, need) >= 1 {
+		return changes, false
 	}
+	// The largest scale of the limit whose changes fit, within 1/256.
+	lo, hi := 0.0, 1.0
+	for range 8 {
+		f := (lo + hi) / 2
+		h.unmark(changes)
+		changes = h.decide(s, now, f, changes[:0])
+		if h.short(now, changes, need) >= 1 {
+			lo = f
+		} else {
+			hi = f
+		}
+	}
+	h.unmark(changes)
+	changes = h.decide(s, now, lo, changes[:0])
 	slices.SortFunc(changes, func(a, b change) int { return cmp.Compare(b.raise(), a.raise()) })
 	for i := range changes {
 		changes[i].r.ch = i
 	}
 	for i := range changes {
 		if h.short(now, changes, need) >= 1 {
-			return changes
+			return changes, true
 		}
 		c := &changes[i]
 		if c.replace && c.r.sent && c.raise() > 0 {
@@ -210,7 +229,7 @@ func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]fl
 	if h.short(now, changes, need) < 1 {
 		s.st.overcommitted.Inc()
 	}
-	return changes
+	return changes, true
 }
 
 // short is the least, over the windows, of what the hub holds ÷ what the
@@ -260,11 +279,18 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 			continue
 		}
 		c := change{st: st, r: r, strat: next, ttl: st.ttl(&s.o.Alloc), replace: true}
-		if r.sent && alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis) {
-			if r.until.Sub(now) >= c.ttl/2 {
+		due := r.until.Sub(now) < c.ttl/2
+		switch {
+		case r.sent && alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis):
+			if !due {
 				continue
 			}
 			c.strat, c.replace = r.cur, false
+		case r.sent && !due && near(r.cur, next, 2*s.o.Alloc.Hysteresis):
+			// A small cut is not worth a replacement (Envoy refills a
+			// new bucket, and both are counted until it is applied):
+			// what it has is paid for until it is renewed.
+			continue
 		}
 		r.ch = len(out)
 		out = append(out, c)
@@ -306,4 +332,16 @@ func (h *hub) unmark(changes []change) {
 	for _, c := range changes {
 		c.r.ch = -1
 	}
+}
+
+// retryShort is how soon a hub whose changes did not all fit asks again.
+const retryShort = 200 * time.Millisecond
+
+// near reports whether next takes back at most frac of cur's rate.
+func near(cur, next alloc.Strategy, frac float64) bool {
+	if cur.Kind != alloc.TokenBucket || next.Kind != alloc.TokenBucket {
+		return false
+	}
+	rc, rn := cur.Rate(), next.Rate()
+	return rn < rc && rn >= (1-frac)*rc
 }
