@@ -65,9 +65,9 @@ func TestJudge(t *testing.T) {
 		t.Fatalf("a good run: %+v, want 16 seconds judged, fleet 300..990, no failure", v)
 	}
 	for _, c2 := range []struct {
-		name  string
+		name   string
 		break_ func(rows [][]uint64)
-		want  string
+		want   string
 	}{
 		{"over the limit", func(r [][]uint64) { r[0][5] = 711 }, "over the limit"},
 		{"fleet too low", func(r [][]uint64) { r[0][5] = 640 }, "under 950.0"},
