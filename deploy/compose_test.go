@@ -56,23 +56,36 @@ func TestMain(m *testing.M) {
 // does: YAML as JSON, with every typed_config resolved by its @type.
 func loadEnvoy(t *testing.T) *bootstrapv3.Bootstrap {
 	t.Helper()
-	raw, err := os.ReadFile("compose/envoy.yaml")
+	return loadEnvoyFile(t, "compose/envoy.yaml")
+}
+
+func loadEnvoyFile(t *testing.T, path string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := parseEnvoy(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return b
+}
+
+func parseEnvoy(raw []byte) (*bootstrapv3.Bootstrap, error) {
 	var doc any
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
+		return nil, err
 	}
 	js, err := json.Marshal(doc)
 	if err != nil {
-		t.Fatalf("envoy.yaml as JSON: %v", err)
+		return nil, fmt.Errorf("as JSON: %w", err)
 	}
 	b := &bootstrapv3.Bootstrap{}
 	if err := protojson.Unmarshal(js, b); err != nil { // unknown fields are errors
-		t.Fatalf("envoy.yaml is not a v3 Bootstrap: %v", err)
+		return nil, fmt.Errorf("not a v3 Bootstrap: %w", err)
 	}
-	return b
+	return b, nil
 }
 
 // validateAll runs the generated validation (protoc-gen-validate rules) on m

@@ -1,0 +1,90 @@
+package rlqssim
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFairShares(t *testing.T) {
+	light := 300.0 / 7
+	for _, c := range []struct {
+		name    string
+		limit   float64
+		demands []float64
+		want    []float64
+	}{
+		{"70/20/10 of 3000 over 1000", 1000, []float64{2100, 150, 150, light, light, light, light, light, light, light},
+			[]float64{400, 150, 150, light, light, light, light, light, light, light}},
+		{"all below: each its demand", 1000, []float64{100, 200}, []float64{100, 200}},
+		{"equal split", 90, []float64{100, 100, 100}, []float64{30, 30, 30}},
+		{"idle gets nothing", 100, []float64{0, 500, 20}, []float64{0, 80, 20}},
+		{"zero limit", 0, []float64{5}, []float64{0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := FairShares(c.limit, c.demands)
+			for i := range c.want {
+				if math.Abs(got[i]-c.want[i]) > 1e-9 {
+					t.Fatalf("shares %v, want %v", got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestJudge(t *testing.T) {
+	// Two Envoys, 1 s windows from start (aligned), demand 900 and 300
+	// against 1000: fair shares 700 and 300. Envoy 0 idles at 10 s.
+	start := time.Unix(1_800_000_000, 0)
+	end := start.Add(20 * time.Second)
+	demand := func(e int, t time.Duration) float64 {
+		switch {
+		case e == 0 && t < 10*time.Second:
+			return 900
+		case e == 1:
+			return 300
+		}
+		return 0
+	}
+	good := func() [][]uint64 {
+		rows := [][]uint64{make([]uint64, 20), make([]uint64, 20)}
+		for s := range 20 {
+			if s < 10 {
+				rows[0][s], rows[1][s] = 700, 290
+			} else {
+				rows[1][s] = 300
+			}
+		}
+		return rows
+	}
+	c := Criteria{Limit: 1000, Settle: 2 * time.Second, MinFleet: 0.95, MinShare: 0.9}
+	v := judge(c, start, end, start.Unix(), good(), demand)
+	// Judged: seconds 2..9 and 12..19 (the start and the idle settle).
+	if !v.OK() || v.Judged != 16 || v.FleetMin != 300 || v.FleetMax != 990 {
+		t.Fatalf("a good run: %+v, want 16 seconds judged, fleet 300..990, no failure", v)
+	}
+	for _, c2 := range []struct {
+		name   string
+		break_ func(rows [][]uint64)
+		want   string
+	}{
+		{"over the limit", func(r [][]uint64) { r[0][5] = 711 }, "over the limit"},
+		{"fleet too low", func(r [][]uint64) { r[0][5] = 640 }, "under 950.0"},
+		{"unfair to the light one", func(r [][]uint64) { r[0][6], r[1][6] = 730, 260 }, "Envoy 1 admitted 260"},
+		{"idle share not moved", func(r [][]uint64) { r[1][14] = 260 }, "Envoy 1 admitted 260"},
+	} {
+		rows := good()
+		c2.break_(rows)
+		v := judge(c, start, end, start.Unix(), rows, demand)
+		if v.OK() || !strings.Contains(strings.Join(v.Failures, "\n"), c2.want) {
+			t.Errorf("%s: verdict %+v, want a failure saying %q", c2.name, v, c2.want)
+		}
+	}
+	// A second in the settle time is not judged, however bad.
+	rows := good()
+	rows[1][11] = 0
+	if v := judge(c, start, end, start.Unix(), rows, demand); !v.OK() {
+		t.Errorf("a second within Settle of a change was judged: %v", v.Failures)
+	}
+}
