@@ -39,14 +39,22 @@ func (o *Options) logf(format string, args ...any) {
 }
 
 // DefaultOptions are the settings the service starts from. Compared with
-// engine/rlqs's defaults: buckets hold 20 ms of their share, since every
-// token a bucket holds is reserved on top of its rate in every window, and
-// half of what the claims leave is kept back, for new Envoys, other
-// replicas and RLS callers on the same counter.
+// engine/rlqs's defaults:
+//   - buckets hold 10 ms of their share (at least two tokens), since every
+//     token a bucket holds is reserved on top of its rate in every window;
+//   - half of what the claims leave is kept back, for new Envoys, other
+//     replicas and RLS callers on the same counter;
+//   - a measured demand claims 2 % more, an unknown one half the equal
+//     share (room for the larger ones without waiting for cuts);
+//   - a raise of 2 % is worth a new bucket (a raise costs only the new
+//     bucket's tokens; small cuts the hub keeps by itself).
 func DefaultOptions() Options {
 	a := alloc.DefaultOptions()
-	a.Burst = 20 * time.Millisecond
+	a.Burst = 10 * time.Millisecond
 	a.Spare = 0.5
+	a.Headroom = 0.02
+	a.FirstShare = 0.5
+	a.Hysteresis = 0.02
 	return Options{Alloc: a, Tick: 50 * time.Millisecond, Delivery: 50 * time.Millisecond,
 		IdleAfter: 30 * time.Second, MaxBuckets: 100_000, CallTimeout: time.Second}
 }

@@ -15,6 +15,7 @@ type change struct {
 	st      *Stream
 	r       *reporter
 	strat   alloc.Strategy
+	share   float64 // the rate the strategy was made of
 	ttl     time.Duration
 	replace bool
 	// skip: held back, nothing is sent.
@@ -187,17 +188,87 @@ func (t *tickState) giveBack(h *hub, want map[int64]uint64) {
 	}
 }
 
-// fit returns changes, or smaller ones, that the hub's reservations pay
-// for. First the limit is scaled down to what is left beyond what the
-// Envoys already hold (the shares stay max-min fair); then, largest first,
-// raises are held back (the Envoy keeps what it has, already paid for)
-// and what still does not fit, an extension or a first assignment, is
-// DENY_ALL, which adds nothing to any window.
+// fit returns changes, or fewer or smaller ones, that the hub's
+// reservations pay for.
+//
+// While some of the hub's buckets were cut and the cuts are not yet known
+// applied (they are counted beside their replacements until the next
+// reports show them), the shortage is passing: cuts and renewals go out,
+// raises go out as far as they fit (a raise costs only the new bucket's
+// tokens), the hub asks again soon. Otherwise the room is held by the
+// store's other users (replicas, RLS callers): the limit is scaled to
+// what is held, and the shares stay max-min fair.
 func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]float64) (_ []change, short bool) {
 	if h.short(now, changes, need) >= 1 {
 		return changes, false
 	}
-	// The largest scale of the limit whose changes fit, within 1/256.
+	if h.cutting(now) {
+		h.partial(s, now, changes, need)
+	} else {
+		changes = h.scaled(s, now, changes, need)
+	}
+	slices.SortFunc(changes, func(a, b change) int { return cmp.Compare(b.raise(), a.raise()) })
+	for i := range changes {
+		changes[i].r.ch = i
+	}
+	for i := range changes {
+		if h.short(now, changes, need) >= 1 {
+			return changes, true
+		}
+		c := &changes[i]
+		switch {
+		case c.skip:
+		case c.r.sent && c.r.until.Sub(now) > retryShort:
+			// What it has is paid for; ask again soon.
+			c.skip = true
+		default:
+			// It expires before then and nothing more can be paid for.
+			c.strat, c.replace = alloc.Strategy{Kind: alloc.DenyAll}, true
+		}
+	}
+	if h.short(now, changes, need) < 1 {
+		s.st.overcommitted.Inc()
+	}
+	return changes, true
+}
+
+// partial raises each Envoy that is to get more by the largest part of
+// its raise that fits (within 1/64), the cuts and renewals as they are; a
+// raise of less than the hysteresis waits.
+func (h *hub) partial(s *Service, now time.Time, changes []change, need map[int64]float64) {
+	type raise struct {
+		i        int
+		from, to float64
+	}
+	var raises []raise
+	for i := range changes {
+		if c := &changes[i]; c.replace && c.r.sent && c.raise() > 0 {
+			raises = append(raises, raise{i, c.r.cur.Rate(), c.share})
+		}
+	}
+	set := func(g float64) {
+		for _, x := range raises {
+			c := &changes[x.i]
+			c.strat, _ = h.plan.Assign(x.from+g*(x.to-x.from), s.o.Alloc)
+			c.skip = g == 0 || c.raise() < s.o.Alloc.Hysteresis*x.from
+		}
+	}
+	lo, hi := 0.0, 1.0
+	for range 6 {
+		g := (lo + hi) / 2
+		set(g)
+		if h.short(now, changes, need) >= 1 {
+			lo = g
+		} else {
+			hi = g
+		}
+	}
+	set(lo)
+}
+
+// scaled is the changes for the largest scale of the limit that fits
+// (within 1/256), or the changes as they are if only denials would.
+func (h *hub) scaled(s *Service, now time.Time, changes []change, need map[int64]float64) []change {
 	lo, hi := 0.0, 1.0
 	for range 8 {
 		f := (lo + hi) / 2
@@ -209,27 +280,24 @@ func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]fl
 			hi = f
 		}
 	}
+	if lo == 0 {
+		lo = 1
+	}
 	h.unmark(changes)
-	changes = h.decide(s, now, lo, changes[:0])
-	slices.SortFunc(changes, func(a, b change) int { return cmp.Compare(b.raise(), a.raise()) })
-	for i := range changes {
-		changes[i].r.ch = i
-	}
-	for i := range changes {
-		if h.short(now, changes, need) >= 1 {
-			return changes, true
+	return h.decide(s, now, lo, changes[:0])
+}
+
+// cutting reports whether a bucket of the hub was cut and the cut is not
+// yet known applied.
+func (h *hub) cutting(now time.Time) bool {
+	for _, r := range h.reporters {
+		for _, sg := range r.segs {
+			if !sg.cut.IsZero() && sg.until.After(now) {
+				return true
+			}
 		}
-		c := &changes[i]
-		if c.replace && c.r.sent && c.raise() > 0 {
-			c.skip = true
-			continue
-		}
-		c.strat, c.replace = alloc.Strategy{Kind: alloc.DenyAll}, true
 	}
-	if h.short(now, changes, need) < 1 {
-		s.st.overcommitted.Inc()
-	}
-	return changes, true
+	return false
 }
 
 // short is the least, over the windows, of what the hub holds ÷ what the
@@ -262,11 +330,7 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 	}
 	var shares []float64
 	if h.plan.Kind == alloc.PlanDivide {
-		claims := make([]alloc.Claim, len(live))
-		for i, st := range live {
-			claims[i] = h.reporters[st].claim
-		}
-		shares = alloc.Divide(h.divisible(s, now, len(live))*f, claims, s.o.Alloc, nil)
+		shares = h.shares(s, now, live, f)
 	}
 	for i, st := range live {
 		r := h.reporters[st]
@@ -278,7 +342,12 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 		if !ok {
 			continue
 		}
-		c := change{st: st, r: r, strat: next, ttl: st.ttl(&s.o.Alloc), replace: true}
+		c := change{st: st, r: r, strat: next, share: share, ttl: st.ttl(&s.o.Alloc), replace: true}
+		if !r.claim.Known {
+			// An equal share while the demand is unknown: held no longer
+			// than it must be, since it is paid for until it ends.
+			c.ttl = time.Second
+		}
 		due := r.until.Sub(now) < c.ttl/2
 		switch {
 		case r.sent && alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis):
@@ -298,21 +367,35 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 	return out
 }
 
-// divisible is the rate the live reporters share: the rule's, less the
-// rates of the ghosts' buckets still alive and the tokens every bucket
-// holds (Options.Burst of the rate, at least one each), spread over a
-// window.
-func (h *hub) divisible(s *Service, now time.Time, n int) float64 {
-	l := h.plan.Limit
-	if _, length := h.rule.Window(now); length > 0 {
-		l -= (l*s.o.Alloc.Burst.Seconds() + float64(n)) / length.Seconds()
+// shares divides the rule's rate, scaled by f, among the live reporters,
+// max-min fair over their claims, once the ghosts' buckets still alive and
+// the tokens every bucket holds are set aside (the tokens of the shares
+// found first, then the division again).
+func (h *hub) shares(s *Service, now time.Time, live []*Stream, f float64) []float64 {
+	claims := make([]alloc.Claim, len(live))
+	for i, st := range live {
+		claims[i] = h.reporters[st].claim
 	}
+	l := h.plan.Limit
 	for _, r := range h.reporters {
 		if r.ghost && len(r.segs) > 0 && r.segs[len(r.segs)-1].until.After(now) {
 			l -= r.segs[len(r.segs)-1].rate
 		}
 	}
-	return max(l, 0)
+	l = max(l, 0) * f
+	_, length := h.rule.Window(now)
+	if length <= 0 {
+		return alloc.Divide(l, claims, s.o.Alloc, nil)
+	}
+	w := length.Seconds()
+	shares := alloc.Divide(l-(l*s.o.Alloc.Burst.Seconds()+alloc.MinTokens*float64(len(live)))/w, claims, s.o.Alloc, nil)
+	tokens := 0.0
+	for _, sh := range shares {
+		if st, ok := h.plan.Assign(sh, s.o.Alloc); ok {
+			tokens += float64(st.MaxTokens)
+		}
+	}
+	return alloc.Divide(max(l-tokens/w, 0), claims, s.o.Alloc, shares)
 }
 
 // live is the streams of the reporters that are not ghosts, in the order

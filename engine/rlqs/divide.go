@@ -44,8 +44,9 @@ func Rate(allowed, denied uint64, reported, observed time.Duration) Claim {
 // and returns the shares in claims' order, in out's storage when it has
 // room.
 //
-// Each reporter claims its demand, at least Floor of the equal share (an
-// unknown demand claims the equal share). Water-filling: the limit is
+// Each reporter claims its demand (and Headroom of it), or FirstShare of
+// the equal share while its demand is unknown (all of it when FirstShare
+// is 0), and at least Floor of the equal share. Water-filling: the limit is
 // poured evenly; a reporter whose claim is below the level gets its claim
 // and the rest is poured over the others, until the limit is used or every
 // claim is met. Every share is then at most its claim, a reporter that got
@@ -69,10 +70,14 @@ func Divide(limit float64, claims []Claim, o Options, out []float64) []float64 {
 	limit = min(limit, maxRate)
 	floor, spareShare := unit(o.Floor), unit(o.Spare)
 	equal := limit / float64(n)
+	first := equal
+	if o.FirstShare > 0 {
+		first = equal * unit(o.FirstShare)
+	}
 	for i, c := range claims {
-		r := equal
+		r := first
 		if c.Known {
-			r = c.Rate
+			r = c.Rate * (1 + unit(o.Headroom))
 			if !(r >= 0) {
 				r = 0
 			}

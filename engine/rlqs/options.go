@@ -51,6 +51,16 @@ type Options struct {
 	// reporting interval while its report travels. The floors together
 	// take at most Floor of the limit.
 	Floor float64
+	// FirstShare is the fraction of the equal share a reporter claims
+	// while its demand is unknown (its first report): less than 1 keeps
+	// room for the reporters whose demand turns out larger, so they need
+	// not wait for the others' first assignments to be cut.
+	FirstShare float64
+	// Headroom is how much more than its measured demand a reporter
+	// claims, as a fraction of it: a share exactly at the demand is held
+	// just under it by Envoy's whole tokens and by requests arriving in
+	// bunches.
+	Headroom float64
 	// Spare is the fraction of what the claims leave of the limit that is
 	// handed out, equally, on top of the claims: an Envoy whose demand
 	// grows between two reports finds room at once. 1 hands out the whole
@@ -82,7 +92,7 @@ type Options struct {
 
 // DefaultOptions are the settings SLUICE_RLQS_* start from.
 func DefaultOptions() Options {
-	return Options{Floor: 0.1, Spare: 1, Burst: time.Second, MaxFill: time.Hour,
+	return Options{Floor: 0.1, FirstShare: 1, Spare: 1, Burst: time.Second, MaxFill: time.Hour,
 		TTLReports: 3, MinTTL: 2 * time.Second, Hysteresis: 0.05}
 }
 
@@ -115,6 +125,10 @@ func (o Options) Validate() error {
 	switch {
 	case !frac(o.Floor):
 		return fmt.Errorf("rlqs: floor %v must be a fraction in [0, 1]", o.Floor)
+	case !frac(o.FirstShare):
+		return fmt.Errorf("rlqs: first share %v must be a fraction in [0, 1]", o.FirstShare)
+	case !frac(o.Headroom):
+		return fmt.Errorf("rlqs: headroom %v must be a fraction in [0, 1]", o.Headroom)
 	case !frac(o.Spare):
 		return fmt.Errorf("rlqs: spare %v must be a fraction in [0, 1]", o.Spare)
 	case !frac(o.Hysteresis) || o.Hysteresis == 1:

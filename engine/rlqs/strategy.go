@@ -134,7 +134,8 @@ func PlanFor(l *engine.RateLimit, o Options) Plan {
 // under 1/s gets one token per the whole seconds it takes (rounded up),
 // DENY_ALL if that is longer than Options.MaxFill. The bucket holds
 // Options.Burst of the share, or, under a token-bucket rule, the share's
-// part of the rule's burst; at least one token.
+// part of the rule's burst; at least MinTokens (one for shares under
+// MinTokens per second, and under a token-bucket rule).
 func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
 	switch p.Kind {
 	case PlanNone:
@@ -162,9 +163,20 @@ func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
 	if p.Burst > 0 {
 		burst = p.Burst * share / p.Limit
 	}
-	s.MaxTokens = uint32(max(1, min(math.Floor(burst), math.MaxUint32)))
+	// A bucket of one token at a rate just under the demand loses about
+	// half of it: a request that finds 0.98 of a token is denied, and
+	// what accrues while the bucket is full is lost. Two tokens carry it.
+	// Under a token-bucket rule the buckets together hold its burst.
+	least := 1.0
+	if share >= MinTokens && p.Burst == 0 {
+		least = MinTokens
+	}
+	s.MaxTokens = uint32(max(least, min(math.Floor(burst), math.MaxUint32)))
 	return s, true
 }
+
+// MinTokens is the least a bucket holds when its share allows it.
+const MinTokens = 2
 
 // TTL is the assignment_time_to_live of assignments to a stream whose
 // Envoy reports every `every` (as the server observes it; 0 if not yet

@@ -94,7 +94,6 @@ func (e *envoy) run(ctx context.Context, start time.Time) {
 // they caused.
 func (e *envoy) tick(now time.Time, dt, sinceStart time.Duration) []*rlqsv3.RateLimitQuotaUsageReports {
 	var subs []*rlqsv3.RateLimitQuotaUsageReports
-	sec := int(now.Unix() - e.sim.first)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for b := range e.acc {
@@ -102,13 +101,19 @@ func (e *envoy) tick(now time.Time, dt, sinceStart time.Duration) []*rlqsv3.Rate
 		if n == 0 {
 			continue
 		}
-		row := e.perSecond[b]
-		for len(row) <= sec {
-			row = append(row, counts{})
-		}
-		e.perSecond[b] = row
-		for range n {
-			ok, sub := e.f.request(b, now)
+		for k := range n {
+			// The tick's requests arrive one by one over the time it
+			// covers, as an Envoy sees them, however late this goroutine
+			// ran: a late tick must not turn into a bunch that no bucket
+			// of a few tokens could take.
+			at := now.Add(-dt + dt*time.Duration(k+1)/time.Duration(n))
+			sec := max(int(at.Unix()-e.sim.first), 0)
+			row := e.perSecond[b]
+			for len(row) <= sec {
+				row = append(row, counts{})
+			}
+			e.perSecond[b] = row
+			ok, sub := e.f.request(b, at)
 			if sub != nil {
 				subs = append(subs, sub)
 			}
