@@ -39,7 +39,7 @@ type replica struct {
 	stats *stats.Store
 }
 
-func newReplica(t *testing.T, store engine.Backend, yaml string, o rlqs.Options) *replica {
+func newReplica(t testing.TB, store engine.Backend, yaml string, o rlqs.Options) *replica {
 	t.Helper()
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{Stats: st})
@@ -207,4 +207,23 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// FuzzReport: any usage report is taken or refused with an error; nothing
+// crashes, and a refused one changes nothing.
+func FuzzReport(f *testing.F) {
+	f.Add("q", "user", "ann", int64(0), uint64(1), uint64(0))
+	f.Add("", "user", "ann", int64(time.Second), uint64(5), uint64(7))
+	f.Add("q", "", "x", int64(-1), uint64(0), uint64(0))
+	f.Add("q", "user", "", int64(1<<62), uint64(1<<63), uint64(1<<63))
+	r := newReplica(f, memory.New(nil), rules, rlqs.DefaultOptions())
+	f.Fuzz(func(t *testing.T, domain, key, value string, elapsed int64, allowed, denied uint64) {
+		st := r.quota.Open(newSink())
+		defer st.Close()
+		err := st.Report(time.Now(), domain, []rlqs.Usage{{Bucket: map[string]string{key: value},
+			Elapsed: time.Duration(elapsed), Allowed: allowed, Denied: denied}})
+		if err == nil && (domain == "" || key == "" || value == "" || elapsed < 0) {
+			t.Fatalf("took a report that should be refused: %q %q=%q %d", domain, key, value, elapsed)
+		}
+	})
 }

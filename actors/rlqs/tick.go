@@ -141,9 +141,11 @@ func (t *tickState) finish(s *Service, w *work, err error) {
 	switch {
 	case h.windowed() && err != nil:
 		// Nothing is known of the store: nobody gets more than was paid
-		// for; the Envoys keep what they have until it expires.
+		// for; the Envoys keep what they have until it expires, and the
+		// hub asks again soon.
 		h.unmark(w.changes)
 		w.changes = nil
+		defer func() { h.next = minTime(h.next, now.Add(retryShort)) }()
 	case h.windowed():
 		limit := uint64(h.rule.Limit.RequestsPerUnit)
 		for _, rv := range w.reserves {
