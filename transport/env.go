@@ -455,6 +455,8 @@ func quotaFromEnv(e *Env) rlqs.Options {
 	a := &o.Alloc
 	a.Floor = float64(e.Float32("SLUICE_RLQS_FLOOR", float32(a.Floor)))
 	a.Spare = float64(e.Float32("SLUICE_RLQS_SPARE", float32(a.Spare)))
+	a.Headroom = float64(e.Float32("SLUICE_RLQS_HEADROOM", float32(a.Headroom)))
+	a.FirstShare = float64(e.Float32("SLUICE_RLQS_FIRST_SHARE", float32(a.FirstShare)))
 	a.Hysteresis = float64(e.Float32("SLUICE_RLQS_HYSTERESIS", float32(a.Hysteresis)))
 	a.Burst = e.Duration("SLUICE_RLQS_BURST", a.Burst)
 	a.MaxFill = e.Duration("SLUICE_RLQS_MAX_FILL_INTERVAL", a.MaxFill)

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -68,12 +69,33 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "67108864"}, "SLUICE_GC_HEAP_FLOOR_MIB (67108864) must be between 0 (off) and 1048576"},
 		{map[string]string{"SLUICE_COUNTING": "leased"}, `SLUICE_COUNTING must be exact or lease, got "leased"`},
 		{map[string]string{"SLUICE_LEASE_HORIZON": "-1s"}, "SLUICE_LEASE_*: lease: horizon (-1s)"},
+		{map[string]string{"SLUICE_RLQS_SPARE": "2"}, "SLUICE_RLQS_*: rlqs: spare 2 must be a fraction in [0, 1]"},
+		{map[string]string{"SLUICE_RLQS_MIN_TTL": "500ms"}, "SLUICE_RLQS_*: rlqs: minimum TTL 500ms must be at least 1s"},
+		{map[string]string{"SLUICE_RLQS_NO_MATCH": "maybe"}, `SLUICE_RLQS_NO_MATCH: rlqs: no-match behaviour "maybe"`},
+		{map[string]string{"SLUICE_RLQS_KEY_ORDER": "api"}, `SLUICE_RLQS_KEY_ORDER: "api" is not domain=key1,key2`},
+		{map[string]string{"SLUICE_RLQS_MAX_BUCKETS": "0"}, "SLUICE_RLQS_*: rlqs: max buckets per stream 0 must be at least 1"},
+		{map[string]string{"SLUICE_RLQS_TICK": "0s"}, "SLUICE_RLQS_*: rlqs: tick 0s must be in (0, 10s]"},
 	}
 	for _, tc := range cases {
 		_, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+// TestQuotaSettings: SLUICE_RLQS_* reach the quota service's options.
+func TestQuotaSettings(t *testing.T) {
+	s, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{
+		"SLUICE_RLQS_NO_MATCH": "deny_all", "SLUICE_RLQS_KEY_ORDER": "api=path, method;web=user",
+		"SLUICE_RLQS_SPARE": "0.25", "SLUICE_RLQS_TTL_REPORTS": "5", "SLUICE_RLQS_IDLE": "1m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := s.Limiter.Quota
+	got := fmt.Sprintf("%v %v %v %v %v", q.Alloc.NoMatch, q.Alloc.KeyOrder, q.Alloc.Spare, q.Alloc.TTLReports, q.IdleAfter)
+	if want := "deny_all map[api:[path method] web:[user]] 0.25 5 1m0s"; got != want {
+		t.Errorf("got %s, want %s", got, want)
 	}
 }
 
