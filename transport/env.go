@@ -227,9 +227,8 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		StatsMaxDynamic:     e.Int("SLUICE_STATS_MAX_DYNAMIC", stats.DefaultMaxDynamic),
 		Shards:              e.Int("SLUICE_SHARDS", 0),
 		MaxInFlight:         e.Int("SLUICE_MAX_IN_FLIGHT", 0),
-		Lease:               leaseFromEnv(e),
-		Quota:               quotaFromEnv(e),
 	}
+	s.Limiter.Lease, s.Limiter.Quota = leaseFromEnv(e), quotaFromEnv(e)
 	s.Backend = BackendSettings{Type: strings.ToLower(e.String("BACKEND_TYPE", "redis"))}
 	s.Backend.Memory = MemorySettings{
 		MaxBytes:    int64(e.Int("SLUICE_MEMORY_MAX_BYTES", int(DefaultMemoryMaxBytes()))),
