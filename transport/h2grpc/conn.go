@@ -101,7 +101,6 @@ type conn struct {
 	ready       []*stream // complete unary calls not yet dispatched
 	ackOwed     bool      // a PING acknowledgement waits in out for a write
 	framesRead  int       // frames read since ready or ackOwed became non-empty
-	resets      ourResets // streams we reset while their request was coming
 	flood       floodGuard
 
 	mu   sync.Mutex
@@ -121,6 +120,7 @@ type conn struct {
 	// served (bounded by MaxRequestBytes).
 	buffered int64
 	blocked  []*stream // streams with DATA waiting for window, in order
+	resets   ourResets // streams we reset while their request was coming
 	// Peer settings that shape what we send.
 	peerInitWindow int64
 	peerMaxFrame   int

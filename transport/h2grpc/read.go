@@ -400,8 +400,8 @@ func (c *conn) onReset(id uint32) {
 			c.sendBlockedLocked() // retires it if it waits for window
 		}
 	}
-	c.mu.Unlock()
 	c.resets.forget(id)
+	c.mu.Unlock()
 	if st == nil {
 		return
 	}

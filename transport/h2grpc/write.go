@@ -176,11 +176,11 @@ func (c *conn) endLocked(st *stream) {
 func (c *conn) answerHTTPError(st *stream, status string, code codes.Code, msg string, head bool) {
 	block := appendLiteral(nil, 8, "", status) // :status, by static name
 	block = appendLiteral(block, 31, "", "text/plain; charset=utf-8")
+	c.mu.Lock()
 	if !st.remoteDone {
 		st.rstAfter = true
 		c.resets.add(st.id, int(c.s.o.MaxConcurrentStreams))
 	}
-	c.mu.Lock()
 	c.answers++
 	if head {
 		c.out = appendHeaders(c.out, st.id, append(block, trailers(code, msg)...), true)
