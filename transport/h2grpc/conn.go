@@ -48,8 +48,12 @@ type stream struct {
 	gzip, coded bool
 	// dispatched: the request is complete and a worker owns the stream.
 	dispatched bool
-	// streaming is the method of a server-streaming call (method is nil).
+	// streaming is the method of a server-streaming call, bidi that of a
+	// client- or bidirectional-streaming one (method is nil); in is what
+	// the latter has received (bidi.go).
 	streaming StreamMethod
+	bidi      BidiMethod
+	in        *inbox
 	// batch and path: the method may serve calls read together
 	// (Options.Batches). group is the calls of a batch, this one first,
 	// on the stream a worker is given, and serve what the batch method
@@ -60,18 +64,19 @@ type stream struct {
 	serve BatchServe
 
 	// mu: flow control of our DATA and the stream's end.
-	sendWindow int64              // the peer's stream window updates minus what we sent, plus its initial window at creation
-	reset      bool               // the peer reset the stream: drop what is left
-	done       bool               // our END_STREAM is written or dropped
-	pending    []byte             // DATA payload waiting for window
-	trailer    []byte             // trailers block to send after pending; nil while a stream's method runs
-	headerSent bool               // a streaming call's response HEADERS went out
-	cancel     context.CancelFunc // a streaming call's context, cancelled by RST_STREAM
-	answered   bool               // a batch call's status went out while its batch runs (deadline)
-	rstAfter   bool               // RST_STREAM(NO_ERROR) follows the answer: the request is still coming
+	sendWindow int64                   // the peer's stream window updates minus what we sent, plus its initial window at creation
+	reset      bool                    // the peer reset the stream: drop what is left
+	done       bool                    // our END_STREAM is written or dropped
+	pending    []byte                  // DATA payload waiting for window
+	trailer    []byte                  // trailers block to send after pending; nil while a stream's method runs
+	headerSent bool                    // a streaming call's response HEADERS went out
+	cancel     context.CancelCauseFunc // a streaming call's context, once its method runs
+	cause      error                   // why its context is to end, if that came before it ran
+	answered   bool                    // a batch call's status went out while its batch runs (deadline)
+	rstAfter   bool                    // RST_STREAM(NO_ERROR) follows the answer: the request is still coming
 }
 
-func (st *stream) served() bool { return st.method != nil || st.streaming != nil }
+func (st *stream) served() bool { return st.method != nil || st.streaming != nil || st.bidi != nil }
 
 // conn is one HTTP/2 connection.
 type conn struct {
