@@ -628,3 +628,45 @@ func TestBidiDrain(t *testing.T) {
 		unavailable(t, open(t, dial(t, addr)))
 	})
 }
+
+// TestBidiDeadline: the call's deadline ends the method's context, and a
+// recv and a send waiting for it (the client reads nothing) return.
+func TestBidiDeadline(t *testing.T) {
+	ended := make(chan [2]error, 1)
+	_, addr := serve(t, Options{MaxOutput: 1 << 10, BidiMethods: map[string]BidiMethod{
+		"/t.S/Flood": func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+			if _, ok := ctx.Deadline(); !ok {
+				return status.Error(codes.FailedPrecondition, "no deadline")
+			}
+			recvd := make(chan error, 1)
+			go func() {
+				for {
+					if _, err := recv(); err != nil {
+						recvd <- err
+						return
+					}
+				}
+			}()
+			var err error
+			for err == nil {
+				err = send(make([]byte, 4<<10))
+			}
+			ended <- [2]error{err, <-recvd}
+			return err
+		},
+	}})
+	// A client with a small window that never reads its answers: send
+	// waits for window, with output over MaxOutput.
+	r := dialRaw(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100})
+	r.headers(1, "/t.S/Flood", false, "grpc-timeout", "200m")
+	select {
+	case errs := <-ended:
+		for i, err := range errs {
+			if status.Code(err) != codes.DeadlineExceeded {
+				t.Errorf("%s: %v, want DEADLINE_EXCEEDED", []string{"send", "recv"}[i], err)
+			}
+		}
+	case <-time.After(testenv.EventuallyBound):
+		t.Fatal("the deadline did not end send and recv")
+	}
+}

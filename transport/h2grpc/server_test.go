@@ -934,6 +934,8 @@ func TestStopBeforePreface(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	for name, o := range map[string]Options{
 		"both kinds":                    {Methods: map[string]Method{"/a/B": echo}, StreamMethods: map[string]StreamMethod{"/a/B": nil}},
+		"bidi and unary":                {Methods: map[string]Method{"/a/B": echo}, BidiMethods: map[string]BidiMethod{"/a/B": bidiEcho}},
+		"bidi and server-streaming":     {StreamMethods: map[string]StreamMethod{"/a/B": nil}, BidiMethods: map[string]BidiMethod{"/a/B": bidiEcho}},
 		"negative workers":              {Workers: -1},
 		"small window":                  {ConnWindow: 100},
 		"message over window":           {MaxRecvMsgSize: maxWindow},
