@@ -46,7 +46,9 @@ type stream struct {
 	// gzip: the request's grpc-encoding is gzip; coded: it named one, and
 	// the answer tells which we accept (grpc-accept-encoding).
 	gzip, coded bool
-	// dispatched: the request is complete and a worker owns the stream.
+	// dispatched: the request is complete and a worker owns the stream's
+	// answer (a bidirectional call's goroutine owns it from the headers
+	// on; the reader still fills its inbox).
 	dispatched bool
 	// streaming is the method of a server-streaming call, bidi that of a
 	// client- or bidirectional-streaming one (method is nil); in is what

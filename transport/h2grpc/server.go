@@ -24,10 +24,12 @@ type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
 
 // StreamMethod serves one server-streaming gRPC method: req is the request
 // message (valid only until the first send), send writes one response
-// message (it may be reused once send returns) and fails once the call is
-// over for the client. ctx ends when the client resets the stream or the
-// connection closes; the returned error is the call's status, as for
-// Method.
+// message (it may be reused once send returns), waiting while the
+// connection's output is over MaxOutput, and fails once the call is over
+// for the client or ctx ends. ctx ends when the client resets the stream,
+// the connection closes, the call's deadline passes, or the connection
+// drains (then context.Cause(ctx) is ErrDraining, which send returns); the
+// returned error is the call's status, as for Method.
 type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) error) error
 
 // BidiMethod serves one client- or bidirectional-streaming gRPC method on a
@@ -46,11 +48,11 @@ type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) er
 // given back as recv takes messages, so a method that reads slowly slows
 // its client down, not the connection's other calls.
 //
-// ctx ends when the client resets the stream, the connection closes, the
-// call's deadline passes, or the connection drains (GracefulStop,
-// MaxConnectionAge): then context.Cause(ctx) is ErrDraining, and recv and
-// send return it. The returned error is the call's status, as for Method;
-// if the client is still sending, the rest of its stream is discarded.
+// ctx ends as a StreamMethod's does; on a drain (GracefulStop,
+// MaxConnectionAge) recv and send return ErrDraining, so a method that
+// returns their error tells its client to call again elsewhere. The
+// returned error is the call's status, as for Method; if the client is
+// still sending, the rest of its stream is discarded.
 type BidiMethod func(ctx context.Context, recv func() ([]byte, error), send func(msg []byte) error) error
 
 // ErrDraining is the cause of a streaming call's context ending because its
