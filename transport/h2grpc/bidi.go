@@ -97,6 +97,7 @@ func (c *conn) onBidiData(st *stream, f *http2.DataFrame, n int) error {
 	}
 	c.buffered += int64(len(data))
 	in.charged += len(data)
+	in.reserve(len(data))
 	in.buf = append(in.buf, data...)
 	if err := c.scanLocked(st); err != nil {
 		c.failInboxLocked(st, err)
@@ -111,6 +112,23 @@ func (c *conn) onBidiData(st *stream, f *http2.DataFrame, n int) error {
 }
 
 func (c *conn) o() *Options { return &c.s.o }
+
+// reserve makes room in buf for n more bytes, and for all of a message
+// whose prefix is in, so that a large message is copied once instead of at
+// every doubling. The bytes before off (what recv holds) stay where they
+// are, in the old buffer; the new one starts at off.
+func (in *inbox) reserve(n int) {
+	need := len(in.buf) + n
+	if rest := in.buf[in.scan:]; len(rest) >= 5 {
+		need = max(need, in.scan+5+int(binary.BigEndian.Uint32(rest[1:5])))
+	}
+	if need <= cap(in.buf) {
+		return
+	}
+	nb := make([]byte, len(in.buf)-in.off, max(need-in.off, 2*(len(in.buf)-in.off)))
+	copy(nb, in.buf[in.off:])
+	in.buf, in.scan, in.off = nb, in.scan-in.off, 0
+}
 
 // scanLocked moves in.scan past the messages that are whole, checking each
 // prefix as soon as it is in: a message too large is refused before its
