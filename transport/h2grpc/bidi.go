@@ -5,9 +5,10 @@ package h2grpc
 // messages that are whole; the method's recv takes them in order. The
 // stream's window is given back as recv takes messages, so the inbox
 // holds at most one window (MaxRecvMsgSize+5 bytes, enough for the
-// largest message) and a method that reads slowly holds its client back
-// by HTTP/2 flow control; the connection's window is given back as bytes
-// arrive, as for every stream, so that other calls go on.
+// largest message) besides the message the method holds, and a method
+// that reads slowly holds its client back by HTTP/2 flow control; the
+// connection's window is given back as bytes arrive, as for every stream,
+// so that other calls go on.
 
 import (
 	"context"
@@ -39,7 +40,7 @@ type inbox struct {
 	// charged is what the inbox counts in the connection's buffered.
 	charged int
 	// window is what the peer may still send on the stream; unacked is
-	// released and not yet given back by WINDOW_UPDATE.
+	// taken by recv (or padding) and not yet given back by WINDOW_UPDATE.
 	window  int64
 	unacked int
 	// total counts the DATA received, for content-length.
@@ -185,29 +186,26 @@ func (c *conn) closeInboxLocked(st *stream) {
 	}
 }
 
-// streamWindowLocked gives back what st's method has released of the
+// streamWindowLocked gives back what st's method has taken of the
 // stream's window: once a quarter of the window, or all of it when no
-// whole message waits (the method is about to wait, and the client may be
-// waiting for window). async: the reader's, which must not write; the
-// others write, which lets go of mu for a while. It reports whether it
-// queued a WINDOW_UPDATE.
-func (c *conn) streamWindowLocked(st *stream, async bool) bool {
+// whole message waits (the client may be waiting for window to send the
+// next). The reader (async) has it written at once; recv leaves it queued,
+// for the method's next send to carry, or for recv to write before it
+// waits.
+func (c *conn) streamWindowLocked(st *stream, async bool) {
 	in := st.in
 	if in.unacked == 0 || in.eof || in.closed || in.err != nil || st.reset || c.dead {
-		return false
+		return
 	}
 	if in.off < in.scan && in.unacked < (c.o().MaxRecvMsgSize+5)/4 {
-		return false
+		return
 	}
 	c.out = appendWindowUpdate(c.out, st.id, uint32(in.unacked))
 	in.window += int64(in.unacked)
 	in.unacked = 0
 	if async {
 		c.flushAsyncLocked()
-	} else {
-		c.flushLocked(false)
 	}
-	return true
 }
 
 // recv is a bidirectional call's recv (see BidiMethod).
@@ -235,8 +233,11 @@ func (c *conn) recv(ctx context.Context, st *stream) ([]byte, error) {
 			c.mu.Unlock()
 			return nil, io.EOF
 		}
-		if c.streamWindowLocked(st, false) {
-			continue // mu was let go while writing: look again
+		if c.mayWriteLocked() {
+			// What is queued (a WINDOW_UPDATE among it) goes out before
+			// the wait; mu is let go while writing: look again.
+			c.flushLocked(false)
+			continue
 		}
 		in.cond.Wait()
 	}
@@ -245,6 +246,7 @@ func (c *conn) recv(ctx context.Context, st *stream) ([]byte, error) {
 	msg = msg[:size]
 	in.off += size
 	in.held = size
+	in.unacked += size // taken: its window goes back; its bytes count until released
 	c.streamWindowLocked(st, false)
 	c.mu.Unlock()
 	if msg[0] == 0 {
@@ -268,7 +270,6 @@ func (c *conn) releaseHeldLocked(st *stream) {
 	}
 	c.buffered -= int64(in.held)
 	in.charged -= in.held
-	in.unacked += in.held
 	in.held = 0
 	switch {
 	case in.off == len(in.buf) && cap(in.buf) > 64<<10:
