@@ -591,8 +591,9 @@ func FuzzConnection(f *testing.F) {
 		// Zeros after the input complete a frame it left open (none is
 		// over 16 KiB), and are then DATA on stream 0, a connection error:
 		// the server handles every frame of the input and ends by itself.
-		// (A client closing right after its write had the server fail its
-		// first write, and stop, before it handled a frame.)
+		// A client that closed right after its write would have the
+		// server's first write fail, and the server stop before it handled
+		// a frame.
 		end := make([]byte, defaultFrameSize+2*9)
 		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		client.Write(append(append([]byte(http2.ClientPreface), in...), end...))
