@@ -46,10 +46,16 @@ type stream struct {
 	// gzip: the request's grpc-encoding is gzip; coded: it named one, and
 	// the answer tells which we accept (grpc-accept-encoding).
 	gzip, coded bool
-	// dispatched: the request is complete and a worker owns the stream.
+	// dispatched: the request is complete and a worker owns the stream's
+	// answer (a bidirectional call's goroutine owns it from the headers
+	// on; the reader still fills its inbox).
 	dispatched bool
-	// streaming is the method of a server-streaming call (method is nil).
+	// streaming is the method of a server-streaming call, bidi that of a
+	// client- or bidirectional-streaming one (method is nil); in is what
+	// the latter has received (bidi.go).
 	streaming StreamMethod
+	bidi      BidiMethod
+	in        *inbox
 	// batch and path: the method may serve calls read together
 	// (Options.Batches). group is the calls of a batch, this one first,
 	// on the stream a worker is given, and serve what the batch method
@@ -60,18 +66,19 @@ type stream struct {
 	serve BatchServe
 
 	// mu: flow control of our DATA and the stream's end.
-	sendWindow int64              // the peer's stream window updates minus what we sent, plus its initial window at creation
-	reset      bool               // the peer reset the stream: drop what is left
-	done       bool               // our END_STREAM is written or dropped
-	pending    []byte             // DATA payload waiting for window
-	trailer    []byte             // trailers block to send after pending; nil while a stream's method runs
-	headerSent bool               // a streaming call's response HEADERS went out
-	cancel     context.CancelFunc // a streaming call's context, cancelled by RST_STREAM
-	answered   bool               // a batch call's status went out while its batch runs (deadline)
-	rstAfter   bool               // RST_STREAM(NO_ERROR) follows the answer: the request is still coming
+	sendWindow int64                   // the peer's stream window updates minus what we sent, plus its initial window at creation
+	reset      bool                    // the peer reset the stream: drop what is left
+	done       bool                    // our END_STREAM is written or dropped
+	pending    []byte                  // DATA payload waiting for window
+	trailer    []byte                  // trailers block to send after pending; nil while a stream's method runs
+	headerSent bool                    // a streaming call's response HEADERS went out
+	cancel     context.CancelCauseFunc // a streaming call's context, once its method runs
+	cause      error                   // why its context is to end, if that came before it ran
+	answered   bool                    // a batch call's status went out while its batch runs (deadline)
+	rstAfter   bool                    // RST_STREAM(NO_ERROR) follows the answer: the request is still coming
 }
 
-func (st *stream) served() bool { return st.method != nil || st.streaming != nil }
+func (st *stream) served() bool { return st.method != nil || st.streaming != nil || st.bidi != nil }
 
 // conn is one HTTP/2 connection.
 type conn struct {
@@ -101,7 +108,6 @@ type conn struct {
 	ready       []*stream // complete unary calls not yet dispatched
 	ackOwed     bool      // a PING acknowledgement waits in out for a write
 	framesRead  int       // frames read since ready or ackOwed became non-empty
-	resets      ourResets // streams we reset while their request was coming
 	flood       floodGuard
 
 	mu   sync.Mutex
@@ -121,6 +127,7 @@ type conn struct {
 	// served (bounded by MaxRequestBytes).
 	buffered int64
 	blocked  []*stream // streams with DATA waiting for window, in order
+	resets   ourResets // streams we reset while their request was coming
 	// Peer settings that shape what we send.
 	peerInitWindow int64
 	peerMaxFrame   int

@@ -82,7 +82,7 @@ func (c *conn) dispatchBatch() {
 // request.
 func (c *conn) fail(st *stream, ended bool, code codes.Code, msg string) {
 	c.release(st)
-	st.method, st.streaming = nil, nil
+	st.method, st.streaming, st.bidi = nil, nil, nil
 	c.finish(st, nil, code, msg)
 	if !ended {
 		c.resetStream(st.id, http2.ErrCodeNo) // the rest is not needed
@@ -96,8 +96,12 @@ func (c *conn) run(st *stream) {
 		return
 	}
 	defer c.calls.Done()
-	if st.streaming != nil {
+	switch {
+	case st.streaming != nil:
 		c.runStream(st)
+		return
+	case st.bidi != nil:
+		c.runBidi(st)
 		return
 	}
 	ctx := c.ctx

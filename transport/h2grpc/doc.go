@@ -1,8 +1,8 @@
-// Package h2grpc serves unary and server-streaming gRPC methods over HTTP/2
-// without grpc-go's server transport: the rate limit call is small,
-// frequent and always the same shape, and grpc-go spends about half of a
-// decision's server CPU (and ~55 allocations) on per-stream machinery the
-// call does not need.
+// Package h2grpc serves unary and streaming (server-, client- and
+// bidirectional) gRPC methods over HTTP/2 without grpc-go's server
+// transport: the rate limit call is small, frequent and always the same
+// shape, and grpc-go spends about half of a decision's server CPU (and ~55
+// allocations) on per-stream machinery the call does not need.
 //
 // Flow, per connection:
 //
@@ -30,6 +30,11 @@
 //	except its first SETTINGS and a connection error's GOAWAY, which it
 //	writes itself.
 //
+// Streaming calls take no pooled worker: a server-streaming method starts
+// on a goroutine of its own once its request is read, a bidirectional one
+// as soon as its headers are, and its recv takes the messages the reader
+// puts in its inbox as their bytes arrive (bidi.go).
+//
 // Why batches: a gateway's client sends the calls of all its waiting
 // callers in one write. Served one by one, the first call's backend round
 // trip leaves alone, the rest wait for it, and every answer costs a write
@@ -46,8 +51,13 @@
 // above it), the time one write may take (a peer that stops reading is
 // cut off), a gzip request's size once inflated, and the PING and
 // SETTINGS a peer may send with no calls between them (FloodLimits; GOAWAY
-// ENHANCE_YOUR_CALM past them). Graceful stops and connection age drain
-// in two GOAWAY phases separated by a PING round trip, as grpc-go does.
+// ENHANCE_YOUR_CALM past them), and what a bidirectional call's client may
+// send ahead of its method (one stream window, given back as the method
+// reads; bidi.go). Graceful stops and connection age drain in two GOAWAY
+// phases separated by a PING round trip, as grpc-go does; after the
+// second, streaming calls, which may last as long as the connection, see
+// their contexts end (ErrDraining, an UNAVAILABLE status, so that clients
+// call again elsewhere) instead of being waited for.
 //
 // To the letter of RFC 9113 and gRPC over HTTP/2: a malformed request
 // (sections 8.2 and 8.3: field names and values, pseudo-header fields,
@@ -67,8 +77,9 @@
 // keepalive finds dead peers).
 //
 // TLS is the listener's (tls.NewListener with TLSConfig, which offers "h2"
-// by ALPN). Server-streaming methods (health Watch) are served on the same
-// flow control. What it leaves to grpc-go: interceptors, stats handlers
-// (hence tracing) and client-streaming methods; the transport package uses
-// this server only when none of those is wanted.
+// by ALPN). Streaming methods (health Watch, Envoy's rate limit quota
+// stream) run on goroutines of their own, the connection's, and are served
+// on the same flow control (streaming.go). What it leaves to grpc-go:
+// interceptors and stats handlers (hence tracing); the transport package
+// uses this server only when neither is wanted.
 package h2grpc

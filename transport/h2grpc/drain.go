@@ -91,6 +91,7 @@ func (c *conn) drain(grace time.Duration) {
 		if !c.dead {
 			c.phase2 = true
 			c.out = appendGoAway(c.out, c.lastID, http2.ErrCodeNo, nil)
+			c.drainStreamsLocked()
 			c.flushAsyncLocked()
 			c.closeIfIdleLocked()
 		}

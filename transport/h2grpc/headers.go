@@ -121,7 +121,7 @@ func (h *reqHeaders) checkRequest(ended bool) {
 // stream error, RFC 9113 section 8.1.1), without an answer.
 func (c *conn) malformedData(st *stream, why string) {
 	c.release(st)
-	st.method, st.streaming = nil, nil
+	st.method, st.streaming, st.bidi = nil, nil, nil
 	c.mu.Lock()
 	c.endLocked(st)
 	c.mu.Unlock()

@@ -249,7 +249,8 @@ func (c *conn) open(st *stream) error {
 		return nil
 	case !c.acceptEncoding(st, h.encoding):
 		early, earlyMsg = codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", h.encoding)
-	case c.hdrEnd:
+	case c.hdrEnd && o.BidiMethods[h.path] == nil:
+		// A client-streaming call may send no message at all.
 		early, earlyMsg = codes.Internal, "grpc: the request has no message"
 	}
 	if early == codes.OK && h.timeout != "" {
@@ -262,7 +263,7 @@ func (c *conn) open(st *stream) error {
 		st.deadline = time.Now().Add(max(d, 1))
 	}
 	if early == codes.OK {
-		st.method, st.streaming = o.Methods[h.path], o.StreamMethods[h.path]
+		st.method, st.streaming, st.bidi = o.Methods[h.path], o.StreamMethods[h.path], o.BidiMethods[h.path]
 		if st.batch = o.Batches[h.path]; st.batch != nil {
 			st.path = h.path
 		}
@@ -274,11 +275,13 @@ func (c *conn) open(st *stream) error {
 	if early != codes.OK {
 		// Answered before any DATA: the rest of the request is not needed
 		// (unless the client has ended its side already).
-		st.method, st.streaming = nil, nil
+		st.method, st.streaming, st.bidi = nil, nil, nil
 		c.finish(st, nil, early, earlyMsg)
 		if !c.hdrEnd {
 			c.resetStream(st.id, http2.ErrCodeNo)
 		}
+	} else if st.bidi != nil {
+		c.startBidi(st)
 	}
 	return nil
 }
@@ -316,6 +319,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	if st == nil || st.remoteDone || !st.served() || st.charged < 0 {
 		return c.dataNotServed(st, id) // answered early, reset, ended or refused
+	}
+	if st.bidi != nil {
+		return c.onBidiData(st, f, n)
 	}
 	o := &c.s.o
 	st.recvd += int64(n)
@@ -400,27 +406,18 @@ func (c *conn) onReset(id uint32) {
 			c.sendBlockedLocked() // retires it if it waits for window
 		}
 	}
-	c.mu.Unlock()
 	c.resets.forget(id)
+	c.mu.Unlock()
 	if st == nil {
 		return
 	}
-	receiving := !st.remoteDone && st.served() && st.charged >= 0
+	// A bidirectional call's method owns its request: it ends the stream.
+	receiving := !st.remoteDone && st.served() && st.charged >= 0 && st.bidi == nil
 	st.remoteDone = true
 	if receiving {
 		c.release(st)
 		c.mu.Lock()
 		c.endLocked(st)
 		c.mu.Unlock()
-	}
-}
-
-// resetLocked marks st reset: its answer is dropped, and a streaming
-// call's context ends (and a send waiting for room gives up).
-func (c *conn) resetLocked(st *stream) {
-	st.reset = true
-	if st.cancel != nil {
-		st.cancel()
-		c.cond.Broadcast()
 	}
 }

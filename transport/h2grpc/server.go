@@ -11,6 +11,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Method serves one unary gRPC method: req is the request message (valid
@@ -21,11 +24,42 @@ type Method func(ctx context.Context, req []byte, out []byte) ([]byte, error)
 
 // StreamMethod serves one server-streaming gRPC method: req is the request
 // message (valid only until the first send), send writes one response
-// message (it may be reused once send returns) and fails once the call is
-// over for the client. ctx ends when the client resets the stream or the
-// connection closes; the returned error is the call's status, as for
-// Method.
+// message (it may be reused once send returns), waiting while the
+// connection's output is over MaxOutput, and fails once the call is over
+// for the client or ctx ends. ctx ends when the client resets the stream,
+// the connection closes, the call's deadline passes, or the connection
+// drains (then context.Cause(ctx) is ErrDraining, which send returns); the
+// returned error is the call's status, as for Method.
 type StreamMethod func(ctx context.Context, req []byte, send func(msg []byte) error) error
+
+// BidiMethod serves one client- or bidirectional-streaming gRPC method on a
+// goroutine of its own. recv returns the next request message, read-only
+// and valid until the next recv; io.EOF once the client has ended its side
+// (the method may still send); and an error once the stream is reset, the
+// connection closes or ctx ends. A request message that cannot be read
+// (larger than MaxRecvMsgSize, badly coded, cut short by the end of the
+// stream) fails the call: recv returns its status, ctx ends, and that is the
+// call's status whatever the method returns. send is as for StreamMethod.
+// recv and send may be called from two goroutines, each not concurrently
+// with itself, and neither after the method returns.
+//
+// The client may send ahead of the method by one stream window
+// (MaxRecvMsgSize+5 bytes, the window every stream is granted); it is
+// given back as recv takes messages, so a method that reads slowly slows
+// its client down, not the connection's other calls.
+//
+// ctx ends as a StreamMethod's does; on a drain (GracefulStop,
+// MaxConnectionAge) recv and send return ErrDraining, so a method that
+// returns their error tells its client to call again elsewhere. The
+// returned error is the call's status, as for Method; if the client is
+// still sending, the rest of its stream is discarded.
+type BidiMethod func(ctx context.Context, recv func() ([]byte, error), send func(msg []byte) error) error
+
+// ErrDraining is the cause of a streaming call's context ending because its
+// connection drains (GracefulStop or MaxConnectionAge): once the drain's
+// last GOAWAY is out, no stream is waited for. As a status it is
+// UNAVAILABLE, which tells a client to call again, on another connection.
+var ErrDraining = status.Error(codes.Unavailable, "h2grpc: the server is draining the connection")
 
 // A Call is one unary call of a batch. In is its request message, valid
 // until the BatchServe returns. Out holds a buffer with 5 bytes reserved,
@@ -63,6 +97,9 @@ type Options struct {
 	Methods map[string]Method
 	// StreamMethods are the server-streaming methods, by full name.
 	StreamMethods map[string]StreamMethod
+	// BidiMethods are the client- and bidirectional-streaming methods, by
+	// full name.
+	BidiMethods map[string]BidiMethod
 	// MaxConcurrentStreams bounds the calls of one connection that are open
 	// or still running (default 1024). Streams over it are refused.
 	MaxConcurrentStreams uint32
@@ -164,7 +201,7 @@ func (o *Options) Validate() error {
 	case o.ConnWindow != 0 && (o.ConnWindow < 1<<16 || o.ConnWindow > maxWindow):
 		return fmt.Errorf("h2grpc: connection window %d is outside [65536, %d]", o.ConnWindow, maxWindow)
 	case bothKinds(o) != "":
-		return fmt.Errorf("h2grpc: %s is both a unary and a streaming method", bothKinds(o))
+		return fmt.Errorf("h2grpc: %s is a method of two kinds (unary, server-streaming, bidirectional)", bothKinds(o))
 	case batchOnly(o) != "":
 		return fmt.Errorf("h2grpc: batch method %s is not a unary method", batchOnly(o))
 	case o.MaxRecvMsgSize > maxWindow-5:
@@ -184,6 +221,13 @@ func (o *Options) Validate() error {
 func bothKinds(o *Options) string {
 	for name := range o.StreamMethods {
 		if _, ok := o.Methods[name]; ok {
+			return name
+		}
+	}
+	for name := range o.BidiMethods {
+		_, unary := o.Methods[name]
+		_, stream := o.StreamMethods[name]
+		if unary || stream {
 			return name
 		}
 	}
@@ -312,7 +356,7 @@ func (s *Server) worker() {
 
 // dispatch runs st's method on a free worker or a goroutine of its own.
 func (s *Server) dispatch(st *stream) {
-	if st.streaming != nil {
+	if st.streaming != nil || st.bidi != nil {
 		// A stream may last as long as its connection: it would take a
 		// worker from the unary calls the pool is kept for.
 		go st.c.run(st)

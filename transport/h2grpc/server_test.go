@@ -526,6 +526,33 @@ func FuzzParseTimeout(f *testing.F) {
 	})
 }
 
+// bidiSeed is a bidirectional stream for FuzzConnection: gzip-coded, its
+// messages cut inside their prefixes and bodies and two in one frame, a
+// padded frame, a message too large if tooLarge, and its end.
+func bidiSeed(t testing.TB, tooLarge bool) []byte {
+	var seed bytes.Buffer
+	fr := http2.NewFramer(&seed, nil)
+	fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/t.S/Bidi"}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"grpc-encoding", "gzip"}} {
+		enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	stream := append(grpcMessage(0, []byte("hi")), grpcMessage(1, gzipped(t, []byte("coded")))...)
+	stream = append(stream, grpcMessage(0, make([]byte, 300))...)
+	for _, cut := range []int{3, 4, 30, 1} {
+		fr.WriteData(1, false, stream[:cut])
+		stream = stream[cut:]
+	}
+	fr.WriteDataPadded(1, false, stream, make([]byte, 7))
+	if tooLarge {
+		fr.WriteData(1, false, []byte{0, 0, 0, 8, 0})
+	}
+	fr.WriteData(1, true, nil)
+	return seed.Bytes()
+}
+
 // FuzzConnection feeds arbitrary frames after a valid preface: the server
 // must answer or close, never panic or hang.
 func FuzzConnection(f *testing.F) {
@@ -534,7 +561,7 @@ func FuzzConnection(f *testing.F) {
 	fr.WriteSettings()
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for _, kv := range [][2]string{{":method", "POST"}, {":path", "/t.S/Echo"}, {"content-type", "application/grpc"}} {
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/t.S/Echo"}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
 		enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
 	}
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
@@ -544,7 +571,14 @@ func FuzzConnection(f *testing.F) {
 	f.Add(seed.Bytes())
 	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})
 	f.Add(append(append([]byte(nil), seed.Bytes()[:9]...), 0, 0, 8, 7, 0, 0, 0, 0, 0))
-	s, err := NewServer(Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxConcurrentStreams: 8})
+	f.Add(bidiSeed(f, false))
+	f.Add(bidiSeed(f, true))
+	s, err := NewServer(Options{
+		Methods:              map[string]Method{"/t.S/Echo": echo},
+		BidiMethods:          map[string]BidiMethod{"/t.S/Bidi": bidiEcho},
+		MaxConcurrentStreams: 8,
+		MaxRecvMsgSize:       1 << 10,
+	})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -554,13 +588,20 @@ func FuzzConnection(f *testing.F) {
 		done := make(chan struct{})
 		go func() { c.serve(); close(done) }()
 		go io.Copy(io.Discard, client)
+		// Zeros after the input complete a frame it left open (none is
+		// over 16 KiB), and are then DATA on stream 0, a connection error:
+		// the server handles every frame of the input and ends by itself.
+		// A client that closed right after its write would have the
+		// server's first write fail, and the server stop before it handled
+		// a frame.
+		end := make([]byte, defaultFrameSize+2*9)
 		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
-		client.Write(append([]byte(http2.ClientPreface), in...))
-		client.Close()
+		client.Write(append(append([]byte(http2.ClientPreface), in...), end...))
+		defer client.Close()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Fatal("connection did not end after its peer closed")
+			t.Fatal("connection did not end after a connection error")
 		}
 	})
 }
@@ -894,6 +935,8 @@ func TestStopBeforePreface(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	for name, o := range map[string]Options{
 		"both kinds":                    {Methods: map[string]Method{"/a/B": echo}, StreamMethods: map[string]StreamMethod{"/a/B": nil}},
+		"bidi and unary":                {Methods: map[string]Method{"/a/B": echo}, BidiMethods: map[string]BidiMethod{"/a/B": bidiEcho}},
+		"bidi and server-streaming":     {StreamMethods: map[string]StreamMethod{"/a/B": nil}, BidiMethods: map[string]BidiMethod{"/a/B": bidiEcho}},
 		"negative workers":              {Workers: -1},
 		"small window":                  {ConnWindow: 100},
 		"message over window":           {MaxRecvMsgSize: maxWindow},

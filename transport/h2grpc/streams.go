@@ -15,7 +15,9 @@ import (
 // is remembered by ourResets; the others need no memory.
 
 // ourResets is the set of the streams this connection reset while their
-// request was still coming, newest last; reader-owned. It holds as many as
+// request was still coming, newest last; under the connection's mu (a
+// bidirectional call's method ends its stream early from its own
+// goroutine). It holds as many as
 // MaxConcurrentStreams: a peer that keeps to that limit counts a stream we
 // reset as open until it reads our RST_STREAM, so the DATA it may still
 // send belongs to one of the last MaxConcurrentStreams streams we reset.
@@ -62,8 +64,8 @@ func (c *conn) idle(id uint32) bool { return id != 0 && (id%2 == 0 || id > c.las
 // resetStream tells the peer to stop sending on a stream whose request is
 // still coming, and remembers that what it sent meanwhile is dropped.
 func (c *conn) resetStream(id uint32, code http2.ErrCode) {
-	c.resets.add(id, int(c.s.o.MaxConcurrentStreams))
 	c.mu.Lock()
+	c.resets.add(id, int(c.s.o.MaxConcurrentStreams))
 	c.out = appendRSTStream(c.out, id, code)
 	c.flushAsyncLocked()
 	c.mu.Unlock()
@@ -72,7 +74,10 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 // dataNotServed judges DATA for a stream that takes none: on one we reset
 // it is dropped; on one the peer ended or reset, a STREAM_CLOSED error.
 func (c *conn) dataNotServed(st *stream, id uint32) error {
-	if c.resets.has(id) || st != nil && !st.remoteDone {
+	c.mu.Lock()
+	ours := c.resets.has(id)
+	c.mu.Unlock()
+	if ours || st != nil && !st.remoteDone {
 		return nil
 	}
 	return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("DATA on stream %d after the client ended or reset it", id)}

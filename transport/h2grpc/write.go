@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -176,11 +175,11 @@ func (c *conn) endLocked(st *stream) {
 func (c *conn) answerHTTPError(st *stream, status string, code codes.Code, msg string, head bool) {
 	block := appendLiteral(nil, 8, "", status) // :status, by static name
 	block = appendLiteral(block, 31, "", "text/plain; charset=utf-8")
+	c.mu.Lock()
 	if !st.remoteDone {
 		st.rstAfter = true
 		c.resets.add(st.id, int(c.s.o.MaxConcurrentStreams))
 	}
-	c.mu.Lock()
 	c.answers++
 	if head {
 		c.out = appendHeaders(c.out, st.id, append(block, trailers(code, msg)...), true)
@@ -473,80 +472,4 @@ func appendGoAway(b []byte, last uint32, code http2.ErrCode, debug []byte) []byt
 	b = binary.BigEndian.AppendUint32(b, last&0x7fffffff)
 	b = binary.BigEndian.AppendUint32(b, uint32(code))
 	return append(b, debug...)
-}
-
-// runStream runs a server-streaming call.
-func (c *conn) runStream(st *stream) {
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if !st.deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(c.ctx, st.deadline)
-	} else {
-		ctx, cancel = context.WithCancel(c.ctx)
-	}
-	c.mu.Lock()
-	st.cancel = cancel
-	reset := st.reset
-	c.mu.Unlock()
-	if reset {
-		cancel()
-	}
-	req := *st.msg
-	sent := false
-	var frame []byte
-	err := st.streaming(ctx, req[5:], func(msg []byte) error {
-		if !sent {
-			sent = true
-			c.release(st) // the request is read by now
-		}
-		frame = binary.BigEndian.AppendUint32(append(frame[:0], 0), uint32(len(msg)))
-		frame = append(frame, msg...)
-		return c.send(ctx, st, frame)
-	})
-	cancel()
-	if !sent {
-		c.release(st)
-	}
-	code, msg := codes.OK, ""
-	if err != nil {
-		code, msg = statusOf(err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.dead || st.reset:
-		c.blocked = slices.DeleteFunc(c.blocked, func(b *stream) bool { return b == st })
-		c.endLocked(st)
-	case !st.headerSent:
-		c.answers++
-		c.out = appendHeaders(c.out, st.id, trailersOnlyFor(st, code, msg), true)
-		c.endLocked(st)
-	default:
-		c.endStreamLocked(st, trailers(code, msg))
-	}
-	c.flushLocked(true)
-}
-
-// send writes one message of a streaming call, within the peer's windows;
-// what they do not allow waits, at most MaxOutput of it.
-func (c *conn) send(ctx context.Context, st *stream, frame []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for !c.dead && !st.reset && (len(c.out) > c.s.o.MaxOutput || len(st.pending) > c.s.o.MaxOutput) {
-		c.cond.Wait()
-	}
-	if c.dead || st.reset {
-		if err := ctx.Err(); err != nil {
-			return status.FromContextError(err).Err()
-		}
-		return status.Error(codes.Canceled, "the stream is over")
-	}
-	if !st.headerSent {
-		st.headerSent = true
-		c.out = appendHeaders(c.out, st.id, respHeadersFor(st), false)
-	}
-	c.answers++
-	c.queueDataLocked(st, frame)
-	c.flushLocked(true)
-	return nil
 }
