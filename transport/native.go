@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -44,6 +45,9 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		},
 		StreamMethods: map[string]h2grpc.StreamMethod{
 			healthWatchMethod: nativeHealthWatch(s.ghs),
+		},
+		BidiMethods: map[string]h2grpc.BidiMethod{
+			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: s.quota.native,
 		},
 		Workers:               l.GRPCStreamWorkers,
 		MaxConnectionAge:      l.MaxConnectionAge,

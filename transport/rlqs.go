@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -53,6 +54,27 @@ func (q *quotaServer) close() {
 	q.svc.Close()
 }
 
+// native is the method on the native server, whose messages are bytes.
+func (q *quotaServer) native(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+	return q.serve(ctx, func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+		b, err := recv()
+		if err != nil {
+			return nil, err
+		}
+		m := new(rlqsv3.RateLimitQuotaUsageReports)
+		if err := proto.Unmarshal(b, m); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "usage reports: %v", err)
+		}
+		return m, nil
+	}, func(r *rlqsv3.RateLimitQuotaResponse) error {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return status.Errorf(codes.Internal, "quota response: %v", err)
+		}
+		return send(b)
+	})
+}
+
 // StreamRateLimitQuotas is the method on grpc-go's server.
 func (q *quotaServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	return q.serve(stream.Context(), stream.Recv, stream.Send)
@@ -92,6 +114,9 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQ
 		case <-q.drain:
 			return status.Error(codes.Unavailable, "sluice is shutting down: reconnect")
 		case <-ctx.Done():
+			if c := context.Cause(ctx); status.Code(c) != codes.Unknown {
+				return c // the server's reason: draining, a reset
+			}
 			return status.FromContextError(ctx.Err()).Err()
 		case <-box.ready:
 			if err := box.flush(send); err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 // quotaServers are the gRPC servers the RLQS tests run on.
-var quotaServers = []string{"grpc-go"}
+var quotaServers = []string{"native", "grpc-go"}
 
 // TestQuotaFleetSkewed is the first criterion, end to end: ten
 // simulated Envoys report one bucket limited to 1000/s, with a demand of

@@ -173,6 +173,7 @@ func (c *conn) failInboxLocked(st *stream, err error) {
 func (c *conn) closeInboxLocked(st *stream) {
 	in := st.in
 	in.closed = true
+	in.cond.Broadcast() // a recv still waiting (on another goroutine of the method's) returns
 	c.buffered -= int64(in.charged)
 	in.charged, in.held = 0, 0
 	in.buf, in.off, in.scan = nil, 0, 0

@@ -676,3 +676,45 @@ func TestBidiDeadline(t *testing.T) {
 		t.Fatal("the deadline did not end send and recv")
 	}
 }
+
+// TestBidiRecvAfterReturn: a method that receives on a goroutine of its
+// own and returns while that recv waits has the recv answered (an error),
+// so the goroutine ends with the call.
+func TestBidiRecvAfterReturn(t *testing.T) {
+	ended := make(chan error, 1)
+	method := func(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+		if _, err := recv(); err != nil {
+			return err
+		}
+		waiting := make(chan struct{})
+		go func() {
+			close(waiting)
+			_, err := recv() // nothing more comes: it waits until the call ends
+			ended <- err
+		}()
+		<-waiting
+		return status.Error(codes.Aborted, "done")
+	}
+	_, addr := serve(t, Options{BidiMethods: map[string]BidiMethod{"/t.S/Go": method}})
+	cc := dial(t, addr)
+	cs, err := cc.NewStream(context.Background(), bidiDesc, "/t.S/Go", callOpt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("hi")
+	if err := cs.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	if err := cs.RecvMsg(&got); status.Code(err) != codes.Aborted {
+		t.Fatalf("call ended with %v, want the method's ABORTED", err)
+	}
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("recv after the method returned gave a message")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a recv waiting when the method returned was never answered")
+	}
+}
