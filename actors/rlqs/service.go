@@ -145,9 +145,9 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 		st.domain = domain
 	}
 	if !st.last.IsZero() {
-		if gap := now.Sub(st.last); gap > 0 {
-			st.every = gap
-		}
+		// The reporting interval: the longest recent gap, since a new
+		// bucket's first report arrives between two periodic ones.
+		st.every = max(now.Sub(st.last), st.every*3/4)
 	}
 	st.last = now
 	var refused []Action
