@@ -23,10 +23,14 @@
 //     without the lock.
 //  3. Under the lock again, each hub books what the store granted (the
 //     counts at or below the limit; an excess is given back) and fits its
-//     changes in what it holds: the limit scaled down, then raises held
-//     back, then DENY_ALL. Only then are the assignments committed and
-//     pushed to the streams' Sinks, in one message per stream; what the
-//     hub holds beyond the need is given back (OpRelease).
+//     changes in what it holds (hub.fit): while some of its cuts are not
+//     yet known applied, raises go out by the part that fits and the hub
+//     asks again soon; otherwise the limit is scaled to what it holds.
+//     What still does not fit keeps what it has (paid for until its TTL)
+//     or, about to expire, is DENY_ALL. Only then are the assignments
+//     committed and pushed to the streams' Sinks, in one message per
+//     stream; what the hub holds beyond the need (and beyond what its
+//     claims call for) is given back (OpRelease).
 //
 // Why the fleet never goes over (fixed and sliding windows, each window's
 // counter): an Envoy enforcing token buckets admits in a window at most
