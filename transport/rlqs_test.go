@@ -8,9 +8,13 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 const quotaRules = `domain: q
@@ -139,6 +143,41 @@ func TestQuotaStreamBadReport(t *testing.T) {
 			_, err = stream.Recv()
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "must name its domain") {
 				t.Fatalf("got %v, want INVALID_ARGUMENT about the domain", err)
+			}
+		})
+	}
+}
+
+// TestQuotaStreamTLS: with GRPC_SERVER_USE_TLS the quota stream is served
+// over TLS, as the RLS is.
+func TestQuotaStreamTLS(t *testing.T) {
+	for _, server := range quotaServers {
+		t.Run(server, func(t *testing.T) {
+			caFile, cert, key := testenv.GenerateTLS(t, t.TempDir())
+			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server, "GRPC_SERVER_USE_TLS": "true",
+				"GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key}, map[string]string{"q.yaml": quotaRules}, nil)
+			creds, err := credentials.NewClientTLSFromFile(caFile, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := grpc.NewClient(h.grpc, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "q", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				usage(map[string]string{"user": "ann"}, 0, 1, 0)}}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := stream.Recv()
+			if err != nil || resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+				t.Fatalf("over TLS: %v %v", resp, err)
 			}
 		})
 	}
