@@ -25,4 +25,9 @@
 // grow with the server's latency. -driver grpc drives through grpc-go's
 // client instead, as a cross-check (and as ../shared/tools/rlload does).
 // -load drives one already running service, for profiles and traces.
+//
+// -rlqs adds the Rate Limit Quota Service: a fleet of raw RLQS streams (no
+// per-request simulation, so the driver stays light) reports many buckets
+// every second to one sluice, and the server's CPU per 1,000 bucket
+// reports and its RSS are read from /proc.
 package main

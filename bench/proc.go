@@ -12,24 +12,31 @@ import (
 
 // mallocs reads memstats.Mallocs from a sluice debug port's /stats (expvar).
 func mallocs(debugAddr string) (uint64, error) {
+	ms, err := memStats(debugAddr)
+	return ms.Mallocs, err
+}
+
+// serverMem is the part of a debug port's memstats the bench reads.
+type serverMem struct{ Mallocs, HeapInuse uint64 }
+
+// memStats reads the memstats line of a sluice debug port's /stats.
+func memStats(debugAddr string) (serverMem, error) {
+	var ms serverMem
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + debugAddr + "/stats")
 	if err != nil {
-		return 0, err
+		return ms, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<22)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "memstats: "); ok {
-			var ms struct{ Mallocs uint64 }
-			if err := json.Unmarshal([]byte(rest), &ms); err != nil {
-				return 0, err
-			}
-			return ms.Mallocs, nil
+			err := json.Unmarshal([]byte(rest), &ms)
+			return ms, err
 		}
 	}
-	return 0, fmt.Errorf("no memstats at %s/stats", debugAddr)
+	return ms, fmt.Errorf("no memstats at %s/stats", debugAddr)
 }
 
 func machine() string {

@@ -107,17 +107,11 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	var odataTable string
-	if f.odata {
-		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50, codingRuns: 20}
-		if f.quick {
-			sz = odataSizes{rows: 200_000, pages: 20, passes: 3, clientPages: 5, codingRuns: 8}
-		}
-		if odataTable, err = benchOData(ctx, tb, f.sluice, work, sz); err != nil {
-			return fmt.Errorf("odata: %w", err)
-		}
+	otherTables, err := otherSections(ctx, tb, f, work)
+	if err != nil {
+		return err
 	}
-	table := render(rows, eng, time.Since(start), f.driver) + "\n" + sharedTables + odataTable
+	table := render(rows, eng, time.Since(start), f.driver) + "\n" + sharedTables + otherTables
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
@@ -144,6 +138,31 @@ func sharedStores(ctx context.Context, tb *testenv.ProgramTB, f flags, work, run
 		t, err := benchLease(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn)
 		if err != nil {
 			return "", fmt.Errorf("lease: %w", err)
+		}
+		tables += t
+	}
+	return tables, nil
+}
+
+// otherSections runs the sections of other services, as the flags ask:
+// the Rate Limit Quota Service (-rlqs) and the OData API (-odata).
+func otherSections(ctx context.Context, tb *testenv.ProgramTB, f flags, work string) (string, error) {
+	var tables string
+	if f.rlqs {
+		t, err := benchQuota(ctx, f, work)
+		if err != nil {
+			return "", fmt.Errorf("rlqs: %w", err)
+		}
+		tables += t
+	}
+	if f.odata {
+		sz := odataSizes{rows: 2_000_000, pages: 200, passes: 10, clientPages: 50, codingRuns: 20}
+		if f.quick {
+			sz = odataSizes{rows: 200_000, pages: 20, passes: 3, clientPages: 5, codingRuns: 8}
+		}
+		t, err := benchOData(ctx, tb, f.sluice, work, sz)
+		if err != nil {
+			return "", fmt.Errorf("odata: %w", err)
 		}
 		tables += t
 	}

@@ -67,6 +67,16 @@ type Service struct {
 // New starts a service that counts on counter (the one RLS decisions
 // count through, so that both share the limits). Close stops it.
 func New(o Options, rules Rules, counter engine.Counter, st *stats.Store) (*Service, error) {
+	s, err := newService(o, rules, counter, st)
+	if err != nil {
+		return nil, err
+	}
+	go s.loop()
+	return s, nil
+}
+
+// newService is a service whose loop is not started.
+func newService(o Options, rules Rules, counter engine.Counter, st *stats.Store) (*Service, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -74,11 +84,9 @@ func New(o Options, rules Rules, counter engine.Counter, st *stats.Store) (*Serv
 	if st == nil {
 		st = stats.NewStore()
 	}
-	s := &Service{o: o, rules: rules, counter: counter, st: newMetrics(st),
+	return &Service{o: o, rules: rules, counter: counter, st: newMetrics(st),
 		hubs: make(map[string]*hub), streams: make(map[*Stream]struct{}),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go s.loop()
-	return s, nil
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Close stops serving. Reservations stay counted: the Envoys keep their

@@ -41,6 +41,13 @@ type replica struct {
 
 func newReplica(t testing.TB, store engine.Backend, yaml string, o rlqs.Options) *replica {
 	t.Helper()
+	return newReplicaWith(t, store, yaml, o, rlqs.New)
+}
+
+// newReplicaWith is newReplica with the quota service made by start.
+func newReplicaWith(t testing.TB, store engine.Backend, yaml string, o rlqs.Options,
+	start func(rlqs.Options, rlqs.Rules, engine.Counter, *stats.Store) (*rlqs.Service, error)) *replica {
+	t.Helper()
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{Stats: st})
 	if err != nil {
@@ -54,7 +61,7 @@ func newReplica(t testing.TB, store engine.Backend, yaml string, o rlqs.Options)
 		t.Fatal(err)
 	}
 	eng.SetConfig(cfg)
-	q, err := rlqs.New(o, eng, eo.Counter, st)
+	q, err := start(o, eng, eo.Counter, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// quotaRules are the RLQS section's: one rule per user, as a proxy's
+// rate_limit_quota filter would bucket requests by a user header.
+const quotaRules = `domain: quota
+descriptors:
+  - {key: user, rate_limit: {unit: second, requests_per_unit: 1000}}
+`
+
+// quotaFleet is the RLQS section's load: envoys streams, each reporting
+// every bucket in one message every interval, warm intervals before the
+// measured ones.
+type quotaFleet struct {
+	envoys, buckets  int
+	interval         time.Duration
+	warm, intervals  int
+	usersHot, usersN int // a user in usersN is hot when its index % usersN < usersHot
+}
+
+// quotaResult is what one run of the fleet measured.
+type quotaResult struct {
+	fleet                 quotaFleet
+	reports               int64 // bucket reports in the measured intervals
+	actions, responses    int64 // received in the measured intervals
+	elapsed               time.Duration
+	serverCPU, driverCPU  float64 // seconds, in the measured intervals
+	rssIdle, rssWarm, rss int64   // before any stream, after the warm intervals, at the end
+	heapInuse             uint64  // the server's, at the end
+	errs                  int64
+	firstErr              string
+	waits                 []time.Duration // sorted: report → first response after it
+}
+
+// benchQuota runs sluice (memory backend, grpc-go's server, which serves
+// RLQS) and drives it with a fleet of raw RLQS streams.
+func benchQuota(ctx context.Context, f flags, work string) (string, error) {
+	fl := quotaFleet{envoys: 50, buckets: 1000, interval: time.Second, warm: 2, intervals: 10, usersHot: 1, usersN: 10}
+	if f.quick {
+		fl.intervals = 3
+	}
+	root := filepath.Join(work, "runtime-quota")
+	if err := os.MkdirAll(filepath.Join(root, "bench", "config"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(root, "bench", "config", "quota.yaml"), []byte(quotaRules), 0o644); err != nil {
+		return "", err
+	}
+	p, err := startSluice(f.sluice, work, root, "memory", "", "SLUICE_GRPC_SERVER=grpc-go")
+	if err != nil {
+		return "", err
+	}
+	defer p.stop()
+	log.Printf("rlqs: %d Envoys × %d buckets, every %v", fl.envoys, fl.buckets, fl.interval)
+	res, err := driveQuota(ctx, p, fl)
+	if err != nil {
+		return "", err
+	}
+	return renderQuota(res), nil
+}
+
+// quotaEnvoy is one simulated proxy: its stream, the message it reports
+// (built once, its counts rewritten every interval), its demand and the
+// rate it was last assigned per bucket.
+type quotaEnvoy struct {
+	stream grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	msg    *rlqsv3.RateLimitQuotaUsageReports
+	demand []float64
+	index  map[string]int // user → bucket
+	mu     sync.Mutex
+	rate   []float64 // negative: no assignment (allow all)
+	// sent is when the last report went (unix ns); waits are the delays
+	// from a report to the first response after it (its ticks' answer).
+	sent, answered int64
+	waits          []time.Duration
+}
+
+// fill rewrites the message's counts for one interval: the demand, and
+// what of it the assignment let through.
+func (e *quotaEnvoy) fill(first bool, interval time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, u := range e.msg.BucketQuotaUsages {
+		if first {
+			u.TimeElapsed, u.NumRequestsAllowed, u.NumRequestsDenied = durationpb.New(0), 1, 0
+			continue
+		}
+		want := math.Round(e.demand[k] * interval.Seconds())
+		ok := want
+		if r := e.rate[k]; r >= 0 {
+			ok = min(want, math.Round(r*interval.Seconds()))
+		}
+		u.TimeElapsed = durationpb.New(interval)
+		u.NumRequestsAllowed, u.NumRequestsDenied = uint64(ok), uint64(want-ok)
+	}
+}
+
+// receive applies the stream's actions until it ends.
+func (e *quotaEnvoy) receive(actions, responses *atomic.Int64) {
+	for {
+		resp, err := e.stream.Recv()
+		if err != nil {
+			return
+		}
+		responses.Add(1)
+		actions.Add(int64(len(resp.GetBucketAction())))
+		now := time.Now().UnixNano()
+		e.mu.Lock()
+		if e.sent > e.answered {
+			e.waits = append(e.waits, time.Duration(now-e.sent))
+			e.answered = e.sent
+		}
+		for _, a := range resp.GetBucketAction() {
+			k, ok := e.index[a.GetBucketId().GetBucket()["user"]]
+			if !ok {
+				continue
+			}
+			e.rate[k] = -1
+			if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+				if fi := tb.GetFillInterval().AsDuration(); fi > 0 {
+					e.rate[k] = float64(tb.GetTokensPerFill().GetValue()) / fi.Seconds()
+				}
+			} else if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
+				e.rate[k] = 0
+			}
+		}
+		e.mu.Unlock()
+	}
+}
+
+// openQuota opens one connection and stream per Envoy and builds its
+// message. Of a user's demand (a tenth of the users ask twice the limit in
+// all, the others 100–400/s), Envoy i has 1 + i%5 parts of 3 × envoys.
+func openQuota(ctx context.Context, addr string, fl quotaFleet) ([]*grpc.ClientConn, []*quotaEnvoy, error) {
+	index := make(map[string]int, fl.buckets)
+	total := make([]float64, fl.buckets)
+	for k := range fl.buckets {
+		index[fmt.Sprintf("u%d", k)] = k
+		total[k] = 100 + float64(k%7)*50
+		if k%fl.usersN < fl.usersHot {
+			total[k] = 2000
+		}
+	}
+	weights := 0.0
+	for i := range fl.envoys {
+		weights += float64(1 + i%5)
+	}
+	var conns []*grpc.ClientConn
+	var envoys []*quotaEnvoy
+	for i := range fl.envoys {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return conns, envoys, err
+		}
+		conns = append(conns, c)
+		st, err := rlqsv3.NewRateLimitQuotaServiceClient(c).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			return conns, envoys, err
+		}
+		e := &quotaEnvoy{stream: st, msg: &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"},
+			demand: make([]float64, fl.buckets), index: index, rate: make([]float64, fl.buckets)}
+		for k := range fl.buckets {
+			e.msg.BucketQuotaUsages = append(e.msg.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"user": fmt.Sprintf("u%d", k)}}})
+			e.demand[k] = total[k] * float64(1+i%5) / weights
+			e.rate[k] = -1
+		}
+		envoys = append(envoys, e)
+	}
+	return conns, envoys, nil
+}
+
+// quotaSnap is what is read at the edges of the measured intervals.
+type quotaSnap struct {
+	at                 time.Time
+	server, driver     float64
+	actions, responses int64
+}
+
+func driverCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// driveQuota plays the fleet against p: each Envoy reports every bucket
+// once per interval, the Envoys spread evenly over it, the first report a
+// subscription. Every loop is bounded by the intervals.
+func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, error) {
+	res := quotaResult{fleet: fl}
+	res.rssIdle, _ = testenv.RSS(p.pid())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conns, envoys, err := openQuota(ctx, p.addr, fl)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
+	var actions, responses atomic.Int64
+	var wg sync.WaitGroup
+	for _, e := range envoys {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.receive(&actions, &responses) }()
+	}
+	defer wg.Wait()
+	defer cancel()
+	snap := func() quotaSnap {
+		cpu, _ := testenv.CPUSeconds(p.pid())
+		return quotaSnap{at: time.Now(), server: cpu, driver: driverCPU(), actions: actions.Load(), responses: responses.Load()}
+	}
+	start := time.Now()
+	var s0 quotaSnap
+	for iv := range fl.warm + fl.intervals {
+		if iv == fl.warm {
+			s0 = snap()
+			res.rssWarm, _ = testenv.RSS(p.pid())
+		}
+		for i, e := range envoys {
+			at := start.Add(fl.interval*time.Duration(iv) + fl.interval*time.Duration(i)/time.Duration(fl.envoys))
+			if err := sleepUntil(ctx, at); err != nil {
+				return res, err
+			}
+			e.fill(iv == 0, fl.interval)
+			e.mu.Lock()
+			e.sent = time.Now().UnixNano()
+			e.mu.Unlock()
+			if err := e.stream.Send(e.msg); err != nil {
+				if res.errs++; res.firstErr == "" {
+					res.firstErr = err.Error()
+				}
+			} else if iv >= fl.warm {
+				res.reports += int64(fl.buckets)
+			}
+		}
+	}
+	if err := sleepUntil(ctx, start.Add(fl.interval*time.Duration(fl.warm+fl.intervals))); err != nil {
+		return res, err
+	}
+	s1 := snap()
+	res.elapsed, res.serverCPU, res.driverCPU = s1.at.Sub(s0.at), s1.server-s0.server, s1.driver-s0.driver
+	res.actions, res.responses = s1.actions-s0.actions, s1.responses-s0.responses
+	res.rss, _ = testenv.RSS(p.pid())
+	if ms, err := memStats(p.debug); err == nil {
+		res.heapInuse = ms.HeapInuse
+	}
+	res.waits = answerWaits(envoys)
+	return res, nil
+}
+
+// answerWaits are the fleet's delays from a report to its answer, sorted.
+func answerWaits(envoys []*quotaEnvoy) []time.Duration {
+	var all []time.Duration
+	for _, e := range envoys {
+		e.mu.Lock()
+		all = append(all, e.waits...)
+		e.mu.Unlock()
+	}
+	slices.Sort(all)
+	return all
+}
+
+func sleepUntil(ctx context.Context, at time.Time) error {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func renderQuota(r quotaResult) string {
+	var b strings.Builder
+	fl := r.fleet
+	k := float64(max(r.reports, 1)) / 1000
+	entries := float64(fl.envoys * fl.buckets)
+	mb := func(n int64) string { return fmt.Sprintf("%.0f MB", float64(n)/(1<<20)) }
+	b.WriteString("### Quota service (RLQS): many Envoys, many buckets\n\n")
+	b.WriteString("| Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | report → answer p50 / p99 | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
+		fl.envoys, fl.buckets, fl.interval, fmtDur(r.elapsed), r.reports, r.serverCPU*1000/k, r.serverCPU/r.elapsed.Seconds(),
+		float64(r.actions)/k, fmtDur(testenv.Percentile(r.waits, 0.5)), fmtDur(testenv.Percentile(r.waits, 0.99)), mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
+		mb(int64(r.heapInuse)), r.driverCPU*1000/k, r.errs)
+	if r.firstErr != "" {
+		fmt.Fprintf(&b, "\nFirst error: %s\n", r.firstErr)
+	}
+	fmt.Fprintf(&b, "\nOne sluice (memory backend, grpc-go's server, which serves RLQS) and %d raw RLQS streams, one connection each, "+
+		"reporting the same %d buckets ({user: u<k>}, a rule of 1,000/s per user) in one message every %v, the Envoys spread evenly over the interval. "+
+		"A tenth of the users ask twice their limit, the others 10–40 %% of it, unevenly over the Envoys; each Envoy reports as allowed what its last assignment lets through. "+
+		"The first interval subscribes every bucket; %d warm intervals, then %d measured. "+
+		"Server CPU (from /proc) covers the measured intervals: reading the reports, the ticks that divide each rule and reserve on the store, and writing the actions. "+
+		"Report → answer is the delay from an Envoy's report to the first response on its stream after it (the service answers on its next tick, every 50 ms, once the tick before is done), all intervals. "+
+		"RSS per reporter is (end − idle) ÷ (Envoys × buckets). Driver CPU is this program's own, building, sending and reading the messages.\n\n",
+		fl.envoys, fl.buckets, fl.interval, fl.warm, fl.intervals)
+	return b.String()
+}
