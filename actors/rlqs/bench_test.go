@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine/memory"
 	alloc "github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/stats"
 )
 
 // The fleet of the benchmark: benchEnvoys streams, each reporting the same
@@ -87,6 +88,7 @@ func (e *benchEnvoy) fill(first bool) {
 // benchFleet drives one replica's quota service by hand.
 type benchFleet struct {
 	q        *rlqs.Service
+	stats    *stats.Store
 	clock    *benchClock
 	envoys   []*benchEnvoy
 	tickAt   time.Time // the next tick
@@ -119,7 +121,7 @@ func newBenchFleet(b *testing.B) *benchFleet {
 	for i := range benchEnvoys {
 		weights += float64(1 + i%5)
 	}
-	f := &benchFleet{q: r.quota, clock: clock, tickAt: t0, start: t0, tick: o.Tick}
+	f := &benchFleet{q: r.quota, stats: r.stats, clock: clock, tickAt: t0, start: t0, tick: o.Tick}
 	for i := range benchEnvoys {
 		e := &benchEnvoy{usages: make([]rlqs.Usage, benchBuckets), demand: make([]float64, benchBuckets),
 			rate: make([]float64, benchBuckets), index: index}
@@ -199,6 +201,7 @@ func BenchmarkReports(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	reported, actions := f.reported, f.actions()
+	replaced := f.stats.CounterValue("ratelimit.rlqs.assignments")
 	c0 := cpuTime(b)
 	for range b.N {
 		f.interval(b, false)
@@ -209,6 +212,7 @@ func BenchmarkReports(b *testing.B) {
 	k := float64(f.reported-reported) / 1000
 	b.ReportMetric(float64(cpu.Nanoseconds())/k, "cpu-ns/1k-reports")
 	b.ReportMetric(float64(f.actions()-actions)/k, "actions/1k-reports")
+	b.ReportMetric(float64(f.stats.CounterValue("ratelimit.rlqs.assignments")-replaced)/k, "new-assignments/1k-reports")
 	b.ReportMetric((float64(warm)-float64(base))/entries, "heap-B/entry")
 	b.ReportMetric((float64(end)-float64(base))/entries, "heap-B/entry-end")
 }

@@ -35,8 +35,10 @@ type hub struct {
 // reporter is one Envoy's view of the bucket.
 type reporter struct {
 	claim alloc.Claim
-	last  time.Time // its last report
-	busy  time.Time // its last report with requests
+	// served is the claim the hub last divided with.
+	served alloc.Claim
+	last   time.Time // its last report
+	busy   time.Time // its last report with requests
 	// cur was sent (sent is true), and lives until until.
 	cur   alloc.Strategy
 	sent  bool
@@ -93,19 +95,23 @@ func (h *hub) windowed() bool {
 // report takes st's usage of the bucket.
 func (h *hub) report(st *Stream, u *Usage, now time.Time, s *Service) {
 	r := h.reporters[st]
+	news := false // something the next tick must act on
 	if r == nil {
 		r = &reporter{busy: now, ch: -1}
 		h.reporters[st] = r
 		st.hubs[h] = struct{}{}
+		news = true
 	} else if r.ghost {
 		// Abandoned, and subscribed again: what it was sent still counts.
 		r.ghost, r.sent, r.busy = false, false, now
+		news = true
 	}
 	var observed time.Duration
 	if !r.last.IsZero() {
 		observed = now.Sub(r.last)
 	}
 	if c := alloc.Rate(u.Allowed, u.Denied, u.Elapsed, observed); c.Known || !r.claim.Known {
+		news = news || moved(r.served, c, s.o.Alloc.Hysteresis)
 		r.claim = c
 	}
 	r.last = now
@@ -117,10 +123,24 @@ func (h *hub) report(st *Stream, u *Usage, now time.Time, s *Service) {
 		if !sg.cut.IsZero() && now.Sub(sg.cut) >= 2*s.o.Delivery {
 			sg.until = minTime(sg.until, sg.cut)
 			sg.cut = time.Time{}
+			news = true // room for raises
 		}
 	}
 	h.count(u)
-	h.dirty = true
+	// A report that changes nothing the division uses is served at the
+	// hub's next renewal: with many Envoys reporting at their own moments,
+	// serving every hub on every report would divide each bucket on every
+	// tick.
+	h.dirty = h.dirty || news || !r.sent
+}
+
+// moved reports whether a claim differs from the one the reporter's
+// assignment was made from by more than frac of it (or became known).
+func moved(served, c alloc.Claim, frac float64) bool {
+	if served.Known != c.Known {
+		return true
+	}
+	return math.Abs(c.Rate-served.Rate) > frac*max(served.Rate, 1)
 }
 
 // count adds a report to the rule's statistics, as RLS decisions count.
@@ -144,14 +164,24 @@ func (h *hub) count(u *Usage) {
 	}
 }
 
+// scratch is the memory the tick's need computations reuse (the tick's
+// one goroutine owns it).
+type scratch struct {
+	need map[int64]float64
+	segs []segment
+	cuts []int64
+}
+
 // need is, per window from the one holding now, the most the Envoys may
 // admit in it under what they were sent and what changes would send.
-func (h *hub) need(now time.Time, changes []change, need map[int64]float64) map[int64]float64 {
-	clear(need)
+func (h *hub) need(now time.Time, changes []change, sc *scratch) map[int64]float64 {
+	if sc.need == nil {
+		sc.need = make(map[int64]float64)
+	}
+	clear(sc.need)
 	cur, length := h.rule.Window(now)
-	var segs []segment
 	for _, r := range h.reporters {
-		segs = append(segs[:0], r.segs...)
+		segs := append(sc.segs[:0], r.segs...)
 		if r.ch >= 0 && !changes[r.ch].skip {
 			if c := changes[r.ch]; c.replace {
 				segs = append(segs, c.segment(now))
@@ -159,52 +189,54 @@ func (h *hub) need(now time.Time, changes []change, need map[int64]float64) map[
 				segs[len(segs)-1].until = now.Add(c.ttl)
 			}
 		}
-		addNeed(need, segs, cur, length)
+		sc.segs = segs
+		sc.addNeed(segs, cur.UnixNano(), int64(length))
 	}
-	return need
+	return sc.need
 }
 
-// addNeed adds, for each window of length from cur on, the most one Envoy
-// may admit in it under segs: at any moment it enforces one of them (a
-// replacement it may or may not have applied yet is one or the other), so
-// in a window it spends at most every bucket's tokens and, at each moment,
-// the fastest rate of the buckets it may hold then.
-func addNeed(need map[int64]float64, segs []segment, cur time.Time, length time.Duration) {
+// addNeed adds, for each window of length from cur on (unix nanoseconds),
+// the most one Envoy may admit in it under segs: at any moment it
+// enforces one of them (a replacement it may or may not have applied yet
+// is one or the other), so in a window it spends at most every bucket's
+// tokens and, at each moment, the fastest rate of the buckets it may hold
+// then.
+func (sc *scratch) addNeed(segs []segment, cur, length int64) {
 	end := cur
 	for _, sg := range segs {
-		end = maxTime(end, sg.until)
+		end = max(end, sg.until.UnixNano())
 	}
-	var cuts []time.Time
-	for ks := cur; ks.Before(end); ks = ks.Add(length) {
-		ke := ks.Add(length)
+	for ks := cur; ks < end; ks += length {
+		ke := ks + length
 		burst := 0.0
-		cuts = cuts[:0]
+		cuts := sc.cuts[:0]
 		for _, sg := range segs {
-			a, b := maxTime(ks, sg.from), minTime(ke, sg.until)
-			if b.After(a) {
+			a, b := max(ks, sg.from.UnixNano()), min(ke, sg.until.UnixNano())
+			if b > a {
 				burst += sg.burst
 				cuts = append(cuts, a, b)
 			}
 		}
+		sc.cuts = cuts
 		if len(cuts) == 0 {
 			continue
 		}
-		slices.SortFunc(cuts, func(x, y time.Time) int { return x.Compare(y) })
+		slices.Sort(cuts)
 		spent := burst
 		for i := 1; i < len(cuts); i++ {
 			a, b := cuts[i-1], cuts[i]
-			if !b.After(a) {
+			if b <= a {
 				continue
 			}
 			rate := 0.0
 			for _, sg := range segs {
-				if !sg.from.After(a) && !sg.until.Before(b) {
+				if sg.from.UnixNano() <= a && sg.until.UnixNano() >= b {
 					rate = max(rate, sg.rate)
 				}
 			}
-			spent += rate * b.Sub(a).Seconds()
+			spent += rate * float64(b-a) / 1e9
 		}
-		need[ks.Unix()] += spent
+		sc.need[ks/1e9] += spent
 	}
 }
 

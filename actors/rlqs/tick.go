@@ -57,13 +57,13 @@ type tickState struct {
 	ops      []engine.CounterOp
 	releases []engine.CounterOp
 	out      map[*Stream][]Action
-	need     map[int64]float64
+	sc       scratch
 }
 
 // tick serves the hubs that have news or assignments to renew. The store
 // call is made without the lock, so reports keep arriving meanwhile.
 func (s *Service) tick(now time.Time) {
-	t := &tickState{now: now, out: make(map[*Stream][]Action), need: make(map[int64]float64)}
+	t := &tickState{now: now, out: make(map[*Stream][]Action)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -118,7 +118,7 @@ func (t *tickState) prepare(s *Service, h *hub) {
 	switch {
 	case h.windowed():
 		w.want = make(map[int64]uint64)
-		for ks, n := range h.need(now, w.changes, t.need) {
+		for ks, n := range h.need(now, w.changes, &t.sc) {
 			c := ceilNeed(n)
 			w.want[ks] = c
 			if c > h.reserved[ks] {
@@ -157,7 +157,7 @@ func (t *tickState) finish(s *Service, w *work, err error) {
 			}
 		}
 		var short bool
-		w.changes, short = h.fit(s, now, w.changes, t.need)
+		w.changes, short = h.fit(s, now, w.changes, &t.sc)
 		if short {
 			// Another replica or RLS callers may give room back soon.
 			defer func() { h.next = minTime(h.next, now.Add(retryShort)) }()
@@ -166,6 +166,9 @@ func (t *tickState) finish(s *Service, w *work, err error) {
 		h.take += w.taken
 	}
 	h.commit(s, now, w.changes, t.out)
+	for _, r := range h.reporters {
+		r.served = r.claim
+	}
 	if h.windowed() {
 		t.giveBack(h, w.want)
 	}
@@ -177,7 +180,7 @@ func (t *tickState) finish(s *Service, w *work, err error) {
 // may still admit in it and what their claims call for.
 func (t *tickState) giveBack(h *hub, want map[int64]uint64) {
 	cur, _ := h.rule.Window(t.now)
-	need := h.need(t.now, nil, t.need)
+	need := h.need(t.now, nil, &t.sc)
 	for ks, held := range h.reserved {
 		if ks < cur.Unix() {
 			delete(h.reserved, ks)
@@ -193,42 +196,54 @@ func (t *tickState) giveBack(h *hub, want map[int64]uint64) {
 // fit returns changes, or fewer or smaller ones, that the hub's
 // reservations pay for.
 //
-// While some of the hub's buckets were cut and the cuts are not yet known
-// applied (they are counted beside their replacements until the next
-// reports show them), the shortage is passing: cuts and renewals go out,
-// raises go out as far as they fit (a raise costs only the new bucket's
-// tokens), the hub asks again soon. Otherwise the room is held by the
-// store's other users (replicas, RLS callers): the limit is scaled to
+// First the cuts and renewals go out as they are and the raises by the
+// part that fits (a raise costs only the new bucket's tokens, a cut is
+// counted beside its replacement until the next report shows it
+// applied): moving shares between Envoys of a full limit is cuts first,
+// raises as the cuts land, and the hub asks again soon. Only when even
+// that does not fit, and no cut is on its way, is the room held by the
+// store's other users (replicas, RLS callers): the limit is then scaled to
 // what is held, and the shares stay max-min fair.
-func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]float64) (_ []change, short bool) {
-	if h.short(now, changes, need) >= 1 {
+func (h *hub) fit(s *Service, now time.Time, changes []change, sc *scratch) (_ []change, short bool) {
+	if h.short(now, changes, sc) >= 1 {
 		return changes, false
 	}
-	if h.cutting(now) {
-		h.partial(s, now, changes, need)
-	} else {
-		changes = h.scaled(s, now, changes, need)
+	if h.partial(s, now, changes, sc); h.short(now, changes, sc) < 1 && !h.cutting(now) {
+		changes = h.scaled(s, now, changes, sc)
 	}
 	slices.SortFunc(changes, func(a, b change) int { return cmp.Compare(b.raise(), a.raise()) })
 	for i := range changes {
 		changes[i].r.ch = i
 	}
-	for i := range changes {
-		if h.short(now, changes, need) >= 1 {
-			return changes, true
-		}
-		c := &changes[i]
-		switch {
-		case c.skip:
-		case c.r.sent && c.r.until.Sub(now) > retryShort:
-			// What it has is paid for; ask again soon.
-			c.skip = true
-		default:
-			// It expires before then and nothing more can be paid for.
-			c.strat, c.replace = alloc.Strategy{Kind: alloc.DenyAll}, true
+	// The fewest changes, largest raises first, to hold back (or deny)
+	// for the rest to fit: holding more back never needs more, so the
+	// count is found by bisection.
+	orig := slices.Clone(changes)
+	fallBack := func(k int) {
+		copy(changes, orig)
+		for i := range changes[:k] {
+			c := &changes[i]
+			switch {
+			case c.skip:
+			case c.r.sent && c.r.until.Sub(now) > retryShort:
+				c.skip = true // what it has is paid for; ask again soon
+			default:
+				// It expires before then and nothing more can be paid for.
+				c.strat, c.replace = alloc.Strategy{Kind: alloc.DenyAll}, true
+			}
 		}
 	}
-	if h.short(now, changes, need) < 1 {
+	lo, hi := 0, len(changes)
+	for lo < hi {
+		k := (lo + hi) / 2
+		if fallBack(k); h.short(now, changes, sc) >= 1 {
+			hi = k
+		} else {
+			lo = k + 1
+		}
+	}
+	fallBack(lo)
+	if h.short(now, changes, sc) < 1 {
 		s.st.overcommitted.Inc()
 	}
 	return changes, true
@@ -237,7 +252,7 @@ func (h *hub) fit(s *Service, now time.Time, changes []change, need map[int64]fl
 // partial raises each Envoy that is to get more by the largest part of
 // its raise that fits (within 1/64), the cuts and renewals as they are; a
 // raise of less than the hysteresis waits.
-func (h *hub) partial(s *Service, now time.Time, changes []change, need map[int64]float64) {
+func (h *hub) partial(s *Service, now time.Time, changes []change, sc *scratch) {
 	type raise struct {
 		i        int
 		from, to float64
@@ -252,14 +267,15 @@ func (h *hub) partial(s *Service, now time.Time, changes []change, need map[int6
 		for _, x := range raises {
 			c := &changes[x.i]
 			c.strat, _ = h.plan.Assign(x.from+g*(x.to-x.from), s.o.Alloc)
-			c.skip = g == 0 || c.raise() < s.o.Alloc.Hysteresis*x.from
+			// In a few steps, not token by token: each is a new bucket.
+			c.skip = g < 0.25 || c.raise() < s.o.Alloc.Hysteresis*x.from
 		}
 	}
 	lo, hi := 0.0, 1.0
 	for range 6 {
 		g := (lo + hi) / 2
 		set(g)
-		if h.short(now, changes, need) >= 1 {
+		if h.short(now, changes, sc) >= 1 {
 			lo = g
 		} else {
 			hi = g
@@ -270,13 +286,13 @@ func (h *hub) partial(s *Service, now time.Time, changes []change, need map[int6
 
 // scaled is the changes for the largest scale of the limit that fits
 // (within 1/256), or the changes as they are if only denials would.
-func (h *hub) scaled(s *Service, now time.Time, changes []change, need map[int64]float64) []change {
+func (h *hub) scaled(s *Service, now time.Time, changes []change, sc *scratch) []change {
 	lo, hi := 0.0, 1.0
 	for range 8 {
 		f := (lo + hi) / 2
 		h.unmark(changes)
 		changes = h.decide(s, now, f, changes[:0])
-		if h.short(now, changes, need) >= 1 {
+		if h.short(now, changes, sc) >= 1 {
 			lo = f
 		} else {
 			hi = f
@@ -304,9 +320,9 @@ func (h *hub) cutting(now time.Time) bool {
 
 // short is the least, over the windows, of what the hub holds ÷ what the
 // changes would need (1 when everything fits).
-func (h *hub) short(now time.Time, changes []change, need map[int64]float64) float64 {
+func (h *hub) short(now time.Time, changes []change, sc *scratch) float64 {
 	worst := 1.0
-	for ks, n := range h.need(now, changes, need) {
+	for ks, n := range h.need(now, changes, sc) {
 		if held := h.reserved[ks]; ceilNeed(n) > held {
 			worst = min(worst, float64(held)/n)
 		}
@@ -350,18 +366,20 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 			// than it must be, since it is paid for until it ends.
 			c.ttl = time.Second
 		}
-		due := r.until.Sub(now) < c.ttl/2
-		switch {
-		case r.sent && alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis):
+		// Renewed with the hub's others whose time is near: the hub is
+		// served when the first one is due (half its TTL left), and every
+		// one with under three quarters left goes too, so renewals fall
+		// together rather than one serve per reporter.
+		due := r.until.Sub(now) < c.ttl*3/4
+		// A small raise or cut is not worth a replacement: Envoy refills a
+		// new bucket, and a cut is counted beside its replacement until
+		// it is applied. What the Envoy has is renewed instead, which is
+		// safe: what is sent is paid for whatever the division said (fit).
+		if r.sent && (alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis) || near(r.cur, next, 2*s.o.Alloc.Hysteresis)) {
 			if !due {
 				continue
 			}
 			c.strat, c.replace = r.cur, false
-		case r.sent && !due && near(r.cur, next, 2*s.o.Alloc.Hysteresis):
-			// A small cut is not worth a replacement (Envoy refills a
-			// new bucket, and both are counted until it is applied):
-			// what it has is paid for until it is renewed.
-			continue
 		}
 		r.ch = len(out)
 		out = append(out, c)
@@ -422,11 +440,12 @@ func (h *hub) unmark(changes []change) {
 // retryShort is how soon a hub whose changes did not all fit asks again.
 const retryShort = 200 * time.Millisecond
 
-// near reports whether next takes back at most frac of cur's rate.
+// near reports whether next takes back at most frac of cur's rate, or at
+// most one request a second (a whole token: small shares move by tokens).
 func near(cur, next alloc.Strategy, frac float64) bool {
 	if cur.Kind != alloc.TokenBucket || next.Kind != alloc.TokenBucket {
 		return false
 	}
 	rc, rn := cur.Rate(), next.Rate()
-	return rn < rc && rn >= (1-frac)*rc
+	return rn < rc && rc-rn <= max(frac*rc, 1)
 }
