@@ -42,6 +42,7 @@ type quotaFleet struct {
 
 // quotaResult is what one run of the fleet measured.
 type quotaResult struct {
+	server                string // SLUICE_GRPC_SERVER
 	fleet                 quotaFleet
 	reports               int64 // bucket reports in the measured intervals
 	actions, responses    int64 // received in the measured intervals
@@ -54,8 +55,8 @@ type quotaResult struct {
 	waits                 []time.Duration // sorted: report → first response after it
 }
 
-// benchQuota runs sluice (memory backend, grpc-go's server, which serves
-// RLQS) and drives it with a fleet of raw RLQS streams.
+// benchQuota runs sluice (memory backend) with each of its gRPC servers in
+// turn and drives it with a fleet of raw RLQS streams.
 func benchQuota(ctx context.Context, f flags, work string) (string, error) {
 	fl := quotaFleet{envoys: 50, buckets: 1000, interval: time.Second, warm: 2, intervals: 10, usersHot: 1, usersN: 10}
 	if f.quick {
@@ -68,17 +69,28 @@ func benchQuota(ctx context.Context, f flags, work string) (string, error) {
 	if err := os.WriteFile(filepath.Join(root, "bench", "config", "quota.yaml"), []byte(quotaRules), 0o644); err != nil {
 		return "", err
 	}
-	p, err := startSluice(f.sluice, work, root, "memory", "", "SLUICE_GRPC_SERVER=grpc-go")
+	var results []quotaResult
+	for _, server := range []string{"native", "grpc-go"} {
+		res, err := benchQuotaOn(ctx, f, work, root, server, fl)
+		if err != nil {
+			return "", err
+		}
+		results = append(results, res)
+	}
+	return renderQuota(results), nil
+}
+
+// benchQuotaOn is one run of the fleet on sluice's gRPC server server.
+func benchQuotaOn(ctx context.Context, f flags, work, root, server string, fl quotaFleet) (quotaResult, error) {
+	p, err := startSluice(f.sluice, work, root, "memory", "", "SLUICE_GRPC_SERVER="+server)
 	if err != nil {
-		return "", err
+		return quotaResult{}, err
 	}
 	defer p.stop()
-	log.Printf("rlqs: %d Envoys × %d buckets, every %v", fl.envoys, fl.buckets, fl.interval)
+	log.Printf("rlqs: %d Envoys × %d buckets, every %v, %s server", fl.envoys, fl.buckets, fl.interval, server)
 	res, err := driveQuota(ctx, p, fl)
-	if err != nil {
-		return "", err
-	}
-	return renderQuota(res), nil
+	res.server = server
+	return res, err
 }
 
 // quotaEnvoy is one simulated proxy: its stream, the message it reports
@@ -298,23 +310,27 @@ func sleepUntil(ctx context.Context, at time.Time) error {
 	}
 }
 
-func renderQuota(r quotaResult) string {
+func renderQuota(rs []quotaResult) string {
 	var b strings.Builder
-	fl := r.fleet
-	k := float64(max(r.reports, 1)) / 1000
+	fl := rs[0].fleet
 	entries := float64(fl.envoys * fl.buckets)
 	mb := func(n int64) string { return fmt.Sprintf("%.0f MB", float64(n)/(1<<20)) }
 	b.WriteString("### Quota service (RLQS): many Envoys, many buckets\n\n")
-	b.WriteString("| Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | report → answer p50 / p99 | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
-	fmt.Fprintf(&b, "| %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
-		fl.envoys, fl.buckets, fl.interval, fmtDur(r.elapsed), r.reports, r.serverCPU*1000/k, r.serverCPU/r.elapsed.Seconds(),
-		float64(r.actions)/k, fmtDur(testenv.Percentile(r.waits, 0.5)), fmtDur(testenv.Percentile(r.waits, 0.99)), mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
-		mb(int64(r.heapInuse)), r.driverCPU*1000/k, r.errs)
-	if r.firstErr != "" {
-		fmt.Fprintf(&b, "\nFirst error: %s\n", r.firstErr)
+	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | report → answer p50 / p99 | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		k := float64(max(r.reports, 1)) / 1000
+		fmt.Fprintf(&b, "| %s | %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
+			r.server, fl.envoys, fl.buckets, fl.interval, fmtDur(r.elapsed), r.reports, r.serverCPU*1000/k, r.serverCPU/r.elapsed.Seconds(),
+			float64(r.actions)/k, fmtDur(testenv.Percentile(r.waits, 0.5)), fmtDur(testenv.Percentile(r.waits, 0.99)), mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
+			mb(int64(r.heapInuse)), r.driverCPU*1000/k, r.errs)
 	}
-	fmt.Fprintf(&b, "\nOne sluice (memory backend, grpc-go's server, which serves RLQS) and %d raw RLQS streams, one connection each, "+
+	for _, r := range rs {
+		if r.firstErr != "" {
+			fmt.Fprintf(&b, "\nFirst error (%s): %s\n", r.server, r.firstErr)
+		}
+	}
+	fmt.Fprintf(&b, "\nOne sluice (memory backend; its native gRPC server, then grpc-go's) and %d raw RLQS streams, one connection each, "+
 		"reporting the same %d buckets ({user: u<k>}, a rule of 1,000/s per user) in one message every %v, the Envoys spread evenly over the interval. "+
 		"A tenth of the users ask twice their limit, the others 10–40 %% of it, unevenly over the Envoys; each Envoy reports as allowed what its last assignment lets through. "+
 		"The first interval subscribes every bucket; %d warm intervals, then %d measured. "+

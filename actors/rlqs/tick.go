@@ -159,8 +159,14 @@ func (t *tickState) finish(s *Service, w *work, err error) {
 		var short bool
 		w.changes, short = h.fit(s, now, w.changes, &t.sc)
 		if short {
-			// Another replica or RLS callers may give room back soon.
-			defer func() { h.next = minTime(h.next, now.Add(retryShort)) }()
+			// Room comes back as cuts land, which their reports tell
+			// (they serve the hub); otherwise another replica or RLS
+			// callers may give some back: ask again soon.
+			defer func() {
+				if !h.cutting(now) {
+					h.next = minTime(h.next, now.Add(retryShort))
+				}
+			}()
 		}
 	case w.take >= 0 && err != nil:
 		h.take += w.taken
@@ -375,7 +381,9 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 		// new bucket, and a cut is counted beside its replacement until
 		// it is applied. What the Envoy has is renewed instead, which is
 		// safe: what is sent is paid for whatever the division said (fit).
-		if r.sent && (alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis) || near(r.cur, next, 2*s.o.Alloc.Hysteresis)) {
+		// Only while the Envoy still has it: one that expired is a new
+		// bucket to the Envoy (full again) and a new one to count.
+		if r.sent && r.until.After(now) && (alloc.Keep(r.cur, next, s.o.Alloc.Hysteresis) || near(r.cur, next, 2*s.o.Alloc.Hysteresis)) {
 			if !due {
 				continue
 			}
