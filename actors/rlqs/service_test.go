@@ -102,25 +102,10 @@ func (s *sink) all() []sent {
 	return append([]sent(nil), s.got...)
 }
 
-// wait returns the first action for user that satisfies ok, within 5 s.
+// wait returns the first action for user that satisfies ok.
 func (s *sink) wait(t *testing.T, user string, ok func(rlqs.Action) bool) rlqs.Action {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
-	seen := 0
-	for {
-		all := s.all()
-		for _, x := range all[seen:] {
-			if x.a.Bucket["user"] == user && ok(x.a) {
-				return x.a
-			}
-		}
-		seen = len(all)
-		select {
-		case <-s.more:
-		case <-deadline:
-			t.Fatalf("no matching action for %q within 5s; got %v", user, all)
-		}
-	}
+	return waitFor(t, s, func(a rlqs.Action) bool { return a.Bucket["user"] == user && ok(a) })
 }
 
 func any(rlqs.Action) bool { return true }
