@@ -28,7 +28,9 @@ func TestQuotaFleetSkewed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 16 s of traffic")
 	}
-	for _, server := range quotaServers {
+	// On the default server: the allocation is the same on both, and the
+	// other tests here run the stream on grpc-go's too.
+	for _, server := range quotaServers[:1] {
 		t.Run(server, func(t *testing.T) {
 			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server}, map[string]string{"q.yaml": quotaRules}, nil)
 			d, err := rlqssim.Skewed(3000, []rlqssim.Group{{Envoys: 1, Share: 70}, {Envoys: 2, Share: 20}, {Envoys: 7, Share: 10}})
