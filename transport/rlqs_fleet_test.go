@@ -71,8 +71,8 @@ func TestQuotaFleetSkewed(t *testing.T) {
 
 // TestQuotaFleetWithRLSNeverOver: Envoys on two replicas sharing Redis and
 // an RLS caller on the same rule through the second never admit more than
-// the limit together in any second, while a stream is cut and the first
-// replica is stopped (SIGTERM's path: its streams end UNAVAILABLE and the
+// the limit together in any second, while a stream is cut, an Envoy
+// restarts and the first replica is stopped (SIGTERM's path: its streams end UNAVAILABLE and the
 // Envoys reconnect to the second).
 func TestQuotaFleetWithRLSNeverOver(t *testing.T) {
 	if testing.Short() {
@@ -122,6 +122,9 @@ func TestQuotaFleetWithRLSNeverOver(t *testing.T) {
 		defer wg.Done()
 		sleepCtx(runCtx, 3*time.Second)
 		if err := sim.Cut(1); err != nil {
+			t.Error(err)
+		}
+		if err := sim.Restart(3); err != nil { // an Envoy restarts: its buckets start empty
 			t.Error(err)
 		}
 		sleepCtx(runCtx, 2*time.Second)
