@@ -21,3 +21,6 @@ func NewManual(o Options, rules Rules, counter engine.Counter, st *stats.Store) 
 
 // Tick is one turn of the service's loop at now.
 func (s *Service) Tick(now time.Time) { s.tick(now) }
+
+// EnvoyEqual and Distinct are envoyEqual and distinct, for tests.
+var EnvoyEqual, Distinct = envoyEqual, distinct

@@ -366,6 +366,9 @@ func (h *hub) decide(s *Service, now time.Time, f float64, out []change) []chang
 		if !ok {
 			continue
 		}
+		if r.sent && next != r.cur && envoyEqual(r.cur, next) {
+			next = distinct(r.cur, next)
+		}
 		c := change{st: st, r: r, strat: next, share: share, ttl: st.ttl(&s.o.Alloc), replace: true}
 		if !r.claim.Known {
 			// An equal share while the demand is unknown: held no longer
@@ -416,14 +419,25 @@ func (h *hub) shares(s *Service, now time.Time, live []*Stream, f float64) []flo
 		return alloc.Divide(l, claims, s.o.Alloc, nil)
 	}
 	w := length.Seconds()
-	shares := alloc.Divide(l-(l*s.o.Alloc.Burst.Seconds()+alloc.MinTokens*float64(len(live)))/w, claims, s.o.Alloc, nil)
-	tokens := 0.0
-	for _, sh := range shares {
-		if st, ok := h.plan.Assign(sh, s.o.Alloc); ok {
-			tokens += float64(st.MaxTokens)
+	tokens := func(shares []float64) (n float64) {
+		for _, sh := range shares {
+			if st, ok := h.plan.Assign(sh, s.o.Alloc); ok {
+				n += float64(st.MaxTokens)
+			}
 		}
+		return n
 	}
-	return alloc.Divide(max(l-tokens/w, 0), claims, s.o.Alloc, shares)
+	shares := alloc.Divide(l-(l*s.o.Alloc.Burst.Seconds()+alloc.MinTokens*float64(len(live)))/w, claims, s.o.Alloc, nil)
+	t1 := tokens(shares)
+	shares = alloc.Divide(max(l-t1/w, 0), claims, s.o.Alloc, shares)
+	// Larger shares may hold more tokens than the ones they were set
+	// aside for: then divide what is left once the larger count is set
+	// aside. Shares only shrink, and with them their tokens, so what is
+	// handed out stays within the limit.
+	if t2 := tokens(shares); t2 > t1 {
+		shares = alloc.Divide(max(l-t2/w, 0), claims, s.o.Alloc, shares)
+	}
+	return shares
 }
 
 // live is the streams of the reporters that are not ghosts, in the order
@@ -456,4 +470,27 @@ func near(cur, next alloc.Strategy, frac float64) bool {
 	}
 	rc, rn := cur.Rate(), next.Rate()
 	return rn < rc && rc-rn <= max(frac*rc, 1)
+}
+
+// envoyEqual reports whether Envoy takes a and b for the same token bucket:
+// it compares max_tokens, tokens_per_fill and the nanoseconds of
+// fill_interval, so buckets that differ only in whole seconds of
+// fill_interval look equal and the Envoy keeps the one it has.
+func envoyEqual(a, b alloc.Strategy) bool {
+	return a.Kind == alloc.TokenBucket && b.Kind == alloc.TokenBucket && a.MaxTokens == b.MaxTokens &&
+		a.TokensPerFill == b.TokensPerFill && a.FillInterval%time.Second == b.FillInterval%time.Second
+}
+
+// distinct is next written so that Envoy tells it from cur: the same rate
+// (tokens accrue continuously at tokens_per_fill ÷ fill_interval) and the
+// same bucket, with tokens_per_fill and fill_interval both multiplied.
+func distinct(cur, next alloc.Strategy) alloc.Strategy {
+	for k := uint32(2); ; k++ {
+		d := next
+		d.TokensPerFill *= k
+		d.FillInterval *= time.Duration(k)
+		if !envoyEqual(cur, d) {
+			return d
+		}
+	}
 }

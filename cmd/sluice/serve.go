@@ -77,7 +77,8 @@ func printTryLines(rl *rateLimit) {
 	httpAddr := localAddr(a.HTTP.String())
 	fmt.Printf(`
 sluice is running.
-  rate limit gRPC   %s   (envoy.service.ratelimit.v3.RateLimitService)
+  rate limit gRPC   %s   (envoy.service.ratelimit.v3.RateLimitService,
+                    and the quota service of Envoy's rate_limit_quota filter: docs/rlqs.md)
   rate limit HTTP   http://%s/json  and  /healthcheck
   debug             http://%s/  (/rlconfig, /stats, /debug/pprof/)
 
@@ -85,7 +86,9 @@ Try:
   curl -s http://%[2]s/json -d '{"domain":"example","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}'
   %[4]s client -dial_string %[1]s -domain example -descriptors user=ann
   curl -s http://%[3]s/rlconfig
-(run the first line six times: the sixth answer is 429 OVER_LIMIT)
+  go run ./loadtest/rlqs -targets %[1]s -domain example -buckets 'path=/api/a' -demand 30 -duration 10s
+(run the first line six times: the sixth answer is 429 OVER_LIMIT; the last plays ten Envoys
+ sharing the 10/s of path /api/* through the quota service)
 `, grpcAddr, httpAddr, localAddr(a.Debug.String()), selfCommand(os.Args[0]))
 }
 
