@@ -86,9 +86,7 @@ Try:
   curl -s http://%[2]s/json -d '{"domain":"example","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}'
   %[4]s client -dial_string %[1]s -domain example -descriptors user=ann
   curl -s http://%[3]s/rlconfig
-  go run ./loadtest/rlqs -targets %[1]s -domain example -buckets 'path=/api/a' -demand 30 -duration 10s
-(run the first line six times: the sixth answer is 429 OVER_LIMIT; the last plays ten Envoys
- sharing the 10/s of path /api/* through the quota service)
+(run the first line six times: the sixth answer is 429 OVER_LIMIT)
 `, grpcAddr, httpAddr, localAddr(a.Debug.String()), selfCommand(os.Args[0]))
 }
 

@@ -127,11 +127,11 @@ func PlanFor(l *engine.RateLimit, o Options) Plan {
 // Assign is the strategy of a reporter whose share (requests per second,
 // from Divide) is share; ok is false for PlanNone (send nothing).
 //
-// The fill interval is 1 s and tokens_per_fill the share rounded down: a
-// whole second because Envoy reads no less; rounding down because the
-// shares add up to the limit, so the loss is under one request per second
-// per Envoy, which matters only for shares of a few per second. A share
-// under 1/s gets one token per the whole seconds it takes (rounded up),
+// The fill interval is whole seconds, because Envoy reads no less, and
+// tokens_per_fill the share over it rounded down, because the shares add
+// up to the limit (perFill: 1 s unless that loses 1 % or more of a small
+// share). A share under 1/s gets one token per the whole seconds it takes
+// (rounded up),
 // DENY_ALL if that is longer than Options.MaxFill. The bucket holds
 // Options.Burst of the share, or, under a token-bucket rule, the share's
 // part of the rule's burst; at least MinTokens (one for shares under
@@ -151,7 +151,7 @@ func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
 	}
 	s = Strategy{Kind: TokenBucket, TokensPerFill: 1, FillInterval: time.Second}
 	if share >= 1 {
-		s.TokensPerFill = uint32(min(math.Floor(share), math.MaxUint32))
+		s.TokensPerFill, s.FillInterval = perFill(share)
 	} else {
 		secs := math.Ceil(1 / share)
 		if secs > o.MaxFill.Seconds() {
@@ -174,6 +174,28 @@ func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
 	s.MaxTokens = uint32(max(least, min(math.Floor(burst), math.MaxUint32)))
 	return s, true
 }
+
+// perFill writes a share of at least 1/s as tokens per whole seconds: per
+// second, rounded down, when that loses under 1 %; else over the fewest
+// seconds (up to fractionSeconds) that lose the least, so that 1.33/s is
+// 4 per 3 s rather than 1 per second (Envoy refills continuously, so the
+// rate is what counts, not the interval).
+func perFill(share float64) (uint32, time.Duration) {
+	best, bestK := math.Floor(share), 1.0
+	if share-best < 0.01*share {
+		return uint32(min(best, math.MaxUint32)), time.Second
+	}
+	for k := 2.0; k <= fractionSeconds; k++ {
+		if r := math.Floor(share*k) / k; r > best+1e-9 {
+			best, bestK = r, k
+		}
+	}
+	return uint32(best * bestK), time.Duration(bestK) * time.Second
+}
+
+// fractionSeconds is the longest fill interval perFill uses for a share
+// of 1/s or more.
+const fractionSeconds = 10
 
 // MinTokens is the least a bucket holds when its share allows it.
 const MinTokens = 2

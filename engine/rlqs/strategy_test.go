@@ -81,8 +81,10 @@ func TestAssign(t *testing.T) {
 		{"below one per MaxFill", div, 0.5 / 3600, o, rlqs.Strategy{Kind: rlqs.DenyAll}, true},
 		{"nothing", div, 0, o, rlqs.Strategy{Kind: rlqs.DenyAll}, true},
 		{"NaN", div, math.NaN(), o, rlqs.Strategy{Kind: rlqs.DenyAll}, true},
-		{"token-bucket rule: the share's part of its burst", rlqs.Plan{Kind: rlqs.PlanDivide, Limit: 10, Burst: 600}, 2.5, o, tb(150, 2, time.Second), true},
-		{"token-bucket rule: at least one token", rlqs.Plan{Kind: rlqs.PlanDivide, Limit: 10, Burst: 1}, 2.5, o, tb(1, 2, time.Second), true},
+		{"token-bucket rule: the share's part of its burst", rlqs.Plan{Kind: rlqs.PlanDivide, Limit: 10, Burst: 600}, 2.5, o, tb(150, 5, 2*time.Second), true},
+		{"token-bucket rule: at least one token", rlqs.Plan{Kind: rlqs.PlanDivide, Limit: 10, Burst: 1}, 2.5, o, tb(1, 5, 2*time.Second), true},
+		{"a small share over whole seconds: 4 per 3 s", div, 1.34, o, tb(1, 4, 3*time.Second), true},
+		{"under 1 % lost: per second", div, 150.9, o, tb(150, 150, time.Second), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
