@@ -25,7 +25,7 @@ func (c *Counter) reserve(st *state, now int64) {
 	}
 	c.st.reservations.Inc()
 	c.calls.Add(1)
-	go c.call(st, ops, now)
+	go c.call(st, ops)
 }
 
 // size is the next reservation's size. What is reserved ahead of need is
@@ -74,7 +74,7 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 }
 
 // call runs one reservation and files what it got into st.
-func (c *Counter) call(st *state, ops []engine.CounterOp, now int64) {
+func (c *Counter) call(st *state, ops []engine.CounterOp) {
 	defer c.calls.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, c.o.CallTimeout)
 	began := time.Now()
@@ -88,7 +88,7 @@ func (c *Counter) call(st *state, ops []engine.CounterOp, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.pending = false
-	now = c.o.Clock().UnixMicro()
+	now := c.o.Clock().UnixMicro()
 	if err != nil {
 		c.st.errors.Inc()
 		st.serve(now, err)

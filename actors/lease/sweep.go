@@ -2,25 +2,16 @@ package lease
 
 import (
 	"context"
-	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // sweep runs until Close: every Options.Sweep it forgets what is over and
 // gives back what keys hold beyond their demand.
 func (c *Counter) sweep() {
 	defer close(c.sweeper)
-	t := time.NewTicker(c.o.Sweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			c.giveBack(c.o.Clock().UnixMicro(), false)
-		}
-	}
+	tick.Every(c.ctx.Done(), c.o.Sweep, func() { c.giveBack(c.o.Clock().UnixMicro(), false) })
 }
 
 // giveBack reviews every state: windows that are over are forgotten (their

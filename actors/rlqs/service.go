@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	alloc "github.com/sluicehq/sluice/engine/rlqs"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Rules is what the service needs of the engine: the rule of a bucket's
@@ -223,16 +224,7 @@ func (st *Stream) ttl(o *alloc.Options) time.Duration { return o.TTL(st.every) }
 // loop serves the hubs every Tick until Close.
 func (s *Service) loop() {
 	defer close(s.done)
-	t := time.NewTicker(s.o.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case now := <-t.C:
-			s.tick(now)
-		}
-	}
+	tick.Every(s.stop, s.o.Tick, func() { s.tick(time.Now()) })
 }
 
 // call applies ops within the call timeout; Close waits for it.
