@@ -1,4 +1,4 @@
-package rlqs_test
+package alloc_test
 
 import (
 	"encoding/binary"
@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/alloc"
 )
 
-func known(rates ...float64) []rlqs.Claim {
-	cs := make([]rlqs.Claim, len(rates))
+func known(rates ...float64) []alloc.Claim {
+	cs := make([]alloc.Claim, len(rates))
 	for i, r := range rates {
-		cs[i] = rlqs.Claim{Rate: r, Known: true}
+		cs[i] = alloc.Claim{Rate: r, Known: true}
 	}
 	return cs
 }
@@ -21,7 +21,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 
 func TestDivide(t *testing.T) {
 	t.Parallel()
-	noFloor := rlqs.DefaultOptions()
+	noFloor := alloc.DefaultOptions()
 	noFloor.Floor = 0
 	keep := noFloor
 	keep.Spare = 0
@@ -30,8 +30,8 @@ func TestDivide(t *testing.T) {
 	cases := []struct {
 		name   string
 		limit  float64
-		claims []rlqs.Claim
-		o      rlqs.Options
+		claims []alloc.Claim
+		o      alloc.Options
 		want   []float64
 	}{
 		{"nobody", 100, nil, noFloor, []float64{}},
@@ -43,22 +43,22 @@ func TestDivide(t *testing.T) {
 		{"two levels", 100, known(5, 20, 1000, 1000), noFloor, []float64{5, 20, 37.5, 37.5}},
 		{"claims exactly the limit", 100, known(40, 60), keep, []float64{40, 60}},
 		{"below the limit: spare split evenly", 100, known(10, 30), noFloor, []float64{40, 60}},
-		{"unknown claims the equal share", 100, []rlqs.Claim{{}, {Rate: 500, Known: true}}, noFloor, []float64{50, 50}},
-		{"unknown newcomer under a small demand", 100, []rlqs.Claim{{}, {Rate: 20, Known: true}}, keep, []float64{50, 20}},
-		{"floor for the idle", 100, known(0, 1000), rlqs.DefaultOptions(), []float64{5, 95}},
-		{"floor met by demand", 100, known(7, 1000), rlqs.DefaultOptions(), []float64{7, 93}},
+		{"unknown claims the equal share", 100, []alloc.Claim{{}, {Rate: 500, Known: true}}, noFloor, []float64{50, 50}},
+		{"unknown newcomer under a small demand", 100, []alloc.Claim{{}, {Rate: 20, Known: true}}, keep, []float64{50, 20}},
+		{"floor for the idle", 100, known(0, 1000), alloc.DefaultOptions(), []float64{5, 95}},
+		{"floor met by demand", 100, known(7, 1000), alloc.DefaultOptions(), []float64{7, 93}},
 		{"zero limit", 0, known(10, 10), noFloor, []float64{0, 0}},
 		{"negative limit", -5, known(10), noFloor, []float64{0}},
 		{"NaN limit", math.NaN(), known(10), noFloor, []float64{0}},
 		{"bad demands count as none", 100, known(math.NaN(), -3, 1000), keep, []float64{0, 0, 100}},
 		{"infinite demand", 100, known(math.Inf(1), 10), keep, []float64{90, 10}},
-		{"unvalidated spare above 1 is 1", 100, known(10, 30), rlqs.Options{Spare: 7}, []float64{40, 60}},
-		{"unvalidated floor above 1 is 1", 100, known(0, 1000), rlqs.Options{Floor: 3}, []float64{50, 50}},
+		{"unvalidated spare above 1 is 1", 100, known(10, 30), alloc.Options{Spare: 7}, []float64{40, 60}},
+		{"unvalidated floor above 1 is 1", 100, known(0, 1000), alloc.Options{Floor: 3}, []float64{50, 50}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got := rlqs.Divide(c.limit, c.claims, c.o, nil)
+			got := alloc.Divide(c.limit, c.claims, c.o, nil)
 			if len(got) != len(c.want) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
@@ -74,7 +74,7 @@ func TestDivide(t *testing.T) {
 func TestDivideReusesOut(t *testing.T) {
 	t.Parallel()
 	buf := make([]float64, 1, 8)
-	got := rlqs.Divide(90, known(100, 100, 100), rlqs.DefaultOptions(), buf)
+	got := alloc.Divide(90, known(100, 100, 100), alloc.DefaultOptions(), buf)
 	if &got[0] != &buf[0] || len(got) != 3 {
 		t.Fatalf("out not reused: %v", got)
 	}
@@ -86,21 +86,21 @@ func TestRate(t *testing.T) {
 		name               string
 		allowed, denied    uint64
 		reported, observed time.Duration
-		want               rlqs.Claim
+		want               alloc.Claim
 	}{
-		{"subscription", 1, 0, 0, 0, rlqs.Claim{}},
-		{"allowed and denied over the interval", 300, 200, 5 * time.Second, 5 * time.Second, rlqs.Claim{Rate: 100, Known: true}},
-		{"Envoy truncated 1.9 s to 1 s", 190, 0, time.Second, 1900 * time.Millisecond, rlqs.Claim{Rate: 100, Known: true}},
-		{"sub-second interval reported as 0 s", 50, 0, 0, 500 * time.Millisecond, rlqs.Claim{Rate: 100, Known: true}},
-		{"bunched in transit", 100, 0, time.Second, time.Millisecond, rlqs.Claim{Rate: 100, Known: true}},
-		{"too short to tell", 100, 0, 0, 50 * time.Millisecond, rlqs.Claim{}},
-		{"idle", 0, 0, time.Second, time.Second, rlqs.Claim{Known: true}},
-		{"huge counts stay finite", math.MaxUint64, math.MaxUint64, time.Second, 0, rlqs.Claim{Rate: 1e15, Known: true}},
+		{"subscription", 1, 0, 0, 0, alloc.Claim{}},
+		{"allowed and denied over the interval", 300, 200, 5 * time.Second, 5 * time.Second, alloc.Claim{Rate: 100, Known: true}},
+		{"Envoy truncated 1.9 s to 1 s", 190, 0, time.Second, 1900 * time.Millisecond, alloc.Claim{Rate: 100, Known: true}},
+		{"sub-second interval reported as 0 s", 50, 0, 0, 500 * time.Millisecond, alloc.Claim{Rate: 100, Known: true}},
+		{"bunched in transit", 100, 0, time.Second, time.Millisecond, alloc.Claim{Rate: 100, Known: true}},
+		{"too short to tell", 100, 0, 0, 50 * time.Millisecond, alloc.Claim{}},
+		{"idle", 0, 0, time.Second, time.Second, alloc.Claim{Known: true}},
+		{"huge counts stay finite", math.MaxUint64, math.MaxUint64, time.Second, 0, alloc.Claim{Rate: 1e15, Known: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got := rlqs.Rate(c.allowed, c.denied, c.reported, c.observed)
+			got := alloc.Rate(c.allowed, c.denied, c.reported, c.observed)
 			if got.Known != c.want.Known || !near(got.Rate, c.want.Rate) {
 				t.Fatalf("got %+v, want %+v", got, c.want)
 			}
@@ -147,19 +147,19 @@ func FuzzDivide(f *testing.F) {
 	f.Add(0.5, uint8(0), uint8(0), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x7f})
 	f.Add(3e14, uint8(255), uint8(128), []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xef, 0x7f, 1, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f})
 	f.Fuzz(func(t *testing.T, limit float64, floor, spare uint8, data []byte) {
-		o := rlqs.DefaultOptions()
+		o := alloc.DefaultOptions()
 		o.Floor, o.Spare = float64(floor)/255, float64(spare)/255
-		var claims []rlqs.Claim
+		var claims []alloc.Claim
 		for len(data) >= 9 && len(claims) < 64 {
-			claims = append(claims, rlqs.Claim{Known: data[0]&1 == 1, Rate: math.Float64frombits(binary.LittleEndian.Uint64(data[1:9]))})
+			claims = append(claims, alloc.Claim{Known: data[0]&1 == 1, Rate: math.Float64frombits(binary.LittleEndian.Uint64(data[1:9]))})
 			data = data[9:]
 		}
-		shares := rlqs.Divide(limit, claims, o, nil)
+		shares := alloc.Divide(limit, claims, o, nil)
 		checkDivide(t, limit, claims, o, shares)
 	})
 }
 
-func checkDivide(t *testing.T, limit float64, claims []rlqs.Claim, o rlqs.Options, shares []float64) {
+func checkDivide(t *testing.T, limit float64, claims []alloc.Claim, o alloc.Options, shares []float64) {
 	t.Helper()
 	if len(shares) != len(claims) {
 		t.Fatalf("%d shares for %d claims", len(shares), len(claims))
@@ -216,11 +216,11 @@ func checkDivide(t *testing.T, limit float64, claims []rlqs.Claim, o rlqs.Option
 				}
 			}
 		}
-		checkAssign(t, rlqs.Plan{Kind: rlqs.PlanDivide, Limit: limit}, s, o)
+		checkAssign(t, alloc.Plan{Kind: alloc.PlanDivide, Limit: limit}, s, o)
 	}
 }
 
-func checkAssign(t *testing.T, p rlqs.Plan, share float64, o rlqs.Options) {
+func checkAssign(t *testing.T, p alloc.Plan, share float64, o alloc.Options) {
 	t.Helper()
 	s, ok := p.Assign(share, o)
 	if !ok {
@@ -229,7 +229,7 @@ func checkAssign(t *testing.T, p rlqs.Plan, share float64, o rlqs.Options) {
 	if s.Rate() > share*(1+1e-12) {
 		t.Fatalf("strategy %+v admits %v/s, above the share %v", s, s.Rate(), share)
 	}
-	if s.Kind == rlqs.TokenBucket && (s.MaxTokens < 1 || s.TokensPerFill < 1 || s.FillInterval < time.Second || s.FillInterval%time.Second != 0) {
+	if s.Kind == alloc.TokenBucket && (s.MaxTokens < 1 || s.TokensPerFill < 1 || s.FillInterval < time.Second || s.FillInterval%time.Second != 0) {
 		t.Fatalf("strategy %+v for share %v is not one Envoy enforces as meant", s, share)
 	}
 }

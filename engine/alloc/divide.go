@@ -1,4 +1,4 @@
-package rlqs
+package alloc
 
 import (
 	"math"
@@ -122,4 +122,19 @@ func unit(f float64) float64 {
 		return 0
 	}
 	return min(f, 1)
+}
+
+// Smooth is a reporter's claim after a new measurement: halfway from the
+// old one, since one report of random arrivals over a few seconds is off
+// by several per cent (a share that chases it refuses requests when low,
+// and is a new bucket each time); a measurement more than half away from
+// the old claim is taken as it is (the Envoy's demand changed).
+func Smooth(old, measured Claim) Claim {
+	if !old.Known || !measured.Known {
+		return measured
+	}
+	if math.Abs(measured.Rate-old.Rate) > 0.5*max(old.Rate, 1) {
+		return measured
+	}
+	return Claim{Rate: (old.Rate + measured.Rate) / 2, Known: true}
 }

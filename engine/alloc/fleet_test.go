@@ -1,11 +1,11 @@
-package rlqs_test
+package alloc_test
 
 import (
 	"math"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/alloc"
 )
 
 // fleet plays Envoys that report one bucket every interval and enforce
@@ -14,26 +14,26 @@ import (
 // next report carries what it admitted and denied.
 type fleet struct {
 	t        *testing.T
-	plan     rlqs.Plan
-	o        rlqs.Options
+	plan     alloc.Plan
+	o        alloc.Options
 	interval time.Duration
-	claims   []rlqs.Claim
-	assigned []rlqs.Strategy
+	claims   []alloc.Claim
+	assigned []alloc.Strategy
 }
 
 func newFleet(t *testing.T, limit float64, envoys int, interval time.Duration) *fleet {
-	f := &fleet{t: t, plan: rlqs.Plan{Kind: rlqs.PlanDivide, Limit: limit}, o: rlqs.DefaultOptions(), interval: interval,
-		claims: make([]rlqs.Claim, envoys), assigned: make([]rlqs.Strategy, envoys)}
+	f := &fleet{t: t, plan: alloc.Plan{Kind: alloc.PlanDivide, Limit: limit}, o: alloc.DefaultOptions(), interval: interval,
+		claims: make([]alloc.Claim, envoys), assigned: make([]alloc.Strategy, envoys)}
 	// The subscriptions: one request each, about no time elapsed.
 	for i := range f.claims {
-		f.claims[i] = rlqs.Rate(1, 0, 0, 0)
+		f.claims[i] = alloc.Rate(1, 0, 0, 0)
 	}
 	f.assign()
 	return f
 }
 
 func (f *fleet) assign() {
-	shares := rlqs.Divide(f.plan.Limit, f.claims, f.o, nil)
+	shares := alloc.Divide(f.plan.Limit, f.claims, f.o, nil)
 	for i, s := range shares {
 		st, ok := f.plan.Assign(s, f.o)
 		if !ok {
@@ -53,7 +53,7 @@ func (f *fleet) step(demands []float64) []float64 {
 		allowed := uint64(math.Round(admitted[i] * secs))
 		denied := uint64(math.Round(d*secs)) - allowed
 		// Envoy truncates the elapsed time; the server sees it whole.
-		f.claims[i] = rlqs.Rate(allowed, denied, f.interval.Truncate(time.Second), f.interval)
+		f.claims[i] = alloc.Rate(allowed, denied, f.interval.Truncate(time.Second), f.interval)
 	}
 	f.assign()
 	return admitted

@@ -1,4 +1,4 @@
-package rlqs
+package alloc
 
 import (
 	"fmt"
@@ -74,12 +74,20 @@ type Options struct {
 	// MaxFill is the longest fill interval: a share under one request per
 	// MaxFill is DENY_ALL.
 	MaxFill time.Duration
-	// TTLReports is how many reporting intervals an assignment lives, and
-	// MinTTL the least it lives: long enough that a late or lost push does
-	// not expire it, short enough that Envoys fall back soon after sluice
-	// is gone.
-	TTLReports int
-	MinTTL     time.Duration
+	// ReportPeriod is how often an Envoy is taken to report until its
+	// stream shows otherwise: Envoy's newest client reports every 5 s,
+	// whatever the buckets' reporting_interval says.
+	ReportPeriod time.Duration
+	// Delivery bounds the time from deciding an assignment to the Envoy
+	// enforcing it, on a healthy stream: an assignment is counted until
+	// Delivery + TTL after it was decided, and a replaced bucket until a
+	// report received two deliveries after its replacement.
+	Delivery time.Duration
+	// Margin is what the TTL leaves, beyond a report period and a renewal
+	// period, for answering an Envoy that reopened its stream (AssignTTL).
+	Margin time.Duration
+	// MinTTL is the shortest assignment TTL.
+	MinTTL time.Duration
 	// Hysteresis: an Envoy keeps its assignment when the new one would
 	// admit more, but by at most this fraction (Keep).
 	Hysteresis float64
@@ -90,10 +98,15 @@ type Options struct {
 	KeyOrder map[string][]string
 }
 
+// MinReportPeriod is the shortest report period an Envoy may be taken to
+// have: Envoy validates reporting_interval to more than 100 ms.
+const MinReportPeriod = 100 * time.Millisecond
+
 // DefaultOptions are the settings SLUICE_RLQS_* start from.
 func DefaultOptions() Options {
 	return Options{Floor: 0.1, FirstShare: 1, Spare: 1, Burst: time.Second, MaxFill: time.Hour,
-		TTLReports: 3, MinTTL: 2 * time.Second, Hysteresis: 0.05}
+		ReportPeriod: 5 * time.Second, Delivery: 250 * time.Millisecond, Margin: 300 * time.Millisecond,
+		MinTTL: 2 * time.Second, Hysteresis: 0.05}
 }
 
 // EnsureDefaults fills the fields left zero and returns o. Floor and
@@ -110,8 +123,14 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.MaxFill == 0 {
 		o.MaxFill = d.MaxFill
 	}
-	if o.TTLReports == 0 {
-		o.TTLReports = d.TTLReports
+	if o.ReportPeriod == 0 {
+		o.ReportPeriod = d.ReportPeriod
+	}
+	if o.Delivery == 0 {
+		o.Delivery = d.Delivery
+	}
+	if o.Margin == 0 {
+		o.Margin = d.Margin
 	}
 	if o.MinTTL == 0 {
 		o.MinTTL = d.MinTTL
@@ -137,8 +156,12 @@ func (o Options) Validate() error {
 		return fmt.Errorf("rlqs: burst %v must not be negative", o.Burst)
 	case o.MaxFill < time.Second:
 		return fmt.Errorf("rlqs: max fill interval %v must be at least 1s (Envoy reads whole seconds)", o.MaxFill)
-	case o.TTLReports < 1:
-		return fmt.Errorf("rlqs: TTL of %d reporting intervals must be at least 1", o.TTLReports)
+	case o.ReportPeriod < MinReportPeriod:
+		return fmt.Errorf("rlqs: report period %v must be at least %v", o.ReportPeriod, MinReportPeriod)
+	case o.Delivery <= 0 || o.Delivery > 10*time.Second:
+		return fmt.Errorf("rlqs: delivery bound %v must be in (0, 10s]", o.Delivery)
+	case o.Margin < 0:
+		return fmt.Errorf("rlqs: TTL margin %v must not be negative", o.Margin)
 	case o.MinTTL < time.Second:
 		return fmt.Errorf("rlqs: minimum TTL %v must be at least 1s (Envoy reads whole seconds)", o.MinTTL)
 	case o.NoMatch > NoMatchDeny:

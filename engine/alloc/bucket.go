@@ -1,4 +1,4 @@
-package rlqs
+package alloc
 
 import (
 	"maps"

@@ -1,11 +1,11 @@
-package rlqs_test
+package alloc_test
 
 import (
 	"slices"
 	"testing"
 
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/alloc"
 )
 
 func TestEntries(t *testing.T) {
@@ -36,7 +36,7 @@ func TestEntries(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got := rlqs.Entries(c.bucket, c.order)
+			got := alloc.Entries(c.bucket, c.order)
 			if !slices.Equal(got, c.want) && !(len(got) == 0 && len(c.want) == 0) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
@@ -48,8 +48,8 @@ func TestKey(t *testing.T) {
 	t.Parallel()
 	a := map[string]string{"name": "b", "env": "prod"}
 	b := map[string]string{"env": "prod", "name": "b"}
-	if rlqs.Key(a) != rlqs.Key(b) {
-		t.Fatalf("one bucket, two keys: %q %q", rlqs.Key(a), rlqs.Key(b))
+	if alloc.Key(a) != alloc.Key(b) {
+		t.Fatalf("one bucket, two keys: %q %q", alloc.Key(a), alloc.Key(b))
 	}
 	// Maps that a naive join would confuse.
 	distinct := []map[string]string{
@@ -64,7 +64,7 @@ func TestKey(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for i, m := range distinct {
-		k := rlqs.Key(m)
+		k := alloc.Key(m)
 		if j, dup := seen[k]; dup {
 			t.Fatalf("maps %v and %v share the key %q", distinct[j], m, k)
 		}
@@ -86,8 +86,8 @@ func FuzzKey(f *testing.F) {
 				equal = false
 			}
 		}
-		if (rlqs.Key(m1) == rlqs.Key(m2)) != equal {
-			t.Fatalf("%v and %v: keys %q and %q", m1, m2, rlqs.Key(m1), rlqs.Key(m2))
+		if (alloc.Key(m1) == alloc.Key(m2)) != equal {
+			t.Fatalf("%v and %v: keys %q and %q", m1, m2, alloc.Key(m1), alloc.Key(m2))
 		}
 	})
 }

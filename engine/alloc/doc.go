@@ -1,4 +1,4 @@
-// Package rlqs is the arithmetic of sluice's Rate Limit Quota Service
+// Package alloc is the arithmetic of sluice's Rate Limit Quota Service
 // (envoy.service.rate_limit_quota.v3, RLQS): which rule a bucket falls
 // under, how a rule's limit is divided among the Envoys that report the
 // bucket, and what each Envoy is told to enforce. It has no I/O, no
@@ -77,4 +77,4 @@
 //     unlimited rules and shadow-mode rules are ALLOW_ALL, a limit of zero
 //     is DENY_ALL, and a bucket that matches nothing gets Options.NoMatch
 //     (PlanFor).
-package rlqs
+package alloc

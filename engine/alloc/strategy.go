@@ -1,4 +1,4 @@
-package rlqs
+package alloc
 
 import (
 	"fmt"
@@ -137,6 +137,13 @@ func PlanFor(l *engine.RateLimit, o Options) Plan {
 // part of the rule's burst; at least MinTokens (one for shares under
 // MinTokens per second, and under a token-bucket rule).
 func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
+	return p.AssignBurst(share, 0, o)
+}
+
+// AssignBurst is Assign with a bucket of at least burst tokens (for a
+// rule that is not a token bucket: the planner sizes the buckets of
+// Envoys whose share meets their demand for their arrivals).
+func (p Plan) AssignBurst(share, tokens float64, o Options) (s Strategy, ok bool) {
 	switch p.Kind {
 	case PlanNone:
 		return Strategy{}, false
@@ -162,6 +169,8 @@ func (p Plan) Assign(share float64, o Options) (s Strategy, ok bool) {
 	burst := share * o.Burst.Seconds()
 	if p.Burst > 0 {
 		burst = p.Burst * share / p.Limit
+	} else if share >= MinTokens {
+		burst = max(burst, math.Ceil(tokens-1e-9))
 	}
 	// A bucket of one token at a rate just under the demand loses about
 	// half of it: a request that finds 0.98 of a token is denied, and
@@ -200,24 +209,16 @@ const fractionSeconds = 10
 // MinTokens is the least a bucket holds when its share allows it.
 const MinTokens = 2
 
-// TTL is the assignment_time_to_live of assignments to a stream whose
-// Envoy reports every `every` (as the server observes it; 0 if not yet
-// known): Options.TTLReports intervals, at least Options.MinTTL, rounded up
-// to whole seconds.
-func (o Options) TTL(every time.Duration) time.Duration {
-	ttl := max(o.MinTTL, time.Duration(o.TTLReports)*max(every, 0))
-	return (ttl + time.Second - 1).Truncate(time.Second)
-}
-
 // Keep reports whether an Envoy whose active strategy is cur keeps it
 // (sluice sends cur again, extending its TTL) rather than being sent next.
 // Envoy refills a replaced token bucket, so every change of assignment
 // lets max_tokens through at once; a change is worth that only when it
 // takes something back, or gives noticeably more. cur is kept when it is
 // next, or when both are token buckets and cur admits no more than next
-// (its rate and its bucket), and at least 1−hysteresis of next's rate.
-// Keeping never admits more than next, so the fleet's total stays within
-// the limit.
+// (its rate and its bucket), at least 1−hysteresis of next's rate, and a
+// bucket not much smaller than next's (a quarter, and a token). Keeping
+// never admits more than next, so the fleet's total stays within the
+// limit.
 func Keep(cur, next Strategy, hysteresis float64) bool {
 	if cur == next {
 		return true
@@ -226,5 +227,40 @@ func Keep(cur, next Strategy, hysteresis float64) bool {
 		return false
 	}
 	rc, rn := cur.Rate(), next.Rate()
-	return rc <= rn && rc >= (1-hysteresis)*rn && cur.MaxTokens <= next.MaxTokens
+	return rc <= rn && rc >= (1-hysteresis)*rn && cur.MaxTokens <= next.MaxTokens &&
+		float64(next.MaxTokens) <= 1.25*float64(cur.MaxTokens)+1
+}
+
+// Near reports whether next takes back at most frac of cur's rate, or at
+// most one request a second (a whole token: small shares move by tokens),
+// and holds no more tokens: a cut not worth a new bucket.
+func Near(cur, next Strategy, frac float64) bool {
+	if cur.Kind != TokenBucket || next.Kind != TokenBucket {
+		return false
+	}
+	rc, rn := cur.Rate(), next.Rate()
+	return rn < rc && rc-rn <= max(frac*rc, 1) && next.MaxTokens <= cur.MaxTokens
+}
+
+// EnvoyEqual reports whether Envoy takes a and b for the same token
+// bucket: it compares max_tokens, tokens_per_fill and the nanoseconds of
+// fill_interval, so buckets that differ only in whole seconds of
+// fill_interval look equal and the Envoy keeps the one it has.
+func EnvoyEqual(a, b Strategy) bool {
+	return a.Kind == TokenBucket && b.Kind == TokenBucket && a.MaxTokens == b.MaxTokens &&
+		a.TokensPerFill == b.TokensPerFill && a.FillInterval%time.Second == b.FillInterval%time.Second
+}
+
+// Distinct is next written so that Envoy tells it from cur: the same rate
+// (tokens accrue continuously at tokens_per_fill ÷ fill_interval) and the
+// same bucket, with tokens_per_fill and fill_interval both multiplied.
+func Distinct(cur, next Strategy) Strategy {
+	for k := uint32(2); ; k++ {
+		d := next
+		d.TokensPerFill *= k
+		d.FillInterval *= time.Duration(k)
+		if !EnvoyEqual(cur, d) {
+			return d
+		}
+	}
 }

@@ -1,0 +1,537 @@
+package alloc
+
+import (
+	"math"
+	"time"
+)
+
+// This file is the planner of one hub (one domain's BucketId on one
+// replica): a pure function from a snapshot of what the hub knows to what
+// it sends and what it asks of the store. It has no clock, no I/O and no
+// goroutines; the caller commits its output (Commit) and carries out the
+// store operations.
+//
+// Why the Envoys together never admit more than the limit (window rules):
+// an Envoy enforcing a token bucket of rate r that was full (b tokens) at
+// some moment admits at most b + r·t over any t after it. Every token
+// bucket an Envoy may enforce is a Seg, counted from when it was decided
+// (From) until the latest moment the Envoy may still enforce it (Until:
+// decided + Delivery + TTL, since Envoy's expiry timer starts when the
+// message arrives). A replaced bucket stays counted, beside its
+// replacement, until a report proves the Envoy had the replacement
+// (Confirm). Every Seg starts full, whichever Envoy version replaces
+// buckets how: older clients refill a replaced bucket, the newest starts
+// it at its old fill ratio; either is at most full. Clients that may
+// refill on an equal renewal (the per-worker client) get a new Seg for
+// every renewal. need(window) adds, per Envoy, every Seg's burst plus, at
+// each moment of the window, the fastest rate it may be enforcing; a
+// change is sent only when every window's need stays within what the hub
+// holds on that window's counter (Held), and Held is only ever what the
+// store granted at or below the limit. RLS decisions admit only counts at
+// or below the limit of the same counters. So in every window the Envoys,
+// the RLS callers and every other replica's Envoys together stay within
+// the limit.
+//
+// Why no assignment lapses on a healthy stream: Envoy's newest client
+// reports every 5 s whatever reporting_interval says, and an expired
+// assignment falls back to no_assignment_behavior (ALLOW_ALL by default),
+// since reuse_last_assignment is not implemented. So every live Envoy is
+// renewed unasked every RenewEvery, with a TTL that outlives one report
+// period plus one renewal period plus Margin: an Envoy whose stream is
+// cut just after a renewal reopens it at its next report timer and is
+// answered before its assignment ends. A renewal the hub cannot pay for
+// is sent as a smaller bucket, or DENY_ALL, which costs nothing: a live
+// Envoy is never left to lapse.
+
+// Hold is a count on the counter of one window (its start, unix
+// nanoseconds): held, in flight, to reserve or to release.
+type Hold struct {
+	Window int64
+	N      uint64
+}
+
+// Seg is one token bucket an Envoy may enforce, as counted: from From to
+// Until (unix nanoseconds), starting full (Burst tokens) and refilled at
+// Rate per second. A blanket rule is no Seg.
+type Seg struct {
+	From, Until int64
+	Rate, Burst float64
+	// Cut is when a replacement was decided (0: it is the current one).
+	// The Seg is counted until Until regardless, until Confirm ends it.
+	Cut int64
+}
+
+// Reporter is one Envoy's side of a hub (one stream), as the planner
+// sees it.
+type Reporter struct {
+	// Live is false for a ghost: its stream ended, or it was abandoned,
+	// and its Segs stay counted until they end. Ghosts get nothing.
+	Live  bool
+	Claim Claim
+	// Period is how often the Envoy reports, as its stream was observed
+	// (0: not yet known; Options.ReportPeriod is assumed).
+	Period time.Duration
+	// Refill is true when an equal renewal may refill the Envoy's bucket
+	// (the per-worker client, and any client not known to be the newest).
+	Refill bool
+	// Bursty scales the burst a satisfied Envoy's bucket holds (1, or
+	// less than 1: sized for Poisson arrivals). The caller learns it.
+	Bursty float64
+	// Sent is whether Cur was sent: the assignment in force, with CurTTL,
+	// decided at LastSend (a new one or a renewal).
+	Sent     bool
+	Cur      Strategy
+	CurTTL   time.Duration
+	LastSend int64
+	Segs     []Seg
+}
+
+// Others is what the other replicas serving the same bucket published:
+// their live Envoys' claims, and what their ghosts and buckets take of
+// the limit, per second.
+type Others struct {
+	Claims   []Claim
+	Overhead float64
+}
+
+// Input is one hub's snapshot.
+type Input struct {
+	Now  int64
+	Plan Plan
+	// Window is the rule's window length (nanoseconds); 0 for rules
+	// without windows (token buckets), whose assignments are counted from
+	// the reports rather than reserved ahead.
+	Window int64
+	// Held and InFlight are what the hub holds and has asked for, per
+	// window.
+	Held, InFlight []Hold
+	Reporters      []Reporter
+	Others         Others
+}
+
+// Change is what one reporter is sent.
+type Change struct {
+	R     int // index in Input.Reporters
+	Strat Strategy
+	TTL   time.Duration
+	// Replace is true for a different bucket (or the first); false for a
+	// renewal of the reporter's Cur.
+	Replace bool
+	ask     int // index in the planner's asks
+}
+
+// Output is what the planner decided.
+type Output struct {
+	Changes []Change
+	// Reserve and Release are the store operations to make, per window.
+	Reserve, Release []Hold
+	// Next is when to plan again if nothing happens before.
+	Next int64
+	// Short is true when some changes the division asked for did not fit
+	// what is held: plan again when more is granted.
+	Short bool
+	// Overcommitted is true when what the Envoys may already admit is more
+	// than is held in some window (never, unless the store lost counts).
+	Overcommitted bool
+	// Claims and Overhead are this hub's part, for the other replicas.
+	Claims   []Claim
+	Overhead float64
+}
+
+// ask is what the division asks for one live reporter.
+type ask struct {
+	r      int
+	share  float64
+	target Strategy
+	ttl    time.Duration
+	// send: a change is due (a new bucket, or a renewal); else the
+	// reporter keeps what it has for now.
+	send, replace bool
+}
+
+// Planner holds the memory Decide reuses; one per goroutine.
+type Planner struct {
+	O Options
+
+	in   *Input
+	live []int
+	asks []ask
+
+	shares []float64
+	claims []Claim
+	all    []Claim
+
+	base  int64 // start of the current window
+	nwin  int
+	held  []float64
+	fligh []float64
+	baseN []float64   // committed need of every reporter, per window
+	rNeed [][]float64 // committed need per reporter
+	need  []float64
+	after []float64
+	tmp   []float64
+	segs  []Seg
+	cuts  []int64
+
+	ch, kept []Change
+	sent     []bool
+	acc      []float64
+	// cutRoom is the tokens every window keeps for a cut: the largest
+	// bucket the division hands out (a cut is a new bucket, counted
+	// beside the one it replaces until that is known applied).
+	cutRoom float64
+}
+
+// MinRenew and MaxRenew bound RenewEvery.
+const (
+	MinRenew = 500 * time.Millisecond
+	MaxRenew = 2 * time.Second
+)
+
+// RenewEvery is how often a live Envoy reporting every period is renewed
+// unasked: a quarter of the period, within [MinRenew, MaxRenew].
+func (o Options) RenewEvery(period time.Duration) time.Duration {
+	if period <= 0 {
+		period = o.ReportPeriod
+	}
+	return min(max(period/4, MinRenew), MaxRenew)
+}
+
+// AssignTTL is the assignment_time_to_live for an Envoy reporting every
+// period (0: not yet known, Options.ReportPeriod): long enough that an
+// Envoy whose stream is cut just before a renewal reached it reopens the
+// stream at its next report timer and is answered before its assignment
+// ends: a report period, a renewal period and a delivery (the renewals
+// it got were at most that far apart), and the margin for the answer; in
+// whole seconds, at least MinTTL.
+func (o Options) AssignTTL(period time.Duration) time.Duration {
+	return o.ttlWith(period, o.RenewEvery(period))
+}
+
+func (o Options) ttlWith(period, renew time.Duration) time.Duration {
+	if period <= 0 {
+		period = o.ReportPeriod
+	}
+	ttl := max(o.MinTTL, period+renew+o.Delivery+o.Margin)
+	return (ttl + time.Second - 1).Truncate(time.Second)
+}
+
+// RenewFor is how often r is renewed: RenewEvery, or, for an Envoy that may
+// refill its bucket on an equal renewal, once per report period (each
+// renewal costs it a full bucket, and the report after it confirms the
+// one before).
+func (o Options) RenewFor(r *Reporter) time.Duration {
+	if !r.Refill {
+		return o.RenewEvery(r.Period)
+	}
+	period := r.Period
+	if period <= 0 {
+		period = o.ReportPeriod
+	}
+	return min(max(period, MinRenew), 2*o.ReportPeriod)
+}
+
+// TTLFor is the assignment_time_to_live for r (AssignTTL with r's renewal
+// period).
+func (o Options) TTLFor(r *Reporter) time.Duration {
+	return o.ttlWith(r.Period, o.RenewFor(r))
+}
+
+// releaseFrac is the least part of the limit a hub gives back of a window.
+const releaseFrac = 0.01
+
+// RetryShort is how soon a hub whose changes did not all fit plans again
+// without news.
+const RetryShort = 200 * time.Millisecond
+
+// Decide plans one hub.
+func (p *Planner) Decide(in *Input, out *Output) {
+	*out = Output{Changes: out.Changes[:0], Reserve: out.Reserve[:0], Release: out.Release[:0], Claims: out.Claims[:0]}
+	p.in = in
+	p.cutRoom = 0
+	p.live = p.live[:0]
+	for i := range in.Reporters {
+		if in.Reporters[i].Live {
+			p.live = append(p.live, i)
+		}
+	}
+	out.Next = p.nextCleanup()
+	switch in.Plan.Kind {
+	case PlanNone:
+		p.releaseAll(out)
+		return
+	case PlanAllow, PlanDeny:
+		p.blanket(out)
+		p.releaseAll(out)
+		out.Next = p.nextRenewal(out, out.Next)
+		return
+	}
+	p.targets(out)
+	if in.Window <= 0 {
+		// Counted from the reports (token-bucket rules): everything goes.
+		for _, a := range p.asks {
+			if a.send {
+				out.Changes = append(out.Changes, Change{R: a.r, Strat: a.target, TTL: a.ttl, Replace: a.replace})
+			}
+		}
+		out.Next = p.nextRenewal(out, out.Next)
+		return
+	}
+	p.windows()
+	p.fit(out)
+	p.reserve(out)
+	out.Next = p.nextRenewal(out, out.Next)
+	if out.Short {
+		out.Next = min(out.Next, in.Now+int64(RetryShort))
+	}
+}
+
+// blanket renews (or sends) ALLOW_ALL or DENY_ALL to every live reporter.
+func (p *Planner) blanket(out *Output) {
+	kind := AllowAll
+	if p.in.Plan.Kind == PlanDeny {
+		kind = DenyAll
+	}
+	s := Strategy{Kind: kind}
+	for _, i := range p.live {
+		r := &p.in.Reporters[i]
+		ttl := p.O.TTLFor(r)
+		switch {
+		case !r.Sent || r.Cur != s:
+			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl, Replace: true})
+		case p.renewDue(r):
+			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl})
+		}
+	}
+}
+
+func (p *Planner) renewDue(r *Reporter) bool {
+	return p.in.Now >= p.O.RenewAt(r)
+}
+
+// RenewAt is when r's assignment must be renewed: a renewal period after
+// it was sent, or earlier if what is left of its TTL would no longer
+// cover a report period, a delivery and the margin (its period was found
+// longer since).
+func (o Options) RenewAt(r *Reporter) int64 {
+	period := r.Period
+	if period <= 0 {
+		period = o.ReportPeriod
+	}
+	return r.LastSend + int64(min(o.RenewFor(r), r.CurTTL-period-o.Delivery-o.Margin))
+}
+
+// nextRenewal is the earliest renewal of a live reporter once out's
+// changes are sent, or next; a renewal that is due and was held back is
+// tried again soon.
+func (p *Planner) nextRenewal(out *Output, next int64) int64 {
+	now := p.in.Now
+	p.sent = resizeBool(p.sent, len(p.in.Reporters))
+	for _, c := range out.Changes {
+		p.sent[c.R] = true
+	}
+	for _, i := range p.live {
+		r := &p.in.Reporters[i]
+		switch {
+		case p.sent[i]:
+			next = min(next, now+int64(p.O.RenewFor(r)))
+		case r.Sent:
+			next = min(next, max(p.O.RenewAt(r), now+1))
+		}
+	}
+	return next
+}
+
+func resizeBool(s []bool, n int) []bool {
+	if cap(s) < n {
+		return make([]bool, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// nextCleanup is when the first Seg still counted ends (a hub can give
+// back what it held for it, a ghost can go), or an hour from now.
+func (p *Planner) nextCleanup() int64 {
+	next := p.in.Now + int64(time.Hour)
+	for i := range p.in.Reporters {
+		for _, sg := range p.in.Reporters[i].Segs {
+			if sg.Until > p.in.Now {
+				next = min(next, sg.Until)
+			}
+		}
+	}
+	return next
+}
+
+func (p *Planner) releaseAll(out *Output) {
+	for _, h := range p.in.Held {
+		if h.N > 0 {
+			out.Release = append(out.Release, h)
+		}
+	}
+}
+
+// targets divides the limit and decides what each live reporter should
+// have (p.asks).
+func (p *Planner) targets(out *Output) {
+	in, o := p.in, &p.O
+	p.asks = p.asks[:0]
+	if len(p.live) == 0 {
+		return
+	}
+	p.divide(out)
+	// While some Envoy's demand is not known yet (its first report is on
+	// its way), no other is raised above the larger of what it has and an
+	// equal share: a first report that arrives a little before the
+	// others' would otherwise take what they turn out to need, and taking
+	// it back is a cut, known applied only a report later.
+	unknown, n := false, len(p.live)+len(in.Others.Claims)
+	for _, c := range p.all {
+		unknown = unknown || !c.Known
+	}
+	equal := in.Plan.Limit / float64(max(n, 1))
+	for k, i := range p.live {
+		r := &in.Reporters[i]
+		share := p.shares[k]
+		if unknown && r.Claim.Known {
+			share = min(share, max(p.curRate(i), equal))
+		}
+		next := p.strategy(r, share)
+		a := ask{r: i, share: share, target: next, ttl: o.TTLFor(r), send: true, replace: true}
+		if r.Sent && r.Cur != next && EnvoyEqual(r.Cur, next) {
+			a.target = Distinct(r.Cur, next)
+		}
+		expired := r.Sent && r.LastSend+int64(r.CurTTL) <= in.Now
+		if r.Sent && !expired && (r.Cur == next || Keep(r.Cur, next, o.Hysteresis) || Near(r.Cur, next, 2*o.Hysteresis)) {
+			// Not worth a new bucket (Envoy starts it full, and a cut is
+			// counted beside its replacement until it is known applied):
+			// what the Envoy has is renewed when due.
+			a.target, a.replace, a.send = r.Cur, false, p.renewDue(r)
+		}
+		p.asks = append(p.asks, a)
+	}
+}
+
+// strategy is the token bucket of share for r, its burst sized for the
+// way r's requests arrive (OptBurst).
+func (p *Planner) strategy(r *Reporter, share float64) Strategy {
+	burst := 0.0
+	if p.in.Plan.Burst == 0 && r.Claim.Known && p.in.Window > 0 {
+		burst = OptBurst(share, r.Claim.Rate, r.Bursty, float64(p.in.Window)/1e9)
+	}
+	s, _ := p.in.Plan.AssignBurst(share, burst, p.O)
+	return s
+}
+
+// minBursty and maxBursty bound Reporter.Bursty.
+const (
+	minBursty = 0.05
+	maxBursty = 8
+)
+
+// divide fills p.shares: the limit, less what ghosts and the buckets'
+// tokens take, divided max-min fair over every replica's claims.
+func (p *Planner) divide(out *Output) {
+	in, o := p.in, &p.O
+	n := len(p.live)
+	p.inflateClaims(out)
+	ghosts := p.ghostRate()
+	p.all = append(append(p.all[:0], p.claims...), in.Others.Claims...)
+	divide := func(avail float64) {
+		p.shares = Divide(max(avail, 0), p.all, *o, p.shares)[:n]
+	}
+	base := max(in.Plan.Limit-ghosts-in.Others.Overhead, 0)
+	if in.Window <= 0 {
+		divide(base)
+		out.Overhead = ghosts
+		return
+	}
+	secs := float64(in.Window) / 1e9
+	divide(base - float64(MinTokens*(n+1))/secs)
+	t := p.bucketTokens()
+	divide(base - (t+p.cutRoom)/secs)
+	// Larger shares may hold more tokens: divide again with those set
+	// aside. Shares only shrink, and their tokens with them.
+	if t2 := p.bucketTokens(); t2 > t {
+		t = t2
+		divide(base - (t+p.cutRoom)/secs)
+	}
+	out.Overhead = ghosts + (t+p.cutRoom)/secs
+}
+
+// inflateClaims fills p.claims with the live reporters' claims as divided
+// and out.Claims with them as measured (what the other replicas see).
+func (p *Planner) inflateClaims(out *Output) {
+	in, o := p.in, &p.O
+	p.claims = p.claims[:0]
+	for _, i := range p.live {
+		r := &in.Reporters[i]
+		c := r.Claim
+		if c.Known && in.Window > 0 {
+			// A demand measured over a report period of random arrivals
+			// is off by about √(c·λ/period): an Envoy whose claim came out
+			// low would refuse requests it asked for. It claims that much
+			// more (published to the other replicas as measured).
+			period := r.Period
+			if period <= 0 {
+				period = o.ReportPeriod
+			}
+			bursty := r.Bursty
+			if bursty <= 0 {
+				bursty = 1
+			}
+			c.Rate += math.Sqrt(min(bursty, maxBursty) * c.Rate / period.Seconds())
+		}
+		p.claims = append(p.claims, c)
+	}
+	for _, i := range p.live {
+		out.Claims = append(out.Claims, in.Reporters[i].Claim)
+	}
+}
+
+// ghostRate is what the buckets of gone Envoys may still admit per second.
+func (p *Planner) ghostRate() float64 {
+	ghosts := 0.0
+	for i := range p.in.Reporters {
+		if r := &p.in.Reporters[i]; !r.Live {
+			for _, sg := range r.Segs {
+				if sg.Until > p.in.Now && sg.Cut == 0 {
+					ghosts += sg.Rate
+				}
+			}
+		}
+	}
+	return ghosts
+}
+
+// bucketTokens is what the buckets of the current shares hold, set aside
+// from each window's limit: once for the bucket, once more for Envoys that
+// may refill on a renewal, and once more for a bucket the division
+// replaces (the old one is counted beside it until the Envoy is known to
+// have the new one), so that moving shares has the room it needs.
+func (p *Planner) bucketTokens() float64 {
+	in, o := p.in, &p.O
+	t := 0.0
+	p.cutRoom = MinTokens
+	for k, i := range p.live {
+		r := &in.Reporters[i]
+		s := p.strategy(r, p.shares[k])
+		if s.Kind != TokenBucket {
+			continue
+		}
+		if r.Sent && r.Cur.Kind == TokenBucket && (Keep(r.Cur, s, o.Hysteresis) || Near(r.Cur, s, 2*o.Hysteresis)) {
+			s = r.Cur // what the Envoy keeps is what takes room
+		}
+		n := 1.0
+		if r.Refill {
+			n++
+		}
+		if r.Sent && s != r.Cur && !Keep(r.Cur, s, o.Hysteresis) && !Near(r.Cur, s, 2*o.Hysteresis) {
+			n++
+		}
+		t += n * float64(s.MaxTokens)
+	}
+	return t
+}
