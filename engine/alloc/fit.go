@@ -114,9 +114,11 @@ func (p *Planner) fitOne(c *Change) {
 	// It waits, if it can: the Envoy keeps what it has, and its
 	// renewal is not due (a renewal never waits: the TTL covers a cut
 	// stream only while renewals go out every renewal period). A new
-	// Envoy waits for a reservation on its way (its own
-	// no_assignment_behavior applies meanwhile, one store call).
-	if r.Sent && !p.renewDue(r) || !r.Sent && len(in.InFlight) > 0 {
+	// Envoy waits for the reservation this plan asks for, or one on its
+	// way (its own no_assignment_behavior applies meanwhile, as it did
+	// since its first request: one store call more), unless the store
+	// just said the limit is spent.
+	if r.Sent && !p.renewDue(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full) {
 		c.Strat = Strategy{Kind: skipKind}
 		return
 	}

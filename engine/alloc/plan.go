@@ -105,8 +105,12 @@ type Input struct {
 	// Held and InFlight are what the hub holds and has asked for, per
 	// window.
 	Held, InFlight []Hold
-	Reporters      []Reporter
-	Others         Others
+	// Full is true when the store refused part of a reservation within
+	// RetryShort: what does not fit now will not soon, so a new Envoy is
+	// told DENY_ALL rather than left to its no_assignment_behavior.
+	Full      bool
+	Reporters []Reporter
+	Others    Others
 }
 
 // Change is what one reporter is sent.
@@ -357,8 +361,14 @@ func (p *Planner) nextCleanup() int64 {
 	next := p.in.Now + int64(time.Hour)
 	for i := range p.in.Reporters {
 		for _, sg := range p.in.Reporters[i].Segs {
-			if sg.Until > p.in.Now {
-				next = min(next, sg.Until)
+			// A Seg counts in every window it reaches: it can be forgotten
+			// once the window holding its end has ended.
+			end := sg.Until
+			if w := p.in.Window; w > 0 {
+				end += w - mod(end, w)
+			}
+			if end > p.in.Now {
+				next = min(next, end)
 			}
 		}
 	}

@@ -279,9 +279,7 @@ func (w *world) applyOp(op wOp) {
 	if g < op.n {
 		r.full[op.window] = w.now // not asked again for a while
 	}
-	if g > 0 {
-		r.dirty = true
-	}
+	r.dirty = true // what waited for it is decided now
 }
 
 func (w *world) serverReport(m wReport) {
@@ -374,6 +372,9 @@ func (w *world) planReplica(j int) {
 		if n > 0 {
 			in.InFlight = append(in.InFlight, alloc.Hold{Window: ws, N: n})
 		}
+	}
+	for _, at := range r.full {
+		in.Full = in.Full || w.now-at < int64(alloc.RetryShort)
 	}
 	for k, o := range w.replicas {
 		if k != j && !o.down && w.now-o.published < 3*sec {

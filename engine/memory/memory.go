@@ -92,6 +92,13 @@ func (b *Budget) reserve(n int64) bool {
 
 func (b *Budget) release(n int64) { b.used.Add(-n) }
 
+// Charge takes n bytes for state kept beside the counters (the quota
+// service's buckets) if they fit, so that one bound holds for both.
+func (b *Budget) Charge(n int64) bool { return b.reserve(n) }
+
+// Refund gives back n bytes Charge took.
+func (b *Budget) Refund(n int64) { b.release(n) }
+
 // Options configure a bounded backend.
 type Options struct {
 	// Clock is the time source; time.Now when nil.
