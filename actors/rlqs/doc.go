@@ -4,48 +4,41 @@
 // every share on the rule's shared counters before it is sent, so RLS
 // callers, RLQS Envoys and several replicas share one limit.
 //
-// How a report flows:
+// How a report flows (one goroutine owns each shard; no lock is held
+// across buckets):
 //
 //  1. A stream's owner (the transport) calls Stream.Report with each
-//     usage message. Under the service's lock, each bucket finds its hub
-//     (one per domain and BucketId on this replica, holding the bucket's
-//     rule); the Envoy's reporter in it takes the report's demand
-//     (engine/rlqs.Rate) and the rule's statistics count it as RLS
-//     decisions count requests. The hub is marked dirty.
-//  2. Every Tick, one goroutine (the service's loop, its only one) serves
-//     the hubs that are dirty or have an assignment to renew: it divides
-//     the rule's limit max-min fair over the live reporters' claims
-//     (engine/rlqs.Divide, Assign, Keep), and computes, for each window
-//     from the current one to the end of the longest TTL, the most the
-//     Envoys may admit in it under everything they were sent (need). What
-//     the hub holds on a window's counter is topped up to that need with
-//     one OpReserve per window, all hubs' in one Counter.Apply, made
-//     without the lock.
-//  3. Under the lock again, each hub books what the store granted (the
-//     counts at or below the limit; an excess is given back) and fits its
-//     changes in what it holds (hub.fit): while some of its cuts are not
-//     yet known applied, raises go out by the part that fits and the hub
-//     asks again soon; otherwise the limit is scaled to what it holds.
-//     What still does not fit keeps what it has (paid for until its TTL)
-//     or, about to expire, is DENY_ALL. Only then are the assignments
-//     committed and pushed to the streams' Sinks, in one message per
-//     stream; what the hub holds beyond the need (and beyond what its
-//     claims call for) is given back (OpRelease).
+//     usage message. The report is checked, then split by the xxhash of
+//     domain and BucketId into one message per shard (at most maxChunk
+//     usages each) posted to the shard's bounded inbox: a stream whose
+//     shard is busy waits there, and its Envoy's HTTP/2 window fills.
+//  2. The shard's goroutine (loop) takes the usages: each bucket finds its
+//     hub (one per domain and BucketId on this replica), the Envoy's
+//     reporter in it takes the report's demand. A bucket beyond the
+//     stream's MaxBuckets, the service's MaxReporters or the memory
+//     Budget is answered once with the Refused rule for RefusedTTL and
+//     not tracked.
+//  3. The shard serves the hubs that got news or are due (a renewal, a
+//     cleanup): engine/alloc's Planner decides, from a snapshot of the
+//     hub, what each Envoy is sent and what the hub must reserve on or
+//     give back to the rule's window counters. Assignments are pushed to
+//     the streams' Sinks (which never block); the operations of every hub
+//     go out as one Counter call per shard at a time, its answer coming
+//     back as a message (msgResult), when the hubs waiting on it are
+//     served again.
+//  4. Every second, at most, a shard publishes its hubs' claims on the
+//     Board and reads the other replicas' (board.go), so each replica
+//     divides the limit max-min fair over every replica's Envoys.
 //
-// Why the fleet never goes over (fixed and sliding windows, each window's
-// counter): an Envoy enforcing token buckets admits in a window at most
-// the tokens of every bucket it may hold in it plus the fastest rate over
-// the time they cover (addNeed). Every assignment sent was first covered
-// on every window its TTL reaches, by counts the counter granted at or
-// below the limit, and RLS decisions (exact or leased) only admit counts
-// at or below the limit of the same counter. A replaced assignment is
-// counted until the Envoy reports on the same stream 2×Delivery after the
-// replacement was sent (it has it by then); when a stream ends, what its
-// Envoy was sent stays counted, as a ghost, until its TTL ends (Envoy
-// keeps enforcing it). A reload keeps the paid-for assignments counted.
-//
-// Token-bucket rules are divided the same way (rate and burst shared
-// out) but counted from the reports: what Envoys admitted is taken from
-// the shared bucket afterwards, so RLS callers see it, without the
-// guarantee above across RLS callers and RLQS Envoys.
+// Why the fleet never goes over, as Envoy really runs (its global client
+// reports every 5 s, drops an assignment at its TTL and then applies its
+// no_assignment_behavior, ALLOW_ALL by default, with no
+// reuse_last_assignment): see engine/alloc's doc. In short, every bucket
+// an Envoy may enforce is a counted segment until it expires or is known
+// replaced, every segment was paid for on every window it reaches before
+// it was sent, and renewals go out well before the TTL, which outlives a
+// report period, a delivery and a margin, so that a healthy stream never
+// lapses to ALLOW_ALL. A closed stream's segments stay counted, as ghosts,
+// until they end; Drain gives back what a stopping replica holds beyond
+// what its Envoys may spend until they reach another replica.
 package rlqs

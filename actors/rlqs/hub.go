@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
-	alloc "github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/alloc"
 )
 
-// hub is one bucket of one domain on this replica: the Envoys that report
-// it (through their streams), what each was sent, and the counts the hub
-// holds on the rule's window counters to pay for it.
+// hub is one bucket (a domain's BucketId) on this replica: the Envoys that
+// report it (one reporter per stream), what each was sent, and what the
+// hub holds on the rule's window counters to pay for it. Its shard's
+// goroutine owns it.
 type hub struct {
 	key    string
 	domain string
@@ -19,119 +20,110 @@ type hub struct {
 	cfg    *engine.Config
 	rule   engine.QuotaRule
 	plan   alloc.Plan
-	// reporters, by stream; a ghost is a reporter whose stream ended or
-	// that was abandoned, kept while what it was sent may still be spent.
-	reporters map[*Stream]*reporter
-	// reserved is what the hub added to the counter of each window (by
-	// the window's start, unix seconds) and has not given back.
-	reserved map[int64]uint64
-	// take is what token-bucket rules' Envoys reported admitted and the
-	// hub has not yet taken from the shared bucket.
-	take  uint64
-	dirty bool
-	next  time.Time
+	window int64 // nanoseconds; 0 for rules without windows
+	// reps are the reporters as the planner sees them, meta what else
+	// the hub keeps of each (same index).
+	reps []alloc.Reporter
+	meta []repMeta
+	// held is what the hub reserved on each window's counter (by the
+	// window's start, unix nanoseconds) and has not given back; inflight
+	// what it asked for and has no answer to yet; full when the store
+	// last refused part of a reservation there.
+	held, inflight map[int64]uint64
+	full           map[int64]time.Time
+	// take is what the Envoys of a token-bucket rule reported admitted
+	// and the hub has not yet taken from the shared bucket.
+	take uint64
+	// others is what the other replicas published for the bucket, read
+	// at othersAt; claims and overhead what this one would publish.
+	others   alloc.Others
+	othersAt time.Time
+	claims   []alloc.Claim
+	overhead float64
+	posted   time.Time
+	// postedClaims is what was last published.
+	postedClaims []alloc.Claim
+
+	queued, gone bool
+	dueAt        time.Time
+	dueGen       uint64
 }
 
-// reporter is one Envoy's view of the bucket.
-type reporter struct {
-	claim alloc.Claim
-	// served is the claim the hub last divided with.
+// repMeta is what a hub keeps of a reporter beside what the planner sees.
+type repMeta struct {
+	st   *Stream
+	last time.Time // its last report
+	busy time.Time // its last report with requests
+	// steady is when its bucket was last replaced: a report over a time
+	// it had one bucket throughout tells how its requests arrive.
+	steady time.Time
 	served alloc.Claim
-	last   time.Time // its last report
-	busy   time.Time // its last report with requests
-	// cur was sent (sent is true), and lives until until.
-	cur   alloc.Strategy
-	sent  bool
-	until time.Time
-	// segs are the token buckets the Envoy may be enforcing, the last one
-	// cur's; an assignment the Envoy may still use after a later one
-	// replaced it stays until it is known applied (segment.cut).
-	segs  []segment
-	ghost bool
-	// ch indexes the tick's changes while a tick serves the hub (-1: none).
-	ch int
 }
 
-// segment is one token bucket an Envoy was sent: from when to when it may
-// enforce it, at what rate, holding how many tokens.
-type segment struct {
-	rate, burst float64
-	from, until time.Time
-	// cut is when a replacement was sent: once the Envoy reports on the
-	// same stream 2×Delivery after it, the segment ends at cut.
-	cut time.Time
-}
-
-func (s *Service) newHub(key, domain string, bucket map[string]string) *hub {
-	h := &hub{key: key, domain: domain, bucket: bucket,
-		reporters: make(map[*Stream]*reporter), reserved: make(map[int64]uint64)}
-	h.lookup(s)
-	s.hubs[key] = h
-	s.st.buckets.Set(int64(len(s.hubs)))
-	return h
-}
-
-// lookup finds the hub's rule in the current config. A descriptor the store
-// cannot hold a key for is served as matching no rule (and counted).
-func (h *hub) lookup(s *Service) {
-	h.cfg = s.rules.Config()
-	r, _, err := s.rules.QuotaRule(h.domain, alloc.Entries(h.bucket, s.o.Alloc.KeyOrder[h.domain]))
-	if err != nil {
-		s.st.lookupErrors.Inc()
-		r = engine.QuotaRule{}
-	}
-	h.rule = r
-	h.plan = alloc.PlanFor(r.Limit, s.o.Alloc)
-}
-
-// windowed is whether the hub reserves on window counters ahead of what
-// its Envoys may spend (fixed and sliding windows); token-bucket rules
-// are counted from the reports instead.
-func (h *hub) windowed() bool {
-	_, length := h.rule.Window(time.Time{})
-	return h.plan.Kind == alloc.PlanDivide && length > 0
-}
-
-// report takes st's usage of the bucket.
-func (h *hub) report(st *Stream, u *Usage, now time.Time, s *Service) {
-	r := h.reporters[st]
-	news := false // something the next tick must act on
-	if r == nil {
-		r = &reporter{busy: now, ch: -1}
-		h.reporters[st] = r
-		st.hubs[h] = struct{}{}
-		news = true
-	} else if r.ghost {
-		// Abandoned, and subscribed again: what it was sent still counts.
-		r.ghost, r.sent, r.busy = false, false, now
-		news = true
-	}
-	var observed time.Duration
-	if !r.last.IsZero() {
-		observed = now.Sub(r.last)
-	}
-	if c := alloc.Rate(u.Allowed, u.Denied, u.Elapsed, observed); c.Known || !r.claim.Known {
-		news = news || moved(r.served, c, s.o.Alloc.Hysteresis)
-		r.claim = c
-	}
-	r.last = now
-	if u.Allowed+u.Denied > 0 {
-		r.busy = now
-	}
-	for i := range r.segs {
-		sg := &r.segs[i]
-		if !sg.cut.IsZero() && now.Sub(sg.cut) >= 2*s.o.Delivery {
-			sg.until = minTime(sg.until, sg.cut)
-			sg.cut = time.Time{}
-			news = true // room for raises
+// report takes st's usage u of one of the shard's buckets, received at
+// now.
+func (sh *shard) report(st *Stream, info streamInfo, sweep bool, now time.Time, u *usageAt) {
+	s := sh.s
+	h := sh.hubs[u.key]
+	if h == nil {
+		if !sh.room(st) {
+			sh.refuse(st, u, sweep)
+			return
 		}
+		h = sh.newHub(u.key, st.domain, u.Bucket)
 	}
-	h.count(u)
-	// A report that changes nothing the division uses is served at the
-	// hub's next renewal: with many Envoys reporting at their own moments,
+	i := h.find(st)
+	news := false
+	if i < 0 {
+		if !sh.admit(st) {
+			sh.refuse(st, u, sweep)
+			return
+		}
+		h.reps = append(h.reps, alloc.Reporter{Live: true})
+		h.meta = append(h.meta, repMeta{st: st, busy: now})
+		i = len(h.reps) - 1
+		st.buckets.Add(1)
+		s.st.reporters.Set(s.reporters.Add(1))
+		sh.byStream[st] = append(sh.byStream[st], h)
+		news = true
+	} else if !h.reps[i].Live {
+		if st.closed {
+			return
+		}
+		// Abandoned, and subscribed again: what it was sent still counts.
+		h.reps[i].Live, h.meta[i].busy = true, now
+		st.buckets.Add(1)
+		news = true
+	}
+	r, m := &h.reps[i], &h.meta[i]
+	r.Period, r.Refill = info.period, info.refill
+	var observed time.Duration
+	if !m.last.IsZero() {
+		observed = now.Sub(m.last)
+	}
+	if c := alloc.Rate(u.Allowed, u.Denied, u.Elapsed, observed); c.Known || !r.Claim.Known {
+		c = alloc.Smooth(r.Claim, c)
+		news = news || moved(m.served, c, s.o.Alloc.Hysteresis)
+		r.Claim = c
+	}
+	if r.Sent && r.Cur.Kind == alloc.TokenBucket && now.Sub(m.steady) >= u.Elapsed {
+		alloc.Learn(r, u.Allowed, u.Denied, u.Elapsed, r.Cur.Rate(), float64(r.Cur.MaxTokens))
+	}
+	if alloc.Confirm(r, now.UnixNano(), s.o.Alloc) {
+		news = true // room for raises
+	}
+	m.last = now
+	if u.Allowed+u.Denied > 0 {
+		m.busy = now
+	}
+	h.count(&u.Usage)
+	// A report that changes nothing the division uses waits for the hub's
+	// next renewal: with many Envoys reporting at their own moments,
 	// serving every hub on every report would divide each bucket on every
-	// tick.
-	h.dirty = h.dirty || news || !r.sent
+	// report.
+	if news || !r.Sent {
+		sh.markDirty(h)
+	}
 }
 
 // moved reports whether a claim differs from the one the reporter's
@@ -141,6 +133,72 @@ func moved(served, c alloc.Claim, frac float64) bool {
 		return true
 	}
 	return math.Abs(c.Rate-served.Rate) > frac*max(served.Rate, 1)
+}
+
+// room reports whether st may track one more bucket.
+func (sh *shard) room(st *Stream) bool {
+	return !st.closed && st.buckets.Load() < int64(sh.s.o.MaxBuckets) && sh.s.reporters.Load() < int64(sh.s.o.MaxReporters)
+}
+
+// admit is room, and the memory budget charged for one reporter.
+func (sh *shard) admit(st *Stream) bool {
+	return sh.room(st) && (sh.s.o.Budget == nil || sh.s.o.Budget.Charge(ReporterBytes))
+}
+
+// refuse answers a bucket beyond the caps with the refused blanket rule
+// for RefusedTTL, untracked: when it subscribes, and when its stream's
+// refused buckets are all answered again (the stream's first periodic
+// report, then every half RefusedTTL), so that the Envoy neither loops
+// subscribing nor falls back to its no_assignment_behavior.
+func (sh *shard) refuse(st *Stream, u *usageAt, sweep bool) {
+	o := &sh.s.o
+	sh.s.st.refused.Inc()
+	if u.Elapsed >= alloc.MinElapsed && !sweep {
+		return
+	}
+	kind := alloc.DenyAll
+	if o.Refused == RefuseAllow {
+		kind = alloc.AllowAll
+	}
+	sh.push(st, Action{Key: u.key, Bucket: u.Bucket, Strategy: alloc.Strategy{Kind: kind}, TTL: o.RefusedTTL})
+}
+
+func (sh *shard) newHub(key, domain string, bucket map[string]string) *hub {
+	h := &hub{key: key, domain: domain, bucket: bucket, held: make(map[int64]uint64), inflight: make(map[int64]uint64),
+		full: make(map[int64]time.Time)}
+	h.lookup(sh)
+	sh.hubs[key] = h
+	sh.s.st.buckets.Add(1)
+	return h
+}
+
+// lookup finds the hub's rule in the current config. A descriptor the
+// store cannot hold a key for is served as matching no rule (and
+// counted).
+func (h *hub) lookup(sh *shard) {
+	s := sh.s
+	h.cfg = s.rules.Config()
+	r, _, err := s.rules.QuotaRule(h.domain, alloc.Entries(h.bucket, s.o.Alloc.KeyOrder[h.domain]))
+	if err != nil {
+		s.st.lookupErrors.Inc()
+		r = engine.QuotaRule{}
+	}
+	h.rule = r
+	h.plan = alloc.PlanFor(r.Limit, s.o.Alloc)
+	_, length := r.Window(time.Time{})
+	h.window = 0
+	if h.plan.Kind == alloc.PlanDivide {
+		h.window = int64(length)
+	}
+}
+
+func (h *hub) find(st *Stream) int {
+	for i := range h.meta {
+		if h.meta[i].st == st {
+			return i
+		}
+	}
+	return -1
 }
 
 // count adds a report to the rule's statistics, as RLS decisions count.
@@ -164,88 +222,289 @@ func (h *hub) count(u *Usage) {
 	}
 }
 
-// scratch is the memory the tick's need computations reuse (the tick's
-// one goroutine owns it).
-type scratch struct {
-	need map[int64]float64
-	segs []segment
-	cuts []int64
-}
-
-// need is, per window from the one holding now, the most the Envoys may
-// admit in it under what they were sent and what changes would send.
-func (h *hub) need(now time.Time, changes []change, sc *scratch) map[int64]float64 {
-	if sc.need == nil {
-		sc.need = make(map[int64]float64)
-	}
-	clear(sc.need)
-	cur, length := h.rule.Window(now)
-	for _, r := range h.reporters {
-		segs := append(sc.segs[:0], r.segs...)
-		if r.ch >= 0 && !changes[r.ch].skip {
-			if c := changes[r.ch]; c.replace {
-				segs = append(segs, c.segment(now))
-			} else if len(segs) > 0 {
-				segs[len(segs)-1].until = now.Add(c.ttl)
-			}
-		}
-		sc.segs = segs
-		sc.addNeed(segs, cur.UnixNano(), int64(length))
-	}
-	return sc.need
-}
-
-// addNeed adds, for each window of length from cur on (unix nanoseconds),
-// the most one Envoy may admit in it under segs: at any moment it
-// enforces one of them (a replacement it may or may not have applied yet
-// is one or the other), so in a window it spends at most every bucket's
-// tokens and, at each moment, the fastest rate of the buckets it may hold
-// then.
-func (sc *scratch) addNeed(segs []segment, cur, length int64) {
-	end := cur
-	for _, sg := range segs {
-		end = max(end, sg.until.UnixNano())
-	}
-	for ks := cur; ks < end; ks += length {
-		ke := ks + length
-		burst := 0.0
-		cuts := sc.cuts[:0]
-		for _, sg := range segs {
-			a, b := max(ks, sg.from.UnixNano()), min(ke, sg.until.UnixNano())
-			if b > a {
-				burst += sg.burst
-				cuts = append(cuts, a, b)
-			}
-		}
-		sc.cuts = cuts
-		if len(cuts) == 0 {
+// closeStream makes st's reporters ghosts: its Envoy may keep enforcing
+// what it was sent until it ends.
+func (sh *shard) closeStream(st *Stream) {
+	for _, h := range sh.byStream[st] {
+		if h.gone {
 			continue
 		}
-		slices.Sort(cuts)
-		spent := burst
-		for i := 1; i < len(cuts); i++ {
-			a, b := cuts[i-1], cuts[i]
-			if b <= a {
-				continue
-			}
-			rate := 0.0
-			for _, sg := range segs {
-				if sg.from.UnixNano() <= a && sg.until.UnixNano() >= b {
-					rate = max(rate, sg.rate)
-				}
-			}
-			spent += rate * float64(b-a) / 1e9
+		if i := h.find(st); i >= 0 && h.reps[i].Live {
+			h.reps[i].Live = false
+			sh.markDirty(h)
 		}
-		sc.need[ks/1e9] += spent
+	}
+	delete(sh.byStream, st)
+}
+
+// acked confirms the replacements st's transport acknowledged.
+func (sh *shard) acked(st *Stream, upTo, at time.Time) {
+	for _, h := range sh.byStream[st] {
+		if h.gone {
+			continue
+		}
+		if i := h.find(st); i >= 0 && alloc.ConfirmAck(&h.reps[i], upTo.UnixNano(), at.UnixNano(), sh.s.o.Alloc) {
+			sh.markDirty(h)
+		}
 	}
 }
 
-// ceilNeed is n in whole hits, rounded up (and a hair of float error down).
-func ceilNeed(n float64) uint64 { return uint64(math.Ceil(n - 1e-9)) }
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
+// serve plans h at now and carries out what the planner decided.
+func (sh *shard) serve(h *hub, now time.Time) {
+	s := sh.s
+	o := &s.o
+	if h.cfg != sh.cfg && !sh.reload(h) {
+		return
 	}
-	return b
+	sh.sweep(h, now)
+	if len(h.reps) == 0 && len(h.held) == 0 && !h.busy() {
+		sh.forget(h)
+		return
+	}
+	in := alloc.Input{Now: now.UnixNano(), Plan: h.plan, Window: h.window, Reporters: h.reps}
+	for w, n := range h.held {
+		in.Held = append(in.Held, alloc.Hold{Window: w, N: n})
+	}
+	for w, n := range h.inflight {
+		if n > 0 {
+			in.InFlight = append(in.InFlight, alloc.Hold{Window: w, N: n})
+		}
+	}
+	for _, at := range h.full {
+		in.Full = in.Full || now.Sub(at) < alloc.RetryShort
+	}
+	if !h.othersAt.IsZero() && now.Sub(h.othersAt) < boardStale {
+		in.Others = h.others
+	}
+	out := &sh.out
+	sh.planner.Decide(&in, out)
+	if o.Observe != nil {
+		o.Observe(h.key, &in, out)
+	}
+	for _, c := range out.Changes {
+		r, m := &h.reps[c.R], &h.meta[c.R]
+		alloc.Commit(r, c, in.Now, o.Alloc)
+		if c.Replace {
+			m.steady = now
+		}
+		sh.push(m.st, Action{Key: h.key, Bucket: h.bucket, Strategy: c.Strat, TTL: c.TTL, Replace: c.Replace, At: now})
+		if c.Replace {
+			s.st.assignments.Inc()
+		} else {
+			s.st.kept.Inc()
+		}
+	}
+	for i := range h.meta {
+		h.meta[i].served = h.reps[i].Claim
+	}
+	if out.Overcommitted {
+		s.st.overcommitted.Inc()
+	}
+	for _, rv := range out.Reserve {
+		if at, ok := h.full[rv.Window]; ok && now.Sub(at) < alloc.RetryShort {
+			continue // the store refused it just now: not again yet
+		}
+		h.inflight[rv.Window] += rv.N
+		sh.ops = append(sh.ops, pendingOp{h: h, window: rv.Window, op: h.rule.ReserveOp(time.Unix(0, rv.Window), rv.N, now)})
+	}
+	for _, rl := range out.Release {
+		h.held[rl.Window] -= min(rl.N, h.held[rl.Window])
+		if h.held[rl.Window] == 0 {
+			delete(h.held, rl.Window)
+		}
+		sh.ops = append(sh.ops, pendingOp{h: h, window: rl.Window, op: h.rule.ReleaseOp(time.Unix(0, rl.Window), rl.N)})
+	}
+	if h.take > 0 && h.plan.Kind == alloc.PlanDivide && h.window == 0 {
+		sh.ops = append(sh.ops, pendingOp{h: h, op: h.rule.TakeOp(h.take, now)})
+		h.take = 0
+	}
+	h.claims = append(h.claims[:0], out.Claims...)
+	h.overhead = out.Overhead
+	if s.board != nil && h.plan.Kind == alloc.PlanDivide && sh.boardDue(h, now) {
+		sh.boardWant = append(sh.boardWant, h)
+	}
+	sh.schedule(h, time.Unix(0, out.Next))
+}
+
+// busy reports whether a store call of the hub is still out.
+func (h *hub) busy() bool {
+	for _, n := range h.inflight {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep forgets what can no longer be spent, abandons idle reporters and
+// drops the ghosts that can no longer spend anything.
+func (sh *shard) sweep(h *hub, now time.Time) {
+	s := sh.s
+	from := now.UnixNano()
+	if h.window > 0 {
+		from -= mod(from, h.window)
+	}
+	for w := range h.held {
+		if w+h.window <= now.UnixNano() {
+			delete(h.held, w) // its window ended: nothing to give back
+		}
+	}
+	for w, at := range h.full {
+		if now.Sub(at) >= alloc.RetryShort {
+			delete(h.full, w)
+		}
+	}
+	for i := 0; i < len(h.reps); i++ {
+		r, m := &h.reps[i], &h.meta[i]
+		alloc.Forget(r, from)
+		if r.Live && (now.Sub(m.busy) > s.o.IdleAfter || now.Sub(m.last) > s.o.IdleAfter) {
+			// The Envoy erases the bucket; what it was sent stays counted
+			// until it ends, in case the action is lost with the stream.
+			r.Live = false
+			m.st.buckets.Add(-1)
+			sh.push(m.st, Action{Key: h.key, Bucket: h.bucket, Abandon: true})
+			s.st.abandons.Inc()
+		}
+		if !r.Live && len(r.Segs) == 0 && (h.window > 0 || !r.Sent || r.LastSend+int64(r.CurTTL) <= now.UnixNano()) {
+			h.reps = slices.Delete(h.reps, i, i+1)
+			h.meta = slices.Delete(h.meta, i, i+1)
+			s.st.reporters.Set(s.reporters.Add(-1))
+			if s.o.Budget != nil {
+				s.o.Budget.Refund(ReporterBytes)
+			}
+			i--
+		}
+	}
+}
+
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// forget drops h: no reporter, nothing held.
+func (sh *shard) forget(h *hub) {
+	h.gone = true
+	delete(sh.hubs, h.key)
+	sh.s.st.buckets.Add(-1)
+}
+
+// reload looks the hub's rule up again in a new config. A bucket whose
+// rule is gone, when buckets matching no rule get no assignment, is
+// abandoned by every Envoy (its reporters kept as ghosts while what they
+// were sent may be spent): false.
+func (sh *shard) reload(h *hub) bool {
+	s := sh.s
+	was, wasWindow := h.rule.Limit, h.window
+	h.lookup(sh)
+	if h.plan.Kind == alloc.PlanNone && was != nil {
+		for i := range h.reps {
+			if h.reps[i].Live {
+				h.reps[i].Live = false
+				h.meta[i].st.buckets.Add(-1)
+				sh.push(h.meta[i].st, Action{Key: h.key, Bucket: h.bucket, Abandon: true})
+				s.st.abandons.Inc()
+			}
+		}
+	}
+	if l := h.rule.Limit; was == nil || l == nil || l.Unit != was.Unit || l.Algorithm != was.Algorithm || h.window != wasWindow {
+		// Other keys: what the hub held stays counted there until its
+		// windows end; what its Envoys may still spend is reserved anew
+		// on the new ones.
+		clear(h.held)
+		clear(h.full)
+	}
+	return true
+}
+
+// bookOp books one operation of a store call that returned.
+func (h *hub) bookOp(sh *shard, p *pendingOp, err error, now time.Time) {
+	s := sh.s
+	switch p.op.Kind {
+	case engine.OpReserve:
+		h.inflight[p.window] -= min(p.op.Hits, h.inflight[p.window])
+		if h.inflight[p.window] == 0 {
+			delete(h.inflight, p.window)
+		}
+		if err != nil {
+			h.full[p.window] = now // ask again a little later
+			sh.markDirty(h)
+			return
+		}
+		limit := uint64(0)
+		if h.rule.Limit != nil {
+			limit = uint64(h.rule.Limit.RequestsPerUnit)
+		}
+		g, excess := engine.Granted(&p.op, limit)
+		if h.gone || p.window+h.window <= now.UnixNano() {
+			excess += g // the window ended meanwhile, or the hub went
+			g = 0
+		}
+		if excess > 0 {
+			sh.ops = append(sh.ops, pendingOp{h: h, window: p.window, op: h.rule.ReleaseOp(time.Unix(0, p.window), excess)})
+		}
+		if g < p.op.Hits {
+			h.full[p.window] = now
+			sh.markDirty(h) // what waits for it is told now
+		}
+		if g > 0 {
+			h.held[p.window] += g
+			sh.markDirty(h)
+		}
+	case engine.OpRelease:
+		if err != nil {
+			s.st.releaseErrors.Inc()
+		}
+	case engine.OpTokenTake:
+		if err != nil {
+			h.take += p.op.Hits
+		}
+	}
+}
+
+// drain counts what this replica's Envoys were sent only until they may
+// have reached another replica (a report period, a delivery and the
+// margin from now), and gives back the rest, within one store call made
+// here.
+func (sh *shard) drain(now time.Time) {
+	o := &sh.s.o.Alloc
+	for _, h := range sh.hubs {
+		for i := range h.reps {
+			r := &h.reps[i]
+			period := r.Period
+			if period <= 0 {
+				period = o.ReportPeriod
+			}
+			end := now.Add(period + o.Delivery + o.Margin).UnixNano()
+			for j := range r.Segs {
+				r.Segs[j].Until = min(r.Segs[j].Until, end)
+			}
+			if r.Live {
+				r.Live = false
+				h.meta[i].st.buckets.Add(-1)
+			}
+		}
+		sh.markDirty(h)
+	}
+	for _, h := range sh.dirty {
+		h.queued = false
+		sh.serve(h, now)
+	}
+	sh.dirty = nil
+	for st := range sh.pushes {
+		delete(sh.pushes, st) // the streams are ending
+	}
+	var keep []pendingOp
+	for _, p := range sh.ops {
+		if p.op.Kind == engine.OpRelease {
+			keep = append(keep, p)
+		}
+	}
+	sh.ops = nil
+	if err := sh.s.apply(keep); err != nil {
+		sh.s.st.releaseErrors.Inc()
+	}
 }

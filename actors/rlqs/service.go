@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/sluicehq/sluice/engine"
-	alloc "github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/stats"
-	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Rules is what the service needs of the engine: the rule of a bucket's
@@ -23,13 +25,19 @@ type Rules interface {
 // Action is one BucketAction for a stream: an assignment of Strategy for
 // TTL, or, when Abandon, abandon_action.
 type Action struct {
-	// Key names the bucket (engine/rlqs.Key): a later action for the same
-	// Key supersedes an earlier one not yet written.
+	// Key names the bucket: a later action for the same Key supersedes an
+	// earlier one not yet written.
 	Key      string
 	Bucket   map[string]string
 	Abandon  bool
 	Strategy alloc.Strategy
 	TTL      time.Duration
+	// Replace is true for an assignment that replaces the Envoy's bucket:
+	// the old one is counted until the Envoy is known to have this one
+	// (Stream.Acked, or a later report).
+	Replace bool
+	// At is when it was decided (the service's clock).
+	At time.Time
 }
 
 // Sink takes a stream's actions; Push must not block (the stream's owner
@@ -52,32 +60,45 @@ type Service struct {
 	o       Options
 	rules   Rules
 	counter engine.Counter
+	board   Board
 	st      metrics
+	shards  []*shard
+	manual  bool
 
-	mu      sync.Mutex
-	hubs    map[string]*hub
-	streams map[*Stream]struct{}
-	cfg     *engine.Config
-	closed  bool
-	nextID  uint64
+	nextID    atomic.Uint64
+	streams   atomic.Int64
+	reporters atomic.Int64
 
-	stop chan struct{}
-	done chan struct{}
+	mu     sync.Mutex // closing
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // New starts a service that counts on counter (the one RLS decisions
-// count through, so that both share the limits). Close stops it.
-func New(o Options, rules Rules, counter engine.Counter, st *stats.Store) (*Service, error) {
-	s, err := newService(o, rules, counter, st)
+// count through, so that both share the limits) and, when board is not
+// nil, shares its claims with the other replicas through it. Close stops
+// it.
+func New(o Options, rules Rules, counter engine.Counter, board Board, st *stats.Store) (*Service, error) {
+	s, err := newService(o, rules, counter, board, st, false)
 	if err != nil {
 		return nil, err
 	}
-	go s.loop()
+	for _, sh := range s.shards {
+		s.wg.Add(1)
+		go sh.loop()
+	}
 	return s, nil
 }
 
-// newService is a service whose loop is not started.
-func newService(o Options, rules Rules, counter engine.Counter, st *stats.Store) (*Service, error) {
+// NewManual is a service without goroutines, for simulations on a clock
+// of their own: reports are served as they are made, store calls are made
+// on the caller's goroutine, and Advance serves what is due by a time.
+func NewManual(o Options, rules Rules, counter engine.Counter, board Board, st *stats.Store) (*Service, error) {
+	return newService(o, rules, counter, board, st, true)
+}
+
+func newService(o Options, rules Rules, counter engine.Counter, board Board, st *stats.Store, manual bool) (*Service, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -85,9 +106,32 @@ func newService(o Options, rules Rules, counter engine.Counter, st *stats.Store)
 	if st == nil {
 		st = stats.NewStore()
 	}
-	return &Service{o: o, rules: rules, counter: counter, st: newMetrics(st),
-		hubs: make(map[string]*hub), streams: make(map[*Stream]struct{}),
-		stop: make(chan struct{}), done: make(chan struct{})}, nil
+	s := &Service{o: o, rules: rules, counter: counter, board: board, st: newMetrics(st), manual: manual,
+		stop: make(chan struct{})}
+	s.shards = make([]*shard, o.Shards)
+	for i := range s.shards {
+		s.shards[i] = newShard(s, i)
+	}
+	return s, nil
+}
+
+// Advance serves, at now, every bucket due by then (manual services).
+func (s *Service) Advance(now time.Time) {
+	for _, sh := range s.shards {
+		sh.serveDue(now)
+		sh.finish(now)
+	}
+}
+
+// NextDue is when a bucket of a manual service is next due (zero: none).
+func (s *Service) NextDue() time.Time {
+	var next time.Time
+	for _, sh := range s.shards {
+		if at, ok := sh.due.peek(); ok && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
 }
 
 // Close stops serving. Reservations stay counted: the Envoys keep their
@@ -97,38 +141,119 @@ func (s *Service) Close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		<-s.done
+		s.wg.Wait()
 		return
 	}
 	s.closed = true
-	s.mu.Unlock()
 	close(s.stop)
-	<-s.done
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// Drain gives back, before a graceful stop, what this replica holds
+// beyond what its Envoys may spend until they reach another replica: the
+// transport ends every stream (UNAVAILABLE), and an Envoy reopens its
+// stream at its next report timer, so what it was sent here is counted
+// for a report period, a delivery and the margin more, not to its TTL.
+// An Envoy that then reaches no replica keeps enforcing what it has until
+// its TTL: what happens when sluice is unreachable is the Envoy's own
+// fallback. Call it once the streams have ended; it waits for the store
+// calls within ctx.
+func (s *Service) Drain(ctx context.Context) {
+	if s.manual {
+		for _, sh := range s.shards {
+			sh.drain(s.o.Clock())
+		}
+		return
+	}
+	done := make([]chan struct{}, len(s.shards))
+	for i, sh := range s.shards {
+		done[i] = make(chan struct{})
+		if !sh.post(ctx, msg{kind: msgDrain, done: done[i]}) {
+			return
+		}
+	}
+	for _, d := range done {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return
+		case <-s.stop:
+			return
+		}
+	}
 }
 
 // Stream is one StreamRateLimitQuotas call: its reports come in through
-// Report, its actions go out through its Sink.
+// Report, its actions go out through its Sink. One goroutine (the
+// stream's owner) calls Report and Close.
 type Stream struct {
 	s      *Service
 	id     uint64
 	sink   Sink
 	domain string
-	hubs   map[*hub]struct{}
-	last   time.Time
-	every  time.Duration
 	closed bool
+	// info is what the reports showed of the Envoy so far.
+	info streamInfo
+	// lastPeriodic is when the last periodic report came; gaps the times
+	// between the last few.
+	lastPeriodic time.Time
+	gaps         [4]time.Duration
+	ngaps        int
+	// touched marks the shards holding a bucket of the stream.
+	touched []bool
+	// buckets counts the stream's reporters (MaxBuckets).
+	buckets atomic.Int64
+	// refusedAt is when refused buckets were last answered, all of them.
+	refusedAt int64
+	// chunks are the reports' parts per shard, reused.
+	chunks [][]usageAt
+}
+
+// streamInfo is what a stream's reports showed of its Envoy.
+type streamInfo struct {
+	// period is how often it reports (0: not yet known).
+	period time.Duration
+	// refill: an equal renewal may refill its bucket (true until a report
+	// shows the newest client's whole-second time_elapsed).
+	refill bool
 }
 
 // Open registers a new stream whose actions go to sink.
 func (s *Service) Open(sink Sink) *Stream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nextID++
-	st := &Stream{s: s, id: s.nextID, sink: sink, hubs: make(map[*hub]struct{})}
-	s.streams[st] = struct{}{}
-	s.st.streams.Set(int64(len(s.streams)))
+	st := &Stream{s: s, id: s.nextID.Add(1), sink: sink, info: streamInfo{refill: true},
+		touched: make([]bool, len(s.shards)), chunks: make([][]usageAt, len(s.shards))}
+	s.st.streams.Set(s.streams.Add(1))
 	return st
 }
+
+// Acked tells the service that every action pushed to the stream at or
+// before upTo (their At) has reached the Envoy by at: its connection read
+// them (an HTTP/2 PING written behind them was answered). A bucket they
+// replaced stops counting a delivery later, instead of at the Envoy's
+// next report. Called by the stream's owner; a stream whose transport
+// cannot tell (grpc-go's server) never calls it.
+func (st *Stream) Acked(upTo, at time.Time) {
+	s := st.s
+	for i, t := range st.touched {
+		if t {
+			s.shards[i].post(context.Background(), msg{kind: msgAck, st: st, at: at, upTo: upTo})
+		}
+	}
+}
+
+// ID is the stream's number, unique in the service.
+func (st *Stream) ID() uint64 { return st.id }
+
+// usageAt is one bucket's usage as a shard gets it.
+type usageAt struct {
+	key string // domain and BucketId
+	Usage
+}
+
+// maxChunk bounds the usages in one message to a shard, so that one
+// large report does not hold a shard from others' for long.
+const maxChunk = 256
 
 // Report takes one RateLimitQuotaUsageReports message received at now.
 // domain must be set in the first and may not change. The error names what
@@ -138,10 +263,8 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 		return err
 	}
 	s := st.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
-	case s.closed:
+	case s.isClosed():
 		return ErrClosed
 	case st.closed:
 		return errors.New("rlqs: report on a closed stream")
@@ -153,33 +276,75 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	if st.domain == "" {
 		st.domain = domain
 	}
-	if !st.last.IsZero() {
-		// The reporting interval: the longest recent gap, since a new
-		// bucket's first report arrives between two periodic ones.
-		st.every = max(now.Sub(st.last), st.every*3/4)
-	}
-	st.last = now
-	var refused []Action
-	for i := range usages {
-		u := &usages[i]
-		key := st.domain + "\x00" + alloc.Key(u.Bucket)
-		h := s.hubs[key]
-		if h == nil {
-			if len(st.hubs) >= s.o.MaxBuckets {
-				refused = append(refused, Action{Key: key, Bucket: u.Bucket, Abandon: true})
-				s.st.refused.Inc()
-				continue
-			}
-			h = s.newHub(key, st.domain, u.Bucket)
-		}
-		h.report(st, u, now, s)
-	}
+	periodic := st.learn(now, usages)
 	s.st.reports.Add(uint64(len(usages)))
-	if len(refused) > 0 {
-		st.sink.Push(refused)
+	sweep := false
+	if last := st.refusedAt; (last == 0 && periodic) || (last != 0 && now.UnixNano()-last >= int64(s.o.RefusedTTL/2)) {
+		sweep, st.refusedAt = true, now.UnixNano()
+	}
+	for i := range st.chunks {
+		st.chunks[i] = st.chunks[i][:0]
+	}
+	for _, u := range usages {
+		key := st.domain + "\x00" + alloc.Key(u.Bucket)
+		i := int(xxhash.Sum64String(key) % uint64(len(s.shards)))
+		st.chunks[i] = append(st.chunks[i], usageAt{key: key, Usage: u})
+	}
+	ctx := context.Background()
+	for i, c := range st.chunks {
+		for len(c) > 0 {
+			n := min(len(c), maxChunk)
+			part := make([]usageAt, n)
+			copy(part, c[:n])
+			c = c[n:]
+			st.touched[i] = true
+			if !s.shards[i].post(ctx, msg{kind: msgReport, st: st, at: now, info: st.info, sweep: sweep, usages: part}) {
+				return ErrClosed
+			}
+		}
 	}
 	return nil
 }
+
+// learn updates what the reports show of the Envoy: how often it reports
+// (the longest of the last gaps between periodic reports; a new bucket's
+// first report comes between two), and whether it is the newest client
+// (time_elapsed in whole seconds; the per-worker client sends it to the
+// nanosecond).
+func (st *Stream) learn(now time.Time, usages []Usage) (periodic bool) {
+	whole := true
+	for _, u := range usages {
+		if u.Elapsed >= alloc.MinElapsed {
+			periodic = true
+		}
+		if u.Elapsed%time.Second != 0 {
+			whole = false
+		}
+	}
+	switch {
+	case !whole:
+		st.info.refill = true
+	case periodic:
+		st.info.refill = false
+	}
+	if !periodic {
+		return false
+	}
+	if !st.lastPeriodic.IsZero() {
+		st.gaps[st.ngaps%len(st.gaps)] = now.Sub(st.lastPeriodic)
+		st.ngaps++
+		p := time.Duration(0)
+		for _, g := range st.gaps[:min(st.ngaps, len(st.gaps))] {
+			p = max(p, g)
+		}
+		st.info.period = min(max(p, alloc.MinReportPeriod), maxPeriod)
+	}
+	st.lastPeriodic = now
+	return true
+}
+
+// maxPeriod bounds the report period a stream is taken to have.
+const maxPeriod = time.Minute
 
 func checkUsages(usages []Usage) error {
 	for i, u := range usages {
@@ -199,40 +364,26 @@ func checkUsages(usages []Usage) error {
 }
 
 // Close ends the stream: its Envoy may still enforce what it was sent, so
-// its reporters stay counted, as ghosts, until their assignments expire.
+// its reporters stay counted, as ghosts, until their assignments end.
 func (st *Stream) Close() {
-	s := st.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if st.closed {
 		return
 	}
 	st.closed = true
-	for h := range st.hubs {
-		if r := h.reporters[st]; r != nil {
-			r.ghost = true
-			h.dirty = true
+	s := st.s
+	s.st.streams.Set(s.streams.Add(-1))
+	for i, t := range st.touched {
+		if t {
+			s.shards[i].post(context.Background(), msg{kind: msgClose, st: st, at: s.o.Clock()})
 		}
 	}
-	delete(s.streams, st)
-	s.st.streams.Set(int64(len(s.streams)))
 }
 
-// ttl is the assignment TTL for st's Envoy.
-func (st *Stream) ttl(o *alloc.Options) time.Duration { return o.TTL(st.every) }
-
-// loop serves the hubs every Tick until Close.
-func (s *Service) loop() {
-	defer close(s.done)
-	tick.Every(s.stop, s.o.Tick, func() { s.tick(time.Now()) })
-}
-
-// call applies ops within the call timeout; Close waits for it.
-func (s *Service) call(ops []engine.CounterOp) error {
-	if len(ops) == 0 {
-		return nil
+func (s *Service) isClosed() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.CallTimeout)
-	defer cancel()
-	return s.counter.Apply(ctx, ops, nil)
 }

@@ -1,6 +1,9 @@
 package rlqs_test
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,213 +12,360 @@ import (
 
 	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
-	alloc "github.com/sluicehq/sluice/engine/rlqs"
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const rules = `domain: q
+const rules1000 = `domain: q
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000}
-  - key: user
-    value: free
-    rate_limit: {unit: second, requests_per_unit: 0}
-  - key: user
-    value: vip
-    rate_limit: {unlimited: true}
-  - key: user
-    value: shadow
-    shadow_mode: true
-    rate_limit: {unit: second, requests_per_unit: 10}
 `
 
-// replica is one sluice's engine and quota service on a shared store.
-type replica struct {
-	eng   *engine.Service
-	quota *rlqs.Service
-	stats *stats.Store
+// clock is a settable clock for the service under test.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
 }
 
-func newReplica(t testing.TB, store engine.Backend, yaml string, o rlqs.Options) *replica {
-	t.Helper()
-	return newReplicaWith(t, store, yaml, o, rlqs.New)
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+
+// sink keeps what a stream was sent.
+type sink struct {
+	mu   sync.Mutex
+	acts []rlqs.Action
+	ch   chan struct{}
 }
 
-// newReplicaWith is newReplica with the quota service made by start.
-func newReplicaWith(t testing.TB, store engine.Backend, yaml string, o rlqs.Options,
-	start func(rlqs.Options, rlqs.Rules, engine.Counter, *stats.Store) (*rlqs.Service, error)) *replica {
+func newSink() *sink { return &sink{ch: make(chan struct{}, 1)} }
+
+func (k *sink) Push(a []rlqs.Action) {
+	k.mu.Lock()
+	k.acts = append(k.acts, a...)
+	k.mu.Unlock()
+	select {
+	case k.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (k *sink) all() []rlqs.Action {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]rlqs.Action(nil), k.acts...)
+}
+
+// fixture is a quota service on the memory backend with rules.
+type fixture struct {
+	svc   *rlqs.Service
+	st    *stats.Store
+	clock *clock
+	// counters is what the memory backend's counters take.
+	counters *memory.Budget
+}
+
+func newFixture(t testing.TB, o rlqs.Options, rules string, manual bool) *fixture {
 	t.Helper()
 	st := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{Stats: st})
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ck := &clock{now: time.Unix(1_700_000_000, 0)}
+	budget := memory.NewBudget(1 << 40)
+	store := memory.NewWithOptions(memory.Options{Clock: ck.Now, Budget: budget})
+	t.Cleanup(func() { _ = store.Close() })
 	eo := engine.DefaultOptions()
 	eo.Counter = engine.DirectCounter{Backend: store}
 	eo.Stats = st
+	eo.Clock = ck.Now
 	eng, err := engine.NewService(eo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng.SetConfig(cfg)
-	q, err := start(o, eng, eo.Counter, st)
+	if manual {
+		o.Clock = ck.Now
+	}
+	var svc *rlqs.Service
+	if manual {
+		svc, err = rlqs.NewManual(o, eng, eo.Counter, nil, st)
+	} else {
+		svc, err = rlqs.New(o, eng, eo.Counter, nil, st)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(q.Close)
-	return &replica{eng: eng, quota: q, stats: st}
+	t.Cleanup(svc.Close)
+	return &fixture{svc: svc, st: st, clock: ck, counters: budget}
 }
 
-// sink records what a stream is sent, with when.
-type sink struct {
-	mu   sync.Mutex
-	got  []sent
-	more chan struct{}
-}
-
-type sent struct {
-	at time.Time
-	a  rlqs.Action
-}
-
-func newSink() *sink { return &sink{more: make(chan struct{}, 1)} }
-
-func (s *sink) Push(acts []rlqs.Action) {
-	now := time.Now()
-	s.mu.Lock()
-	for _, a := range acts {
-		s.got = append(s.got, sent{now, a})
+// users are n buckets' usages, from user u<from>, each with 10 requests
+// allowed when elapsed is not zero (a periodic report).
+func users(from, n int, elapsed time.Duration) []rlqs.Usage {
+	u := make([]rlqs.Usage, n)
+	for i := range u {
+		u[i] = rlqs.Usage{Bucket: map[string]string{"user": fmt.Sprint("u", from+i)}, Elapsed: elapsed}
+		if elapsed > 0 {
+			u[i].Allowed = 10
+		}
 	}
-	s.mu.Unlock()
-	select {
-	case s.more <- struct{}{}:
-	default:
+	return u
+}
+
+// idle are users' usages with no requests.
+func idle(from, n int, elapsed time.Duration) []rlqs.Usage {
+	u := users(from, n, elapsed)
+	for i := range u {
+		u[i].Allowed = 0
 	}
+	return u
 }
 
-func (s *sink) all() []sent {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]sent(nil), s.got...)
-}
-
-// wait returns the first action for user that satisfies ok.
-func (s *sink) wait(t *testing.T, user string, ok func(rlqs.Action) bool) rlqs.Action {
-	t.Helper()
-	return waitFor(t, s, func(a rlqs.Action) bool { return a.Bucket["user"] == user && ok(a) })
-}
-
-func any(rlqs.Action) bool { return true }
-
-func bucket(user string) map[string]string { return map[string]string{"user": user} }
-
-func report(t *testing.T, st *rlqs.Stream, users []string, elapsed time.Duration, allowed, denied uint64) {
-	t.Helper()
-	us := make([]rlqs.Usage, len(users))
-	for i, u := range users {
-		us[i] = rlqs.Usage{Bucket: bucket(u), Elapsed: elapsed, Allowed: allowed, Denied: denied}
-	}
-	if err := st.Report(time.Now(), "q", us); err != nil {
+func TestAssignsATokenBucketEnvoyKeepsPastItsReportTimer(t *testing.T) {
+	f := newFixture(t, rlqs.DefaultOptions(), rules1000, true)
+	k := newSink()
+	st := f.svc.Open(k)
+	if err := st.Report(f.clock.Now(), "q", users(0, 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestPlans: what each kind of rule assigns, and that the reports count in
-// the rule's statistics as RLS decisions do.
-func TestPlans(t *testing.T) {
-	store := memory.New(nil)
-	r := newReplica(t, store, rules, rlqs.DefaultOptions())
-	snk := newSink()
-	st := r.quota.Open(snk)
-	defer st.Close()
-	report(t, st, []string{"ann", "free", "vip", "shadow"}, 0, 1, 0)
-	if err := st.Report(time.Now(), "q", []rlqs.Usage{{Bucket: map[string]string{"path": "/x"}}}); err != nil {
-		t.Fatal(err)
+	acts := k.all()
+	if len(acts) != 1 || acts[0].Abandon || acts[0].Strategy.Kind != alloc.TokenBucket {
+		t.Fatalf("a new bucket under a 1000/s rule: want one token-bucket assignment, got %+v", acts)
 	}
-	tb := snk.wait(t, "ann", any)
-	if tb.Strategy.Kind != alloc.TokenBucket || tb.Strategy.TokensPerFill == 0 ||
-		float64(tb.Strategy.TokensPerFill)+float64(tb.Strategy.MaxTokens) > 1000 || tb.TTL != time.Second {
-		t.Errorf("ann: %+v, want a token bucket within 1000/s, TTL 1s (the demand is not known yet)", tb)
+	// Envoy's global client reports every 5 s (filter_persistence.cc) and
+	// drops an assignment at its TTL: it must outlive the next report and
+	// the renewal's way back.
+	if ttl := acts[0].TTL; ttl <= 5*time.Second || ttl%time.Second != 0 {
+		t.Errorf("TTL %v: want whole seconds, more than Envoy's 5 s report period", ttl)
 	}
-	for user, want := range map[string]alloc.Kind{"free": alloc.DenyAll, "vip": alloc.AllowAll, "shadow": alloc.AllowAll} {
-		if got := snk.wait(t, user, any); got.Strategy.Kind != want || got.Abandon {
-			t.Errorf("%s: %+v, want %v", user, got, want)
-		}
-	}
-	report(t, st, []string{"ann"}, time.Second, 7, 3)
-	p := "ratelimit.service.rate_limit.q.user."
-	for name, want := range map[string]uint64{"total_hits": 11, "within_limit": 8, "over_limit": 3} {
-		if got := r.stats.CounterValue(p + name); got != want {
-			t.Errorf("%s = %d, want %d", name, got, want)
-		}
-	}
-	for _, x := range snk.all() {
-		if x.a.Bucket["path"] != "" {
-			t.Errorf("a bucket matching no rule was sent %+v (no_match none)", x.a)
-		}
+	if r := acts[0].Strategy.Rate(); r <= 0 || r > 1000 {
+		t.Errorf("rate %v/s: want within the rule's 1000/s", r)
 	}
 }
 
-// TestBadReports: a report that cannot be taken is refused whole, with an
-// error naming what is wrong.
-func TestBadReports(t *testing.T) {
-	r := newReplica(t, memory.New(nil), rules, rlqs.DefaultOptions())
+func TestBadReportsNameWhatIsWrong(t *testing.T) {
+	f := newFixture(t, rlqs.DefaultOptions(), rules1000, true)
+	st := f.svc.Open(newSink())
+	now := f.clock.Now()
 	for _, tc := range []struct {
 		name   string
 		domain string
-		us     []rlqs.Usage
+		usages []rlqs.Usage
 		want   string
 	}{
-		{"no domain", "", []rlqs.Usage{{Bucket: bucket("a")}}, "must name its domain"},
-		{"empty bucket", "q", []rlqs.Usage{{Bucket: map[string]string{}}}, "bucket_id has no entries"},
-		{"empty key", "q", []rlqs.Usage{{Bucket: map[string]string{"": "x"}}}, "empty key or value"},
+		{"no domain", "", users(0, 1, 0), "must name its domain"},
+		{"empty bucket id", "q", []rlqs.Usage{{}}, "bucket_id has no entries"},
 		{"empty value", "q", []rlqs.Usage{{Bucket: map[string]string{"user": ""}}}, "empty key or value"},
-		{"negative elapsed", "q", []rlqs.Usage{{Bucket: bucket("a"), Elapsed: -time.Second}}, "negative time_elapsed"},
+		{"negative elapsed", "q", []rlqs.Usage{{Bucket: map[string]string{"user": "a"}, Elapsed: -time.Second}}, "negative time_elapsed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := r.quota.Open(newSink())
-			defer st.Close()
-			err := st.Report(time.Now(), tc.domain, tc.us)
-			if err == nil || !contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			err := st.Report(now, tc.domain, tc.usages)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error saying %q", err, tc.want)
 			}
 		})
 	}
-	st := r.quota.Open(newSink())
-	defer st.Close()
-	report(t, st, []string{"a"}, 0, 1, 0)
-	if err := st.Report(time.Now(), "other", []rlqs.Usage{{Bucket: bucket("a")}}); err == nil || !contains(err.Error(), `domain "other" on a stream of domain "q"`) {
-		t.Fatalf("domain change: %v", err)
+	if err := st.Report(now, "q", users(0, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Report(now, "other", users(0, 1, 0)); err == nil || !strings.Contains(err.Error(), `domain "other"`) {
+		t.Fatalf("a second domain on a stream: got %v", err)
 	}
 }
 
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
+// TestBucketsBeyondTheCapsAreAnsweredOnce replays the issue's loop: a
+// stream past SLUICE_RLQS_MAX_BUCKETS was sent abandon_action, subscribed
+// again at once and was abandoned again (3,046 abandons in 15 s), falling
+// back to ALLOW_ALL meanwhile. A refused bucket is answered with the
+// refused rule for RefusedTTL when it subscribes, again only every half
+// RefusedTTL, and never abandoned.
+func TestBucketsBeyondTheCapsAreAnsweredOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    func(*rlqs.Options)
+		// streams × buckets each
+		streams, buckets int
+		tracked          int
+	}{
+		{"per stream", func(o *rlqs.Options) { o.MaxBuckets = 3 }, 1, 5, 3},
+		{"whole service", func(o *rlqs.Options) { o.MaxReporters = 4 }, 2, 3, 4},
+		{"memory cap", func(o *rlqs.Options) { o.Budget = memory.NewBudget(4 * rlqs.ReporterBytes) }, 2, 3, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := rlqs.DefaultOptions()
+			tc.o(&o)
+			f := newFixture(t, o, rules1000, true)
+			sinks := make([]*sink, tc.streams)
+			streams := make([]*rlqs.Stream, tc.streams)
+			for i := range streams {
+				sinks[i] = newSink()
+				streams[i] = f.svc.Open(sinks[i])
+			}
+			start := f.clock.Now()
+			for i, st := range streams {
+				if err := st.Report(start, "q", users(i*tc.buckets, tc.buckets, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A minute of periodic reports every 5 s.
+			for p := 1; p <= 12; p++ {
+				now := start.Add(time.Duration(p) * 5 * time.Second)
+				f.clock.Set(now)
+				f.svc.Advance(now)
+				for i, st := range streams {
+					if err := st.Report(now, "q", users(i*tc.buckets, tc.buckets, 5*time.Second)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			refused, abandons := 0, 0
+			for _, k := range sinks {
+				for _, a := range k.all() {
+					if a.Abandon {
+						abandons++
+					}
+					if !a.Abandon && a.Strategy.Kind == alloc.DenyAll && a.TTL == o.RefusedTTL {
+						refused++
+					}
+				}
+			}
+			over := tc.streams*tc.buckets - tc.tracked
+			if abandons != 0 {
+				t.Errorf("%d abandon actions: a refused bucket must not loop through abandon and subscribe", abandons)
+			}
+			// Once at subscription, once more at the stream's first
+			// periodic report (the sweep): at most twice each.
+			if refused < over || refused > 2*over {
+				t.Errorf("%d refused answers for %d buckets over the cap: want each answered once or twice in a minute", refused, over)
+			}
+			if g := f.st.Gauge("ratelimit.rlqs.reporters").Value(); g != int64(tc.tracked) {
+				t.Errorf("reporters gauge %d, want %d", g, tc.tracked)
+			}
+		})
 	}
-	return false
 }
 
-// FuzzReport: any usage report is taken or refused with an error; nothing
-// crashes, and a refused one changes nothing.
-func FuzzReport(f *testing.F) {
-	f.Add("q", "user", "ann", int64(0), uint64(1), uint64(0))
-	f.Add("", "user", "ann", int64(time.Second), uint64(5), uint64(7))
-	f.Add("q", "", "x", int64(-1), uint64(0), uint64(0))
-	f.Add("q", "user", "", int64(1<<62), uint64(1<<63), uint64(1<<63))
-	r := newReplica(f, memory.New(nil), rules, rlqs.DefaultOptions())
-	f.Fuzz(func(t *testing.T, domain, key, value string, elapsed int64, allowed, denied uint64) {
-		st := r.quota.Open(newSink())
-		defer st.Close()
-		err := st.Report(time.Now(), domain, []rlqs.Usage{{Bucket: map[string]string{key: value},
-			Elapsed: time.Duration(elapsed), Allowed: allowed, Denied: denied}})
-		if err == nil && (domain == "" || key == "" || value == "" || elapsed < 0) {
-			t.Fatalf("took a report that should be refused: %q %q=%q %d", domain, key, value, elapsed)
+// TestClosedStreamsLeaveNothingBehind: when every stream has closed, the
+// service forgets every bucket once what their Envoys were sent has
+// expired (they stay counted until then: an Envoy enforces what it has).
+func TestClosedStreamsLeaveNothingBehind(t *testing.T) {
+	o := rlqs.DefaultOptions()
+	o.Budget = memory.NewBudget(1 << 30)
+	f := newFixture(t, o, rules1000, true)
+	start := f.clock.Now()
+	var streams []*rlqs.Stream
+	var sinks []*sink
+	for i := range 20 {
+		k := newSink()
+		st := f.svc.Open(k)
+		streams, sinks = append(streams, st), append(sinks, k)
+		if err := st.Report(start, "q", users(i*50, 50, 0)); err != nil {
+			t.Fatal(err)
 		}
-	})
+	}
+	if g := f.st.Gauge("ratelimit.rlqs.reporters").Value(); g != 1000 {
+		t.Fatalf("reporters gauge %d after 20 streams × 50 buckets, want 1000", g)
+	}
+	for _, st := range streams {
+		st.Close()
+	}
+	if g := f.st.Gauge("ratelimit.rlqs.streams").Value(); g != 0 {
+		t.Errorf("streams gauge %d after every stream closed, want 0", g)
+	}
+	var ttl time.Duration
+	for _, k := range sinks {
+		for _, a := range k.all() {
+			ttl = max(ttl, a.TTL)
+		}
+	}
+	end := start.Add(ttl + 2*time.Second)
+	for now := start; !now.After(end); now = now.Add(500 * time.Millisecond) {
+		f.clock.Set(now)
+		f.svc.Advance(now)
+	}
+	if used := o.Budget.Used(); used != 0 {
+		t.Errorf("%d bytes still charged to the memory cap", used)
+	}
+	for _, name := range []string{"ratelimit.rlqs.reporters", "ratelimit.rlqs.buckets"} {
+		if g := f.st.Gauge(name).Value(); g != 0 {
+			t.Errorf("%s gauge %d a TTL after every stream closed, want 0", name, g)
+		}
+	}
+}
+
+// TestIdleBucketIsAbandoned: a bucket with no requests for IdleAfter is
+// sent abandon_action once, and forgotten.
+func TestIdleBucketIsAbandoned(t *testing.T) {
+	f := newFixture(t, rlqs.DefaultOptions(), rules1000, true)
+	k := newSink()
+	st := f.svc.Open(k)
+	start := f.clock.Now()
+	if err := st.Report(start, "q", users(0, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	idleAfter := rlqs.DefaultOptions().IdleAfter
+	for now := start.Add(5 * time.Second); now.Before(start.Add(idleAfter + 20*time.Second)); now = now.Add(5 * time.Second) {
+		f.clock.Set(now)
+		f.svc.Advance(now)
+		if err := st.Report(now, "q", idle(0, 1, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		f.svc.Advance(now)
+	}
+	abandons := 0
+	for _, a := range k.all() {
+		if a.Abandon {
+			abandons++
+		}
+	}
+	if abandons != 1 {
+		t.Errorf("%d abandon actions for a bucket idle past %v, want 1", abandons, idleAfter)
+	}
+}
+
+// TestRunningServiceStopsEveryGoroutine: a service with its shards'
+// goroutines answers, and Close leaves none behind (goleak), also with
+// reports racing the close.
+func TestRunningServiceStopsEveryGoroutine(t *testing.T) {
+	o := rlqs.DefaultOptions()
+	o.Shards = 4
+	f := newFixture(t, o, rules1000, false)
+	k := newSink()
+	st := f.svc.Open(k)
+	if err := st.Report(time.Now(), "q", users(0, 40, 0)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for len(k.all()) < 40 {
+		select {
+		case <-k.ch:
+		case <-ctx.Done():
+			t.Fatalf("%d of 40 buckets answered", len(k.all()))
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := f.svc.Open(newSink())
+			for j := range 50 {
+				if err := s.Report(time.Now(), "q", users(1000*i+j, 1, 0)); err != nil {
+					return // stopped: ErrClosed
+				}
+			}
+			s.Close()
+		}()
+	}
+	f.svc.Close()
+	wg.Wait()
+	if err := st.Report(time.Now(), "q", users(0, 1, time.Second)); err != rlqs.ErrClosed {
+		t.Errorf("a report after Close: got %v, want ErrClosed", err)
+	}
 }

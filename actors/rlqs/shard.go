@@ -1,0 +1,319 @@
+package rlqs
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/alloc"
+)
+
+// msgKind is what a message to a shard carries.
+type msgKind uint8
+
+const (
+	msgReport msgKind = iota // a stream's usages of the shard's buckets
+	msgClose                 // a stream ended
+	msgResult                // a store call returned
+	msgBoard                 // a board exchange returned
+	msgDrain                 // give back what a stopping replica holds
+	msgAck                   // a stream's transport acknowledged what it wrote
+)
+
+type msg struct {
+	kind   msgKind
+	st     *Stream
+	at     time.Time
+	info   streamInfo
+	sweep  bool      // answer the stream's refused buckets
+	upTo   time.Time // msgAck: what was acknowledged
+	usages []usageAt
+	call   *call
+	board  *boardCall
+	done   chan struct{}
+}
+
+// inboxSize bounds the messages waiting for a shard: a stream whose
+// reports find it full waits (its Envoy's HTTP/2 window fills in turn).
+const inboxSize = 64
+
+// shard owns the hubs whose key hashes to it: one goroutine (loop) reads
+// its inbox, serves its hubs when due, and makes at most one store call at
+// a time (the operations of every hub that needs one, together).
+type shard struct {
+	s     *Service
+	idx   int
+	inbox chan msg
+	hubs  map[string]*hub
+	// byStream are the hubs where a stream has a reporter (some may be
+	// gone), for its close.
+	byStream map[*Stream][]*hub
+	due      dueHeap
+	dirty    []*hub
+
+	planner alloc.Planner
+	out     alloc.Output
+	// pushes are the actions decided since the last finish, per stream.
+	pushes map[*Stream][]Action
+	// ops waiting for the next store call; calling is true while one is
+	// out.
+	ops     []pendingOp
+	calling bool
+	// cfg is the config the hubs were looked up in.
+	cfg *engine.Config
+
+	boardCalling bool
+	boardWant    []*hub
+}
+
+func newShard(s *Service, idx int) *shard {
+	sh := &shard{s: s, idx: idx, hubs: make(map[string]*hub), byStream: make(map[*Stream][]*hub),
+		pushes: make(map[*Stream][]Action)}
+	if !s.manual {
+		sh.inbox = make(chan msg, inboxSize)
+	}
+	sh.planner.O = s.o.Alloc
+	return sh
+}
+
+// post hands m to the shard; false if the service stopped (or ctx ended)
+// first. A manual shard serves it at once.
+func (sh *shard) post(ctx context.Context, m msg) bool {
+	if sh.s.manual {
+		sh.handle(m)
+		sh.finish(m.at)
+		return true
+	}
+	select {
+	case sh.inbox <- m:
+		return true
+	case <-sh.s.stop:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// loop is the shard's goroutine: it serves messages and due hubs until the
+// service stops.
+func (sh *shard) loop() {
+	defer sh.s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := sh.s.o.Clock()
+		sh.serveDue(now)
+		sh.finish(now)
+		wait := time.Hour
+		if at, ok := sh.due.peek(); ok {
+			wait = max(at.Sub(sh.s.o.Clock()), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-sh.s.stop:
+			return
+		case <-timer.C:
+		case m := <-sh.inbox:
+			sh.handle(m)
+			// Take what else waits before serving, so that reports that
+			// came together are served together.
+			for n := 0; n < inboxSize; n++ {
+				select {
+				case m := <-sh.inbox:
+					sh.handle(m)
+					continue
+				default:
+				}
+				break
+			}
+		}
+	}
+}
+
+// handle takes one message.
+func (sh *shard) handle(m msg) {
+	switch m.kind {
+	case msgReport:
+		for i := range m.usages {
+			sh.report(m.st, m.info, m.sweep, m.at, &m.usages[i])
+		}
+	case msgClose:
+		sh.closeStream(m.st)
+	case msgResult:
+		sh.result(m.call)
+	case msgBoard:
+		sh.boardResult(m.board)
+	case msgDrain:
+		sh.drain(sh.s.o.Clock())
+		close(m.done)
+	case msgAck:
+		sh.acked(m.st, m.upTo, m.at)
+	}
+}
+
+// finish serves the hubs that got news, then sends what they decided:
+// actions to the streams (one Push per stream), and the store call.
+func (sh *shard) finish(now time.Time) {
+	if cfg := sh.s.rules.Config(); cfg != sh.cfg {
+		sh.cfg = cfg
+		for _, h := range sh.hubs {
+			sh.markDirty(h)
+		}
+	}
+	for len(sh.dirty) > 0 {
+		dirty := sh.dirty
+		sh.dirty = nil
+		for _, h := range dirty {
+			h.queued = false
+			sh.serve(h, now)
+		}
+		if sh.s.manual && len(sh.ops) > 0 {
+			sh.callNow() // may make more hubs dirty, served in this loop
+		}
+	}
+	for st, acts := range sh.pushes {
+		st.sink.Push(acts)
+		delete(sh.pushes, st)
+	}
+	if !sh.s.manual && !sh.calling && len(sh.ops) > 0 {
+		sh.callAsync()
+	}
+	sh.exchange(now)
+}
+
+// serveDue serves the hubs whose time has come.
+func (sh *shard) serveDue(now time.Time) {
+	for {
+		at, ok := sh.due.peek()
+		if !ok || at.After(now) {
+			return
+		}
+		e := heap.Pop(&sh.due).(dueEntry)
+		if e.h.dueGen != e.gen || e.h.gone {
+			continue // rescheduled, or forgotten
+		}
+		e.h.dueAt = time.Time{}
+		sh.markDirty(e.h)
+	}
+}
+
+func (sh *shard) markDirty(h *hub) {
+	if !h.queued && !h.gone {
+		h.queued = true
+		sh.dirty = append(sh.dirty, h)
+	}
+}
+
+// schedule makes h due at at (replacing an earlier schedule).
+func (sh *shard) schedule(h *hub, at time.Time) {
+	if h.dueAt.Equal(at) {
+		return
+	}
+	h.dueGen++
+	h.dueAt = at
+	heap.Push(&sh.due, dueEntry{at: at, h: h, gen: h.dueGen})
+}
+
+func (sh *shard) push(st *Stream, a Action) {
+	sh.pushes[st] = append(sh.pushes[st], a)
+}
+
+// dueEntry is a hub's next serve; an entry whose gen is not the hub's is
+// stale.
+type dueEntry struct {
+	at  time.Time
+	h   *hub
+	gen uint64
+}
+
+type dueHeap []dueEntry
+
+func (d dueHeap) Len() int           { return len(d) }
+func (d dueHeap) Less(i, j int) bool { return d[i].at.Before(d[j].at) }
+func (d dueHeap) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
+func (d *dueHeap) Push(x any)        { *d = append(*d, x.(dueEntry)) }
+func (d *dueHeap) Pop() any {
+	old := *d
+	e := old[len(old)-1]
+	*d = old[:len(old)-1]
+	return e
+}
+
+func (d dueHeap) peek() (time.Time, bool) {
+	if len(d) == 0 {
+		return time.Time{}, false
+	}
+	return d[0].at, true
+}
+
+// pendingOp is one store operation of a hub and what it is for.
+type pendingOp struct {
+	h      *hub
+	window int64
+	op     engine.CounterOp
+}
+
+// call is one store call of a shard.
+type call struct {
+	ops []pendingOp
+	err error
+}
+
+// callAsync makes the waiting operations one store call on a goroutine the
+// service waits for; its answer comes back as a message.
+func (sh *shard) callAsync() {
+	c := &call{ops: sh.ops}
+	sh.ops = nil
+	sh.calling = true
+	sh.s.wg.Add(1)
+	go func() {
+		defer sh.s.wg.Done()
+		c.err = sh.s.apply(c.ops)
+		select {
+		case sh.inbox <- msg{kind: msgResult, call: c}:
+		case <-sh.s.stop:
+		}
+	}()
+}
+
+// callNow makes the waiting operations one store call on this goroutine
+// (manual services).
+func (sh *shard) callNow() {
+	c := &call{ops: sh.ops}
+	sh.ops = nil
+	c.err = sh.s.apply(c.ops)
+	sh.result(c)
+}
+
+// apply makes ops one Counter call within the call timeout.
+func (s *Service) apply(ops []pendingOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	cops := make([]engine.CounterOp, len(ops))
+	for i := range ops {
+		cops[i] = ops[i].op
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.CallTimeout)
+	defer cancel()
+	err := s.counter.Apply(ctx, cops, nil)
+	for i := range ops {
+		ops[i].op.After = cops[i].After
+	}
+	return err
+}
+
+// result books what a store call did.
+func (sh *shard) result(c *call) {
+	sh.calling = false
+	now := sh.s.o.Clock()
+	if c.err != nil {
+		sh.s.st.reserveErrors.Inc()
+		sh.s.o.logf("rlqs: reserving quota: %v", c.err)
+	}
+	for i := range c.ops {
+		p := &c.ops[i]
+		p.h.bookOp(sh, p, c.err, now)
+	}
+}
