@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/actors/lease"
+	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
@@ -33,6 +34,12 @@ type backends struct {
 	// conns is how many calls the store takes at once without queueing for a
 	// connection (per node); 0 for inline stores.
 	conns int
+	// board is where the quota service's replicas share their claims (nil:
+	// none).
+	board rlqs.Board
+	// budget is SLUICE_MEMORY_MAX_BYTES: the memory backend's counters
+	// and the quota service's buckets are charged to it.
+	budget *memory.Budget
 
 	mu     sync.Mutex
 	owned  []engine.Backend
@@ -73,17 +80,19 @@ func (b *backends) Close() error {
 
 // newBackends builds the stores BACKEND_TYPE names.
 func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *slog.Logger) (*backends, error) {
-	b := &backends{}
+	b := &backends{budget: memory.NewBudget(s.Backend.Memory.MaxBytes)}
 	switch s.Backend.Type {
 	case "memory":
 		// One store per shard: a shard's counters are only ever its own.
 		// One budget for all: the bound is the process's, whatever the shard count.
 		m := s.Backend.Memory
-		budget := memory.NewBudget(m.MaxBytes)
+		budget := b.budget
 		b.main = func(int) engine.Backend {
 			return b.own(memory.NewWithOptions(memory.Options{Clock: clock, Budget: budget, MaxKeyBytes: m.MaxKeyBytes, SweepEvery: m.SweepEvery}))
 		}
 		b.validator = memory.KeyLimit(m.MaxKeyBytes)
+		// Counters in memory are this process's alone: so is the board.
+		b.board = memory.NewBoard(clock)
 		return b, nil
 	case "redis", "":
 		// go-redis logs pool trouble through a global logger; send it to ours.
@@ -94,6 +103,7 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 			return nil, err
 		}
 		b.own(main)
+		b.board = main
 		b.pools = map[string]*redis.Backend{"ratelimit.redis_pool": main}
 		b.main = func(int) engine.Backend { return main }
 		b.health = append(b.health, main)
@@ -122,6 +132,7 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 			return nil, err
 		}
 		b.own(mc)
+		b.board = mc
 		b.main = func(int) engine.Backend { return mc }
 		b.validator = mc
 		// gomemcache closes connections beyond the idle limit after each use,

@@ -10,10 +10,10 @@ import (
 	"github.com/sluicehq/sluice/actors/lease"
 	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
-	alloc "github.com/sluicehq/sluice/engine/rlqs"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/transport/metrics"
@@ -234,6 +234,11 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		MaxBytes:    int64(e.Int("SLUICE_MEMORY_MAX_BYTES", int(DefaultMemoryMaxBytes()))),
 		MaxKeyBytes: e.Int("SLUICE_MEMORY_MAX_KEY_BYTES", memory.DefaultMaxKeyBytes),
 		SweepEvery:  e.Duration("SLUICE_MEMORY_SWEEP_INTERVAL", 10*time.Second),
+	}
+	if s.Limiter.Quota.MaxReporters == 0 {
+		// The quota service's buckets may take a quarter of the memory
+		// cap; the counters have the rest, and both are charged to it.
+		s.Limiter.Quota.MaxReporters = min(rlqs.MaxReportersIn(s.Backend.Memory.MaxBytes/4), 1_000_000)
 	}
 	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
 	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
@@ -459,7 +464,9 @@ func quotaFromEnv(e *Env) rlqs.Options {
 	a.Hysteresis = float64(e.Float32("SLUICE_RLQS_HYSTERESIS", float32(a.Hysteresis)))
 	a.Burst = e.Duration("SLUICE_RLQS_BURST", a.Burst)
 	a.MaxFill = e.Duration("SLUICE_RLQS_MAX_FILL_INTERVAL", a.MaxFill)
-	a.TTLReports = e.Int("SLUICE_RLQS_TTL_REPORTS", a.TTLReports)
+	a.ReportPeriod = e.Duration("SLUICE_RLQS_REPORT_PERIOD", a.ReportPeriod)
+	a.Delivery = e.Duration("SLUICE_RLQS_DELIVERY", a.Delivery)
+	a.Margin = e.Duration("SLUICE_RLQS_MARGIN", a.Margin)
 	a.MinTTL = e.Duration("SLUICE_RLQS_MIN_TTL", a.MinTTL)
 	if v := e.String("SLUICE_RLQS_NO_MATCH", a.NoMatch.String()); v != "" {
 		nm, err := alloc.ParseNoMatch(strings.ToLower(v))
@@ -469,10 +476,18 @@ func quotaFromEnv(e *Env) rlqs.Options {
 		a.NoMatch = nm
 	}
 	a.KeyOrder = keyOrderFromEnv(e, "SLUICE_RLQS_KEY_ORDER")
-	o.Tick = e.Duration("SLUICE_RLQS_TICK", o.Tick)
-	o.Delivery = e.Duration("SLUICE_RLQS_DELIVERY", o.Delivery)
+	o.Shards = e.Int("SLUICE_RLQS_SHARDS", o.Shards)
 	o.IdleAfter = e.Duration("SLUICE_RLQS_IDLE", o.IdleAfter)
 	o.MaxBuckets = e.Int("SLUICE_RLQS_MAX_BUCKETS", o.MaxBuckets)
+	o.MaxReporters = e.Int("SLUICE_RLQS_MAX_REPORTERS", 0) // 0: from the memory cap
+	if v := e.String("SLUICE_RLQS_REFUSED", o.Refused.String()); v != "" {
+		r, err := rlqs.ParseRefusal(strings.ToLower(v))
+		if err != nil {
+			e.fail(fmt.Errorf("SLUICE_RLQS_REFUSED: %w", err))
+		}
+		o.Refused = r
+	}
+	o.RefusedTTL = e.Duration("SLUICE_RLQS_REFUSED_TTL", o.RefusedTTL)
 	return o
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,14 +13,16 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
-	alloc "github.com/sluicehq/sluice/engine/rlqs"
+	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
 // quotaServer serves the Rate Limit Quota Service's one method,
@@ -34,23 +37,35 @@ type quotaServer struct {
 	// to another replica and a graceful stop need not wait for them.
 	drain     chan struct{}
 	drainOnce sync.Once
+	// maxMsg bounds an answer's size.
+	maxMsg int
 }
 
-func newQuotaServer(o rlqs.Options, svc *engine.Service, counter engine.Counter, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
+func newQuotaServer(o rlqs.Options, svc *engine.Service, counter engine.Counter, board rlqs.Board, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
 	o.Log = log
-	q, err := rlqs.New(o, svc, counter, st)
+	q, err := rlqs.New(o, svc, counter, board, st)
 	if err != nil {
 		return nil, err
 	}
-	return &quotaServer{svc: q, log: log, drain: make(chan struct{})}, nil
+	return &quotaServer{svc: q, log: log, drain: make(chan struct{}), maxMsg: maxAnswerBytes}, nil
 }
+
+// maxAnswerBytes bounds one RateLimitQuotaResponse: gRPC clients refuse
+// messages over 4 MiB by default (RESOURCE_EXHAUSTED, and the stream is
+// lost), so larger answers go as several.
+const maxAnswerBytes = 4<<20 - 64<<10
 
 // stopStreams ends the streams being served and those opened later.
 func (q *quotaServer) stopStreams() { q.drainOnce.Do(func() { close(q.drain) }) }
 
-// close stops the quota service; the streams must have ended.
+// close stops the quota service; the streams must have ended. What this
+// replica holds beyond what its Envoys may spend until they reach another
+// replica is given back first (within a few seconds).
 func (q *quotaServer) close() {
 	q.stopStreams()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	q.svc.Drain(ctx)
 	q.svc.Close()
 }
 
@@ -75,9 +90,17 @@ func (q *quotaServer) native(ctx context.Context, recv func() ([]byte, error), s
 	})
 }
 
-// StreamRateLimitQuotas is the method on grpc-go's server.
+// StreamRateLimitQuotas is the method on grpc-go's server. A message its
+// codec cannot read is INVALID_ARGUMENT, as on the native server (grpc-go
+// says INTERNAL).
 func (q *quotaServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	return q.serve(stream.Context(), stream.Recv, stream.Send)
+	return q.serve(stream.Context(), func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+		m, err := stream.Recv()
+		if s, ok := status.FromError(err); ok && s.Code() == codes.Internal && strings.Contains(s.Message(), "unmarshal") {
+			return nil, status.Errorf(codes.InvalidArgument, "usage reports: %s", s.Message())
+		}
+		return m, err
+	}, stream.Send)
 }
 
 type received struct {
@@ -92,9 +115,26 @@ type received struct {
 func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	box := newOutbox()
+	box := newOutbox(q.maxMsg)
 	st := q.svc.Open(box)
 	defer st.Close()
+	// With the native server, a flush that replaced buckets is followed
+	// by a PING: its answer tells the service the Envoy has them.
+	acker, canAck := h2grpc.AckerOf(ctx)
+	var (
+		ackCh             <-chan bool
+		ackUpTo, nextUpTo time.Time
+	)
+	ask := func(upTo time.Time) {
+		if !canAck || upTo.IsZero() {
+			return
+		}
+		if ackCh != nil {
+			nextUpTo = maxTime(nextUpTo, upTo)
+			return
+		}
+		ackUpTo, ackCh = upTo, acker()
+	}
 	in := make(chan received)
 	go func() {
 		for {
@@ -119,12 +159,25 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQ
 			}
 			return status.FromContextError(ctx.Err()).Err()
 		case <-box.ready:
-			if err := box.flush(send); err != nil {
+			replaced, err := box.flush(send)
+			if err != nil {
 				return err
+			}
+			ask(replaced)
+		case ok := <-ackCh:
+			ackCh = nil
+			if ok {
+				st.Acked(ackUpTo, time.Now())
+			}
+			if !nextUpTo.IsZero() {
+				upTo := nextUpTo
+				nextUpTo = time.Time{}
+				ask(upTo)
 			}
 		case r := <-in:
 			if errors.Is(r.err, io.EOF) {
-				return box.flush(send)
+				_, err := box.flush(send)
+				return err
 			}
 			if r.err != nil {
 				return r.err
@@ -154,17 +207,19 @@ func (q *quotaServer) report(st *rlqs.Stream, m *rlqsv3.RateLimitQuotaUsageRepor
 }
 
 // outbox is a stream's Sink: actions queue until the stream's loop writes
-// them, one message per flush; a newer action for a bucket replaces a
-// queued one, so a stream that writes slowly holds one per bucket at most.
+// them, in messages of at most max bytes; a newer action for a bucket
+// replaces a queued one, so a stream that writes slowly holds one per
+// bucket at most.
 type outbox struct {
+	max   int
 	mu    sync.Mutex
 	queue []rlqs.Action
 	at    map[string]int
 	ready chan struct{}
 }
 
-func newOutbox() *outbox {
-	return &outbox{at: make(map[string]int), ready: make(chan struct{}, 1)}
+func newOutbox(max int) *outbox {
+	return &outbox{max: max, at: make(map[string]int), ready: make(chan struct{}, 1)}
 }
 
 // Push queues actions; it never blocks.
@@ -172,6 +227,9 @@ func (o *outbox) Push(acts []rlqs.Action) {
 	o.mu.Lock()
 	for _, a := range acts {
 		if i, ok := o.at[a.Key]; ok {
+			if o.queue[i].Replace {
+				a.Replace = true // what it replaced still is
+			}
 			o.queue[i] = a
 			continue
 		}
@@ -185,37 +243,72 @@ func (o *outbox) Push(acts []rlqs.Action) {
 	}
 }
 
-// flush writes what is queued as one RateLimitQuotaResponse.
-func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+// flush writes what is queued, as few RateLimitQuotaResponses as fit
+// under the size bound, and returns when the newest replacement among
+// them was decided (zero: none).
+func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) (replaced time.Time, err error) {
 	o.mu.Lock()
 	acts := o.queue
 	o.queue = nil
 	clear(o.at)
 	o.mu.Unlock()
-	if len(acts) == 0 {
-		return nil
+	for _, a := range acts {
+		if a.Replace && a.At.After(replaced) {
+			replaced = a.At
+		}
 	}
-	return send(quotaResponse(acts))
+	for len(acts) > 0 {
+		resp := &rlqsv3.RateLimitQuotaResponse{}
+		size := 0
+		n := 0
+		for n < len(acts) {
+			ba := bucketAction(acts[n])
+			// A repeated field costs its tag and length prefix too.
+			s := proto.Size(ba) + 1 + protowire.SizeVarint(uint64(proto.Size(ba)))
+			if n > 0 && size+s > o.max {
+				break
+			}
+			resp.BucketAction = append(resp.BucketAction, ba)
+			size += s
+			n++
+		}
+		if err := send(resp); err != nil {
+			return time.Time{}, err
+		}
+		acts = acts[n:]
+	}
+	return replaced, nil
 }
 
 // quotaResponse is the message of acts, in their order.
 func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(acts))}
 	for i, a := range acts {
-		ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket}}
-		if a.Abandon {
-			ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
-		} else {
-			ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-				QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-					AssignmentTimeToLive: durationpb.New(a.TTL),
-					RateLimitStrategy:    strategyProto(a.Strategy),
-				}}
-		}
-		resp.BucketAction[i] = ba
+		resp.BucketAction[i] = bucketAction(a)
 	}
 	return resp
+}
+
+func bucketAction(a rlqs.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket}}
+	if a.Abandon {
+		ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		return ba
+	}
+	ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(a.TTL),
+			RateLimitStrategy:    strategyProto(a.Strategy),
+		}}
+	return ba
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func strategyProto(s alloc.Strategy) *typev3.RateLimitStrategy {

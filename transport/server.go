@@ -198,7 +198,9 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := s.ops.start(cfgCtx, &bg); err != nil {
 		return err
 	}
-	q, err := newQuotaServer(s.settings.Limiter.Quota, s.svc, s.ops.traceCounter(s.counters.lease), s.stats, s.log)
+	qo := s.settings.Limiter.Quota
+	qo.Budget = s.counters.back.budget
+	q, err := newQuotaServer(qo, s.svc, s.ops.traceCounter(s.counters.lease), s.counters.back.board, s.stats, s.log)
 	if err != nil {
 		return err
 	}

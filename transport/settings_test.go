@@ -74,7 +74,10 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"SLUICE_RLQS_NO_MATCH": "maybe"}, `SLUICE_RLQS_NO_MATCH: rlqs: no-match behaviour "maybe"`},
 		{map[string]string{"SLUICE_RLQS_KEY_ORDER": "api"}, `SLUICE_RLQS_KEY_ORDER: "api" is not domain=key1,key2`},
 		{map[string]string{"SLUICE_RLQS_MAX_BUCKETS": "0"}, "SLUICE_RLQS_*: rlqs: max buckets per stream 0 must be at least 1"},
-		{map[string]string{"SLUICE_RLQS_TICK": "0s"}, "SLUICE_RLQS_*: rlqs: tick 0s must be in (0, 10s]"},
+		{map[string]string{"SLUICE_RLQS_REPORT_PERIOD": "10ms"}, "SLUICE_RLQS_*: rlqs: report period 10ms must be at least 100ms"},
+		{map[string]string{"SLUICE_RLQS_REFUSED": "sometimes"}, `SLUICE_RLQS_REFUSED: rlqs: refused-bucket behaviour "sometimes"`},
+		{map[string]string{"SLUICE_RLQS_SHARDS": "2000"}, "SLUICE_RLQS_*: rlqs: 2000 shards, want 0 (one per CPU) to 1024"},
+		{map[string]string{"SLUICE_RLQS_MAX_REPORTERS": "-1"}, "SLUICE_RLQS_*: rlqs: max reporters -1 must be at least 1"},
 	}
 	for _, tc := range cases {
 		_, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
@@ -88,13 +91,15 @@ func TestSettingsErrors(t *testing.T) {
 func TestQuotaSettings(t *testing.T) {
 	s, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{
 		"SLUICE_RLQS_NO_MATCH": "deny_all", "SLUICE_RLQS_KEY_ORDER": "api=path, method;web=user",
-		"SLUICE_RLQS_SPARE": "0.25", "SLUICE_RLQS_TTL_REPORTS": "5", "SLUICE_RLQS_IDLE": "1m"}))
+		"SLUICE_RLQS_SPARE": "0.25", "SLUICE_RLQS_REPORT_PERIOD": "2s", "SLUICE_RLQS_IDLE": "1m",
+		"SLUICE_RLQS_REFUSED": "allow_all", "SLUICE_RLQS_MAX_REPORTERS": "500", "SLUICE_RLQS_SHARDS": "3"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := s.Limiter.Quota
-	got := fmt.Sprintf("%v %v %v %v %v", q.Alloc.NoMatch, q.Alloc.KeyOrder, q.Alloc.Spare, q.Alloc.TTLReports, q.IdleAfter)
-	if want := "deny_all map[api:[path method] web:[user]] 0.25 5 1m0s"; got != want {
+	got := fmt.Sprintf("%v %v %v %v %v %v %v %v", q.Alloc.NoMatch, q.Alloc.KeyOrder, q.Alloc.Spare, q.Alloc.ReportPeriod, q.IdleAfter,
+		q.Refused, q.MaxReporters, q.Shards)
+	if want := "deny_all map[api:[path method] web:[user]] 0.25 2s 1m0s allow_all 500 3"; got != want {
 		t.Errorf("got %s, want %s", got, want)
 	}
 }

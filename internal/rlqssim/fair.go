@@ -3,6 +3,7 @@ package rlqssim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -37,69 +38,235 @@ func FairShares(limit float64, demands []float64) []float64 {
 	return shares
 }
 
-// Criteria are the promises a run of one bucket is judged by. A second is
-// judged only when every Envoy's demand has been constant for Settle
-// before it and through it: the start, a shift and an Envoy going idle
-// each give the allocator Settle to follow.
+// Criteria are the promises a run of one bucket is judged by.
 type Criteria struct {
-	Bucket int
-	Limit  float64 // per second
+	// Limit is the rule's count per Window (1 s when zero): in no window
+	// may the Envoys and the RLS callers on the same counter admit more.
+	Limit  float64
+	Window time.Duration
+	// Settle: seconds within Settle after the start or a change of any
+	// Envoy's demand are not judged for use and fairness.
 	Settle time.Duration
-	// The fleet admits at most Limit per second and at least MinFleet ×
-	// min(Limit, total demand).
+	// FaultSettle: nor seconds within FaultSettle after a fault.
+	FaultSettle time.Duration
+	// The fleet admits at least MinFleet × min(limit, demand) in every
+	// judged second.
 	MinFleet float64
-	// An Envoy whose demand is at least its max-min fair share admits at
-	// least MinShare × that share per second.
+	// An Envoy admits, on average over the judged seconds of a stretch of
+	// constant demand, at least MinShare × its max-min fair share (the RLS
+	// callers count as one more claimant).
 	MinShare float64
+	// Smooth, when longer than a second, judges the fleet's use on its
+	// mean over the last Smooth of judged seconds (random arrivals make
+	// single seconds vary by themselves).
+	Smooth time.Duration
 }
 
-// Verdict is the outcome of Check: the seconds judged, the fleet's lowest
-// and highest admitted count among them, and each broken promise.
+// Verdict is what Judge found.
 type Verdict struct {
+	// Windows is how many windows were checked against the limit, Over
+	// how many were over it (by MaxOver at most).
+	Windows, Over int
+	MaxOver       float64
+	// Judged seconds for use: the fleet's lowest, highest and mean.
 	Judged             int
-	FleetMin, FleetMax uint64
-	Failures           []string
+	FleetMin, FleetMax float64
+	FleetMean          float64
+	// Worst is the lowest share of an Envoy's fair share it admitted.
+	Worst    float64
+	Failures []string
 }
 
-// OK is true when seconds were judged and none broke a promise.
+// OK is true when seconds were judged and nothing broke a promise.
 func (v Verdict) OK() bool { return v.Judged > 0 && len(v.Failures) == 0 }
 
-const demandSample = 100 * time.Millisecond
-
-// judge checks admitted[envoy][second] (unix seconds from first) of a run
-// from start to end against c, with demand(envoy, t) the bucket's demand.
-func judge(c Criteria, start, end time.Time, first int64, admitted [][]uint64, demand func(int, time.Duration) float64) Verdict {
-	n := len(admitted)
-	at := func(t time.Duration) []float64 {
-		d := make([]float64, n)
-		for e := range d {
-			d[e] = demand(e, t)
-		}
-		return d
+// Judge checks a run: admitted[envoy][second] by the Envoys, rls[second]
+// by RLS callers on the same counter (nil: none) whose demand is
+// rlsDemand per second, demand(envoy, t) the Envoys' demand at t into the
+// run, faults the moments of faults.
+func Judge(c Criteria, admitted [][]uint64, rls []uint64, rlsDemand float64, demand func(int, time.Duration) float64, faults []time.Duration) Verdict {
+	if c.Window <= 0 {
+		c.Window = time.Second
 	}
-	// Instants (offsets from start) at which some Envoy's demand changed.
-	changes := []time.Duration{0}
-	prev := at(0)
-	for t := demandSample; t < end.Sub(start); t += demandSample {
-		cur := at(t)
-		for e := range cur {
-			if cur[e] != prev[e] {
-				changes = append(changes, t)
-				break
-			}
+	j := &judge{c: c, admitted: admitted, rls: rls, rlsDemand: rlsDemand, demand: demand, faults: faults, n: len(admitted)}
+	for _, row := range admitted {
+		j.secs = max(j.secs, len(row))
+	}
+	j.changes = []time.Duration{0}
+	prev := j.at(0)
+	for t := demandSample; t < time.Duration(j.secs)*time.Second; t += demandSample {
+		cur := j.at(t)
+		if !slices.Equal(cur, prev) {
+			j.changes = append(j.changes, t)
 		}
 		prev = cur
 	}
-	var v Verdict
-	for s := first; time.Unix(s+1, 0).Compare(end) <= 0; s++ {
-		from, to := time.Unix(s, 0).Sub(start), time.Unix(s+1, 0).Sub(start)
-		if from < 0 || changedIn(changes, from-c.Settle, to) {
+	j.windows()
+	j.use()
+	return j.v
+}
+
+// judge is one Judge call's inputs and findings.
+type judge struct {
+	c         Criteria
+	admitted  [][]uint64
+	rls       []uint64
+	rlsDemand float64
+	demand    func(int, time.Duration) float64
+	faults    []time.Duration
+	n, secs   int
+	changes   []time.Duration
+	v         Verdict
+}
+
+// at is every Envoy's demand at t.
+func (j *judge) at(t time.Duration) []float64 {
+	d := make([]float64, j.n)
+	for e := range d {
+		d[e] = j.demand(e, t)
+	}
+	return d
+}
+
+// fleetAt is what everyone admitted in second s.
+func (j *judge) fleetAt(s int) float64 {
+	f := 0.0
+	for _, row := range j.admitted {
+		if s < len(row) {
+			f += float64(row[s])
+		}
+	}
+	if s < len(j.rls) {
+		f += float64(j.rls[s])
+	}
+	return f
+}
+
+// windows checks never over, in every window, settled or not.
+func (j *judge) windows() {
+	per := int(j.c.Window / time.Second)
+	for w := 0; w+per <= j.secs; w += per {
+		sum := 0.0
+		for s := w; s < w+per; s++ {
+			sum += j.fleetAt(s)
+		}
+		j.v.Windows++
+		if sum > j.c.Limit {
+			j.v.Over++
+			j.v.MaxOver = max(j.v.MaxOver, sum-j.c.Limit)
+			j.v.fail("window at %ds: %.0f admitted, over the limit %v", w, sum, j.c.Limit)
+		}
+	}
+}
+
+// quiet is true when no demand change or fault is near [from, to).
+func (j *judge) quiet(from, to time.Duration) bool {
+	if changedIn(j.changes, from-j.c.Settle, to) {
+		return false
+	}
+	for _, f := range j.faults {
+		if f < to && f > from-j.c.FaultSettle {
+			return false
+		}
+	}
+	return true
+}
+
+// stretch is a run of settled seconds: what each Envoy got and its fair
+// share, summed.
+type stretch struct {
+	got, fair []float64
+	n         int
+}
+
+// use checks use and fairness, in the settled seconds of each stretch.
+func (j *judge) use() {
+	c, v := &j.c, &j.v
+	perSecond := c.Limit / c.Window.Seconds()
+	var cur *stretch
+	var stretches []*stretch
+	for s := 0; s < j.secs; s++ {
+		from := time.Duration(s) * time.Second
+		use, ok := j.smoothed(s)
+		if !ok {
+			cur = nil
 			continue
 		}
-		v.judgeSecond(c, s, int(s-first), admitted, at(from+(to-from)/2))
+		d := j.at(from + time.Second/2)
+		total := j.rlsDemand
+		for _, x := range d {
+			total += x
+		}
+		fleet := j.fleetAt(s)
+		v.Judged++
+		if v.Judged == 1 || fleet < v.FleetMin {
+			v.FleetMin = fleet
+		}
+		v.FleetMax = max(v.FleetMax, fleet)
+		v.FleetMean += fleet
+		if low := c.MinFleet * math.Min(perSecond, total); use < low {
+			v.fail("second %d: the fleet admitted %.0f, under %.1f (%v × min(limit %v, demand %.1f))", s, use, low, c.MinFleet, perSecond, total)
+		}
+		if cur == nil {
+			cur = &stretch{got: make([]float64, j.n), fair: make([]float64, j.n)}
+			stretches = append(stretches, cur)
+		}
+		fair := FairShares(perSecond, append(d, j.rlsDemand))
+		for e := range j.n {
+			cur.got[e] += float64(j.admitted[e][s])
+			cur.fair[e] += fair[e]
+		}
+		cur.n++
 	}
-	return v
+	if v.Judged > 0 {
+		v.FleetMean /= float64(v.Judged)
+	}
+	j.fairness(stretches)
 }
+
+// smoothed is the fleet's use in second s (averaged over c.Smooth), and
+// whether s is settled enough to judge.
+func (j *judge) smoothed(s int) (float64, bool) {
+	to := time.Duration(s+1) * time.Second
+	if !j.quiet(time.Duration(s)*time.Second, to) {
+		return 0, false
+	}
+	n := int(j.c.Smooth / time.Second)
+	if n <= 1 {
+		return j.fleetAt(s), true
+	}
+	if s-n+1 < 0 || !j.quiet(time.Duration(s-n+1)*time.Second, to) {
+		return 0, false
+	}
+	sum := 0.0
+	for k := s - n + 1; k <= s; k++ {
+		sum += j.fleetAt(k)
+	}
+	return sum / float64(n), true
+}
+
+// fairness checks each Envoy's share of its fair share over each stretch.
+func (j *judge) fairness(stretches []*stretch) {
+	v := &j.v
+	v.Worst = math.Inf(1)
+	for _, st := range stretches {
+		for e := range j.n {
+			if st.fair[e] <= 0 {
+				continue
+			}
+			ratio := st.got[e] / st.fair[e]
+			v.Worst = min(v.Worst, ratio)
+			if ratio < j.c.MinShare {
+				v.fail("Envoy %d admitted %.1f/s over %d seconds, %.2f of its fair share %.1f/s", e, st.got[e]/float64(st.n), st.n, ratio, st.fair[e]/float64(st.n))
+			}
+		}
+	}
+	if math.IsInf(v.Worst, 1) {
+		v.Worst = 0
+	}
+}
+
+const demandSample = 100 * time.Millisecond
 
 func changedIn(changes []time.Duration, from, to time.Duration) bool {
 	for _, t := range changes {
@@ -116,41 +283,7 @@ func (v *Verdict) fail(format string, args ...any) {
 	if len(v.Failures) == maxFailures {
 		v.Failures = append(v.Failures, "… (more failures left out)")
 	}
-	if len(v.Failures) < maxFailures {
+	if len(v.Failures) <= maxFailures {
 		v.Failures = append(v.Failures, fmt.Sprintf(format, args...))
-	}
-}
-
-// judgeSecond checks the second at index i of every Envoy's row.
-func (v *Verdict) judgeSecond(c Criteria, s int64, i int, admitted [][]uint64, demands []float64) {
-	var fleet uint64
-	var total float64
-	got := make([]uint64, len(admitted))
-	for e, row := range admitted {
-		if i < len(row) {
-			got[e] = row[i]
-		}
-		fleet += got[e]
-		total += demands[e]
-	}
-	v.Judged++
-	if v.Judged == 1 || fleet < v.FleetMin {
-		v.FleetMin = fleet
-	}
-	v.FleetMax = max(v.FleetMax, fleet)
-	when := time.Unix(s, 0).UTC().Format("15:04:05")
-	if float64(fleet) > c.Limit {
-		v.fail("%s: the fleet admitted %d, over the limit %v", when, fleet, c.Limit)
-	}
-	if low := c.MinFleet * math.Min(c.Limit, total); float64(fleet) < low {
-		v.fail("%s: the fleet admitted %d, under %.1f (%v × min(limit %v, demand %.1f))", when, fleet, low, c.MinFleet, c.Limit, total)
-	}
-	for e, share := range FairShares(c.Limit, demands) {
-		if share <= 0 || demands[e] < share {
-			continue
-		}
-		if float64(got[e]) < c.MinShare*share {
-			v.fail("%s: Envoy %d admitted %d, under %v × its fair share %.1f (demand %.1f)", when, e, got[e], c.MinShare, share, demands[e])
-		}
 	}
 }

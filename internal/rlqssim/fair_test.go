@@ -34,10 +34,8 @@ func TestFairShares(t *testing.T) {
 }
 
 func TestJudge(t *testing.T) {
-	// Two Envoys, 1 s windows from start (aligned), demand 900 and 300
-	// against 1000: fair shares 700 and 300. Envoy 0 idles at 10 s.
-	start := time.Unix(1_800_000_000, 0)
-	end := start.Add(20 * time.Second)
+	// Two Envoys, 1 s windows, demand 900 and 300 against 1000: fair
+	// shares 700 and 300. Envoy 0 idles at 10 s.
 	demand := func(e int, t time.Duration) float64 {
 		switch {
 		case e == 0 && t < 10*time.Second:
@@ -59,10 +57,10 @@ func TestJudge(t *testing.T) {
 		return rows
 	}
 	c := Criteria{Limit: 1000, Settle: 2 * time.Second, MinFleet: 0.95, MinShare: 0.9}
-	v := judge(c, start, end, start.Unix(), good(), demand)
+	v := Judge(c, good(), nil, 0, demand, nil)
 	// Judged: seconds 2..9 and 12..19 (the start and the idle settle).
-	if !v.OK() || v.Judged != 16 || v.FleetMin != 300 || v.FleetMax != 990 {
-		t.Fatalf("a good run: %+v, want 16 seconds judged, fleet 300..990, no failure", v)
+	if !v.OK() || v.Judged != 16 || v.FleetMin != 300 || v.FleetMax != 990 || v.Windows != 20 {
+		t.Fatalf("a good run: %+v, want 16 seconds judged of 20 windows, fleet 300..990, no failure", v)
 	}
 	for _, c2 := range []struct {
 		name   string
@@ -70,21 +68,37 @@ func TestJudge(t *testing.T) {
 		want   string
 	}{
 		{"over the limit", func(r [][]uint64) { r[0][5] = 711 }, "over the limit"},
+		{"over the limit while settling", func(r [][]uint64) { r[0][0] = 711 }, "over the limit"},
 		{"fleet too low", func(r [][]uint64) { r[0][5] = 640 }, "under 950.0"},
-		{"unfair to the light one", func(r [][]uint64) { r[0][6], r[1][6] = 730, 260 }, "Envoy 1 admitted 260"},
-		{"idle share not moved", func(r [][]uint64) { r[1][14] = 260 }, "Envoy 1 admitted 260"},
+		{"unfair to the light one", func(r [][]uint64) {
+			for s := 2; s < 10; s++ {
+				r[1][s] = 260
+			}
+		}, "Envoy 1 admitted 260"},
+		{"idle share not moved", func(r [][]uint64) {
+			for s := 12; s < 20; s++ {
+				r[1][s] = 260
+			}
+		}, "Envoy 1 admitted 260"},
 	} {
 		rows := good()
 		c2.break_(rows)
-		v := judge(c, start, end, start.Unix(), rows, demand)
+		v := Judge(c, rows, nil, 0, demand, nil)
 		if v.OK() || !strings.Contains(strings.Join(v.Failures, "\n"), c2.want) {
 			t.Errorf("%s: verdict %+v, want a failure saying %q", c2.name, v, c2.want)
 		}
 	}
-	// A second in the settle time is not judged, however bad.
+	// A second in the settle time, or after a fault, is not judged for use,
+	// however low.
 	rows := good()
 	rows[1][11] = 0
-	if v := judge(c, start, end, start.Unix(), rows, demand); !v.OK() {
-		t.Errorf("a second within Settle of a change was judged: %v", v.Failures)
+	rows[1][15] = 0
+	c.FaultSettle = 2 * time.Second
+	if v := Judge(c, rows, nil, 0, demand, []time.Duration{14 * time.Second}); !v.OK() {
+		t.Errorf("a second within Settle of a change, or of a fault, was judged: %v", v.Failures)
+	}
+	// RLS callers on the same counter count in every window.
+	if v := Judge(c, good(), []uint64{0, 0, 0, 0, 0, 11}, 100, demand, nil); v.Over != 1 {
+		t.Errorf("RLS callers' admissions not counted: %+v", v)
 	}
 }

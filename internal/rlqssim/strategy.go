@@ -99,8 +99,9 @@ func (r received) sameBucket(o received) bool {
 }
 
 // fromProto reads a RateLimitStrategy as the filter does: fill_interval
-// truncated to whole seconds, tokens_per_fill 1 when unset (the proto's
-// default). requests_per_time_unit is not supported by the filter.
+// in whole seconds (seconds and nanos together, truncated), an unset
+// tokens_per_fill as 0 (the wrapper's default value: a bucket that never
+// refills). requests_per_time_unit is not supported by the filter.
 func fromProto(p *typev3.RateLimitStrategy) (received, error) {
 	switch s := p.GetStrategy().(type) {
 	case *typev3.RateLimitStrategy_BlanketRule_:
@@ -110,13 +111,9 @@ func fromProto(p *typev3.RateLimitStrategy) (received, error) {
 		return received{Strategy: Strategy{Kind: AllowAll}}, nil
 	case *typev3.RateLimitStrategy_TokenBucket:
 		tb := s.TokenBucket
-		perFill := uint32(1)
-		if tb.GetTokensPerFill() != nil {
-			perFill = tb.GetTokensPerFill().GetValue()
-		}
-		fi := tb.GetFillInterval()
-		out := received{Strategy: Strategy{Kind: TokenBucket, MaxTokens: tb.GetMaxTokens(), TokensPerFill: perFill,
-			FillInterval: time.Duration(fi.GetSeconds()) * time.Second}, fillNanos: fi.GetNanos()}
+		fi := tb.GetFillInterval().AsDuration().Truncate(time.Second)
+		out := received{Strategy: Strategy{Kind: TokenBucket, MaxTokens: tb.GetMaxTokens(), TokensPerFill: tb.GetTokensPerFill().GetValue(),
+			FillInterval: fi}, fillNanos: tb.GetFillInterval().GetNanos()}
 		if err := out.Validate(); err != nil {
 			return received{}, err
 		}
@@ -125,35 +122,4 @@ func fromProto(p *typev3.RateLimitStrategy) (received, error) {
 		return received{}, errors.New("requests_per_time_unit is not supported by the filter")
 	}
 	return received{}, errors.New("strategy not set")
-}
-
-// limiter enforces one Strategy from the moment it was made.
-type limiter struct {
-	s      Strategy
-	tokens float64
-	last   time.Time
-}
-
-// newLimiter starts a token bucket full, as Envoy's does.
-func newLimiter(s Strategy, now time.Time) *limiter {
-	return &limiter{s: s, tokens: float64(s.MaxTokens), last: now}
-}
-
-// allow takes one token from a continuously refilled bucket.
-func (l *limiter) allow(now time.Time) bool {
-	switch l.s.Kind {
-	case AllowAll:
-		return true
-	case DenyAll:
-		return false
-	}
-	if el := now.Sub(l.last); el > 0 {
-		l.tokens = math.Min(float64(l.s.MaxTokens), l.tokens+el.Seconds()*l.s.Rate())
-		l.last = now
-	}
-	if l.tokens >= 1 {
-		l.tokens--
-		return true
-	}
-	return false
 }

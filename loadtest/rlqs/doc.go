@@ -1,20 +1,17 @@
-// Command rlqs plays a fleet of Envoys running the rate_limit_quota filter
-// (internal/rlqssim) against one or more RLQS servers, prints every
-// reporting interval what the fleet admitted per bucket and per Envoy, and
-// with -limit judges the run of the first bucket:
+// Command rlqs runs the quota service's scenarios (internal/rlqssim's
+// Scenarios: the fleet of ten Envoys on a 1,000/s rule, a demand
+// shift, an Envoy restarted, stream cuts, the whole fleet restarted, a
+// reload, two and three replicas with RLS callers and a replica stopped)
+// against real sluice replicas it starts (-bin, -backend, -server), with
+// a fleet of simulated Envoys on real gRPC streams that behave as Envoy's
+// rate_limit_quota filter does (5 s report timer, ALLOW_ALL by default, no
+// reuse_last_assignment; or the per-worker client). It prints a summary
+// line per scenario and exits 1 when a window was over the limit or an
+// assignment lapsed on a healthy stream; use and fairness (at least 0.9
+// outside the settling times) are printed, not judged.
 //
-//  1. once the demand has been steady for -settle intervals (so from the
-//     third interval on), the fleet admits at most -limit per second and at
-//     least -min-fleet × min(limit, demand) (950–1,000/s for 1,000/s);
-//  2. every Envoy whose demand is at least its max-min fair share (computed
-//     here by water-filling, independently of sluice's allocator) admits at
-//     least -min-share (0.9) × that share per second;
-//  3. after -idle-at, when the heaviest Envoy goes idle, the same holds for
-//     the new shares within -settle intervals.
+// -simulate runs the same scenarios in simulated time against the quota
+// service in process, in a second each.
 //
-// It exits 1 when a promise breaks (BROKEN lines say which), 0 otherwise.
-// Faults: -cut and -restart take envoy@time lists ("3@10s,4@12s").
-//
-//	go run ./loadtest/rlqs -targets 127.0.0.1:8081 -domain example \
-//	    -buckets 'user=ann' -limit 1000 -demand 3000 -split 70:1,20:2,10:7
+//	go run ./loadtest/rlqs -bin bin/sluice -backend redis -arrivals even,poisson
 package main

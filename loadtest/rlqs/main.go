@@ -5,283 +5,210 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log"
 	"os"
 	"os/signal"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"time"
 
-	sim "github.com/sluicehq/sluice/internal/rlqssim"
+	"github.com/sluicehq/sluice/internal/rlqssim"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
 type options struct {
-	targets, domain, buckets, pattern, split string
-	noAssign, expired, cuts, restarts        string
-	envoys, shiftEvery                       int
-	interval, duration, idleAt, expiredFor   time.Duration
-	demand, limit, minFleet, minShare        float64
-	settle                                   int
+	bin, backend, server, clients, noAssign, arrivals, only string
+	duration                                                time.Duration
+	simulate                                                bool
 }
 
 func main() {
-	log.SetFlags(0)
-	log.SetPrefix("rlqs: ")
+	harness.LogAs("rlqs")
 	var o options
-	flag.StringVar(&o.targets, "targets", "127.0.0.1:8081", "RLQS servers, comma separated (round robin)")
-	flag.StringVar(&o.domain, "domain", "example", "the filter's domain")
-	flag.StringVar(&o.buckets, "buckets", "user=ann", "BucketIds: key=value[,key=value] separated by ';'")
-	flag.IntVar(&o.envoys, "envoys", 10, "simulated Envoys")
-	flag.DurationVar(&o.interval, "interval", time.Second, "reporting_interval")
-	flag.DurationVar(&o.duration, "duration", 30*time.Second, "length of the run")
-	flag.Float64Var(&o.demand, "demand", 3000, "total demand per bucket, requests per second")
-	flag.StringVar(&o.pattern, "pattern", "skewed", "skewed or spread")
-	flag.StringVar(&o.split, "split", "70:1,20:2,10:7", "skewed: share:envoys groups, in Envoy order")
-	flag.IntVar(&o.shiftEvery, "shift-every", 0, "move the heavy Envoy one along every this many intervals (0: never)")
-	flag.DurationVar(&o.idleAt, "idle-at", 0, "the heaviest Envoy goes idle at this time into the run (0: never)")
-	flag.StringVar(&o.noAssign, "no-assignment", "allow", "no_assignment_behavior: allow, deny or tb:max:per_fill:fill_seconds")
-	flag.StringVar(&o.expired, "expired", "none", "expired_assignment_behavior: none, reuse, allow, deny or tb:…")
-	flag.DurationVar(&o.expiredFor, "expired-timeout", 0, "expired_assignment_behavior_timeout")
-	flag.StringVar(&o.cuts, "cut", "", "cut streams: envoy@time,…")
-	flag.StringVar(&o.restarts, "restart", "", "restart Envoys: envoy@time,…")
-	flag.Float64Var(&o.limit, "limit", 0, "the first bucket's limit per second; judge the run against it (0: no check)")
-	flag.Float64Var(&o.minFleet, "min-fleet", 0.95, "lowest fleet admission, as a fraction of min(limit, demand)")
-	flag.Float64Var(&o.minShare, "min-share", 0.9, "lowest admission of an Envoy, as a fraction of its fair share")
-	flag.IntVar(&o.settle, "settle", 2, "intervals after a demand change before seconds are judged")
+	flag.StringVar(&o.bin, "bin", "bin/sluice", "the sluice binary to run (each scenario starts its own replicas)")
+	flag.StringVar(&o.backend, "backend", "memory", "memory or redis (redis: every replica on one redis-server)")
+	flag.StringVar(&o.server, "server", "native", "sluice's gRPC server: native or grpc-go")
+	flag.StringVar(&o.clients, "clients", "global", "Envoy clients to play: global,per-worker")
+	flag.StringVar(&o.noAssign, "no-assignment", "allow", "no_assignment_behavior: allow,deny")
+	flag.StringVar(&o.arrivals, "arrivals", "even", "request arrivals: even,poisson")
+	flag.StringVar(&o.only, "only", "", "run only the scenarios whose name contains this")
+	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
+	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	broken, err := run(ctx, o)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, b := range broken {
-		fmt.Println("BROKEN:", b)
-	}
-	if len(broken) > 0 {
-		os.Exit(1)
-	}
-	fmt.Println("PASS")
+	harness.Verdict(broken, err)
 }
 
 func run(ctx context.Context, o options) ([]string, error) {
-	cfg, heaviest, err := config(o)
-	if err != nil {
-		return nil, err
+	var broken []string
+	for _, cname := range strings.Split(o.clients, ",") {
+		client, err := rlqssim.ParseClient(cname)
+		if err != nil {
+			return nil, err
+		}
+		for _, na := range strings.Split(o.noAssign, ",") {
+			s := rlqssim.Strategy{Kind: rlqssim.AllowAll}
+			switch na {
+			case "allow":
+			case "deny":
+				s.Kind = rlqssim.DenyAll
+			default:
+				return nil, fmt.Errorf("-no-assignment %q: want allow or deny", na)
+			}
+			for _, aname := range strings.Split(o.arrivals, ",") {
+				arr := rlqssim.Even
+				switch aname {
+				case "even":
+				case "poisson":
+					arr = rlqssim.Poisson
+				default:
+					return nil, fmt.Errorf("-arrivals %q: want even or poisson", aname)
+				}
+				for _, sc := range rlqssim.Scenarios(client, s) {
+					if o.only != "" && !strings.Contains(sc.Name, o.only) {
+						continue
+					}
+					sc.Duration = o.duration
+					name := fmt.Sprintf("%s/%s/%s/%s", cname, na, aname, sc.Name)
+					line, ok, err := scenario(ctx, o, sc, arr)
+					if err != nil {
+						return broken, fmt.Errorf("%s: %w", name, err)
+					}
+					fmt.Println(rlqssim.Summary(name, line.v, line.lapses))
+					if !ok {
+						broken = append(broken, name+": "+strings.Join(line.v.Failures, "; "))
+					}
+				}
+			}
+		}
 	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		return nil, err
+	return broken, nil
+}
+
+type outcome struct {
+	v      rlqssim.Verdict
+	lapses int
+}
+
+// scenario runs one scenario and judges it: never over and never lapsing
+// are promises (ok false when broken); use and fairness are printed.
+func scenario(ctx context.Context, o options, sc rlqssim.Scenario, arr rlqssim.Arrivals) (outcome, bool, error) {
+	c := sc.Criteria(arr)
+	demand := func(e int, t time.Duration) float64 { return sc.Demand(e, 0, t) }
+	if o.simulate {
+		r, err := rlqssim.Simulate(sc.VConfig(arr, o.server == "native", 1))
+		if err != nil {
+			return outcome{}, false, err
+		}
+		var rls []uint64
+		if len(r.RLS) > 0 {
+			rls = r.RLS[0]
+		}
+		v := rlqssim.Judge(c, r.Admitted[0], rls, sc.RLSDemand(), demand, sc.FaultTimes())
+		return outcome{v, r.Lapses}, v.Over == 0 && r.Lapses == 0, nil
 	}
-	faults, err := schedule(s, o)
+	return live(ctx, o, sc, arr, c, demand)
+}
+
+// live runs sc against real replicas of sluice.
+func live(ctx context.Context, o options, sc rlqssim.Scenario, arr rlqssim.Arrivals, c rlqssim.Criteria,
+	demand func(int, time.Duration) float64) (outcome, bool, error) {
+	hs, err := harness.NewScenario("rlqs", o.bin, o.backend)
 	if err != nil {
-		return nil, err
+		return outcome{}, false, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	defer hs.Close()
+	if sc.Replicas > 1 && o.backend == "memory" {
+		return outcome{}, false, errors.New("several replicas share a limit only through a shared store: use -backend redis")
+	}
+	var replicas []*testenv.Sluice
+	var configs []testenv.SluiceConfig
+	var targets []string
+	for i := range sc.Replicas {
+		cfg := hs.Sluice
+		cfg.RuntimeRoot = filepath.Join(hs.Work, fmt.Sprintf("runtime-%d", i))
+		cfg.LogPath = filepath.Join(hs.Work, fmt.Sprintf("sluice-%d.log", i))
+		cfg.Env = append(cfg.Env, "SLUICE_GRPC_SERVER="+o.server)
+		if err := testenv.WriteRules(cfg, "rules.yaml", rlqssim.ScenarioRules); err != nil {
+			return outcome{}, false, err
+		}
+		configs = append(configs, cfg)
+		s, err := testenv.StartSluice(ctx, cfg)
+		if err != nil {
+			return outcome{}, false, err
+		}
+		defer s.Stop(10 * time.Second)
+		replicas = append(replicas, s)
+		targets = append(targets, s.GRPC)
+	}
+	envoys := make([]rlqssim.EnvoySpec, sc.Envoys)
+	for i := range envoys {
+		envoys[i] = rlqssim.EnvoySpec{Client: sc.Client, Workers: sc.Workers}
+	}
+	f, err := rlqssim.NewFleet(rlqssim.FleetConfig{Targets: targets, Domain: "q", Buckets: []map[string]string{{"user": "ann"}},
+		Envoys: envoys, Demand: sc.Demand, Arrivals: arr, Seed: 1,
+		Behaviors: rlqssim.Behaviors{NoAssignment: sc.NoAssignment, ReportingInterval: sc.ReportingInterval}})
+	if err != nil {
+		return outcome{}, false, err
+	}
+	rls := make([]uint64, int(sc.Duration/time.Second)+2)
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var runErr error
-	finished := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(finished)
-		runErr = s.Run(ctx, o.duration)
+		defer close(done)
+		injectFaults(runCtx, f, sc, replicas, configs)
 	}()
-	go faults(ctx)
-	printIntervals(s, cfg, finished)
-	if runErr != nil {
-		return nil, runErr
-	}
-	fmt.Printf("stats: %+v\n", s.Stats())
-	if o.idleAt > 0 {
-		fmt.Printf("Envoy %d went idle at %v\n", heaviest, o.idleAt)
-	}
-	if o.limit <= 0 {
-		return nil, nil
-	}
-	v, err := s.Check(sim.Criteria{Bucket: 0, Limit: o.limit, Settle: time.Duration(o.settle) * o.interval,
-		MinFleet: o.minFleet, MinShare: o.minShare})
+	rlsDone := make(chan struct{})
+	go func() {
+		defer close(rlsDone)
+		for _, l := range sc.RLS {
+			rlqssim.RunRLS(runCtx, targets[l.Replica], "q", l.Entries, l.Rate, func(at time.Time) {
+				if s := int(at.Unix() - f.Start().Unix()); s >= 0 && s < len(rls) {
+					rls[s]++
+				}
+			})
+		}
+	}()
+	err = f.Run(ctx, sc.Duration)
+	cancel()
+	<-done
+	<-rlsDone
 	if err != nil {
-		return nil, err
+		return outcome{}, false, err
 	}
-	fmt.Printf("judged %d seconds; fleet admitted %d..%d per second (limit %v)\n", v.Judged, v.FleetMin, v.FleetMax, o.limit)
-	if v.Judged == 0 {
-		return []string{"no second was judged: the run is shorter than the settle time"}, nil
+	var rlsRow []uint64
+	if len(sc.RLS) > 0 {
+		rlsRow = rls
 	}
-	return v.Failures, nil
+	v := rlqssim.Judge(c, f.Admitted(0), rlsRow, sc.RLSDemand(), demand, sc.FaultTimes())
+	lapses, _ := f.Lapses()
+	return outcome{v, lapses}, v.Over == 0 && lapses == 0, nil
 }
 
-// config builds the simulator's configuration from the flags, and names
-// the Envoy that -idle-at idles (the heaviest at the start).
-func config(o options) (sim.Config, int, error) {
-	cfg := sim.Config{Targets: strings.Split(o.targets, ","), Domain: o.domain, Envoys: o.envoys, Interval: o.interval}
-	for _, b := range strings.Split(o.buckets, ";") {
-		m := map[string]string{}
-		for _, kv := range strings.Split(b, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return cfg, 0, fmt.Errorf("-buckets: %q is not key=value", kv)
-			}
-			m[k] = v
-		}
-		cfg.Buckets = append(cfg.Buckets, m)
-	}
-	var err error
-	switch o.pattern {
-	case "spread":
-		cfg.Demand = sim.Spread(o.demand, o.envoys)
-	case "skewed":
-		var groups []sim.Group
-		for _, g := range strings.Split(o.split, ",") {
-			share, n, ok := strings.Cut(g, ":")
-			sh, err1 := strconv.ParseFloat(share, 64)
-			cnt, err2 := strconv.Atoi(n)
-			if !ok || err1 != nil || err2 != nil {
-				return cfg, 0, fmt.Errorf("-split: %q is not share:envoys", g)
-			}
-			groups = append(groups, sim.Group{Envoys: cnt, Share: sh})
-		}
-		if cfg.Demand, err = sim.Skewed(o.demand, groups); err != nil {
-			return cfg, 0, err
-		}
-	default:
-		return cfg, 0, fmt.Errorf("-pattern %q: want skewed or spread", o.pattern)
-	}
-	if o.shiftEvery > 0 {
-		cfg.Demand = sim.Shifting(cfg.Demand, o.envoys, time.Duration(o.shiftEvery)*o.interval)
-	}
-	heaviest := 0
-	for e := range o.envoys {
-		if cfg.Demand(e, 0, o.idleAt) > cfg.Demand(heaviest, 0, o.idleAt) {
-			heaviest = e
-		}
-	}
-	if o.idleAt > 0 {
-		cfg.Demand = sim.IdleAt(cfg.Demand, heaviest, o.idleAt)
-	}
-	if cfg.NoAssignment, err = strategy(o.noAssign); err != nil {
-		return cfg, 0, fmt.Errorf("-no-assignment: %w", err)
-	}
-	switch o.expired {
-	case "none":
-	case "reuse":
-		cfg.Expired = &sim.ExpiredBehavior{Timeout: o.expiredFor}
-	default:
-		fb, err := strategy(o.expired)
-		if err != nil {
-			return cfg, 0, fmt.Errorf("-expired: %w", err)
-		}
-		cfg.Expired = &sim.ExpiredBehavior{Fallback: &fb, Timeout: o.expiredFor}
-	}
-	if o.duration <= 0 || o.settle < 0 {
-		return cfg, 0, errors.New("-duration must be positive and -settle not negative")
-	}
-	return cfg, heaviest, nil
-}
-
-// strategy reads allow, deny or tb:max:per_fill:fill_seconds.
-func strategy(s string) (sim.Strategy, error) {
-	switch s {
-	case "allow":
-		return sim.Strategy{Kind: sim.AllowAll}, nil
-	case "deny":
-		return sim.Strategy{Kind: sim.DenyAll}, nil
-	}
-	f := strings.Split(s, ":")
-	if len(f) != 4 || f[0] != "tb" {
-		return sim.Strategy{}, fmt.Errorf("%q: want allow, deny or tb:max:per_fill:fill_seconds", s)
-	}
-	var n [3]uint64
-	for i := range n {
-		v, err := strconv.ParseUint(f[i+1], 10, 32)
-		if err != nil {
-			return sim.Strategy{}, fmt.Errorf("%q: %w", s, err)
-		}
-		n[i] = v
-	}
-	st := sim.Strategy{Kind: sim.TokenBucket, MaxTokens: uint32(n[0]), TokensPerFill: uint32(n[1]), FillInterval: time.Duration(n[2]) * time.Second}
-	return st, st.Validate()
-}
-
-type fault struct {
-	envoy   int
-	at      time.Duration
-	restart bool
-}
-
-// schedule reads -cut and -restart and returns the loop that applies them
-// on time until ctx ends.
-func schedule(s *sim.Sim, o options) (func(context.Context), error) {
-	var fs []fault
-	for _, l := range []struct {
-		list    string
-		restart bool
-	}{{o.cuts, false}, {o.restarts, true}} {
-		for _, f := range strings.Split(l.list, ",") {
-			if f == "" {
-				continue
-			}
-			e, at, ok := strings.Cut(f, "@")
-			n, err1 := strconv.Atoi(e)
-			d, err2 := time.ParseDuration(at)
-			if !ok || err1 != nil || err2 != nil || n < 0 || n >= o.envoys {
-				return nil, fmt.Errorf("fault %q: want envoy@duration with envoy below %d", f, o.envoys)
-			}
-			fs = append(fs, fault{n, d, l.restart})
-		}
-	}
-	return func(ctx context.Context) {
-		start := time.Now()
-		for _, f := range fs {
-			go func() {
-				t := time.NewTimer(time.Until(start.Add(f.at)))
-				defer t.Stop()
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				if f.restart {
-					fmt.Printf("%v: restart Envoy %d\n", f.at, f.envoy)
-					_ = s.Restart(f.envoy)
-				} else {
-					fmt.Printf("%v: cut Envoy %d's stream\n", f.at, f.envoy)
-					_ = s.Cut(f.envoy)
-				}
-			}()
-		}
-	}, nil
-}
-
-// printIntervals prints, every reporting interval until the run ends, the
-// rates admitted in it: per bucket for the fleet, and per Envoy.
-func printIntervals(s *sim.Sim, cfg sim.Config, finished <-chan struct{}) {
-	t := time.NewTicker(cfg.Interval)
-	defer t.Stop()
-	prev := make([][2]uint64, cfg.Envoys*len(cfg.Buckets))
-	last, n := time.Now(), 0
-	for {
+// injectFaults does sc's faults at their times into the run of f, until
+// ctx ends.
+func injectFaults(ctx context.Context, f *rlqssim.Fleet, sc rlqssim.Scenario, replicas []*testenv.Sluice, configs []testenv.SluiceConfig) {
+	for _, fl := range sc.Faults {
 		select {
-		case <-finished:
+		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(time.Until(f.Start().Add(fl.At))):
 		}
-		now := time.Now()
-		el := now.Sub(last).Seconds()
-		last = now
-		n++
-		for b := range cfg.Buckets {
-			var fleet, denied float64
-			per := make([]string, cfg.Envoys)
-			for e := range cfg.Envoys {
-				a, d := s.Totals(e, b)
-				p := &prev[e*len(cfg.Buckets)+b]
-				ra := float64(a-p[0]) / el
-				fleet += ra
-				denied += float64(d-p[1]) / el
-				per[e] = fmt.Sprintf("%.0f", ra)
-				*p = [2]uint64{a, d}
+		switch fl.Kind {
+		case rlqssim.Cut:
+			f.Cut(fl.Envoy)
+		case rlqssim.Restart:
+			f.Restart(fl.Envoy)
+		case rlqssim.StopReplica:
+			f.SetTargetDown(fl.Replica, true)
+			_ = replicas[fl.Replica].Stop(10 * time.Second)
+		case rlqssim.Reload:
+			for _, cfg := range configs {
+				_ = testenv.WriteRules(cfg, "rules.yaml", rlqssim.ScenarioRules+"\n")
 			}
-			fmt.Printf("interval %d bucket %v: fleet %.0f/s admitted, %.0f/s denied; per Envoy %s\n",
-				n, cfg.Buckets[b], fleet, denied, strings.Join(per, " "))
 		}
 	}
 }

@@ -141,6 +141,7 @@ type conn struct {
 	draining bool
 	phase2   bool          // the GOAWAY naming the last stream went out
 	drainAck chan struct{} // closed when the drain's PING is answered
+	acks     acks          // the Acker's PINGs
 	closed   chan struct{}
 }
 
@@ -182,6 +183,7 @@ func (c *conn) close(err error) {
 	}
 	c.dead = true
 	c.cond.Broadcast()
+	c.failAcksLocked()
 	c.mu.Unlock()
 	c.cancel()
 	c.nc.Close()

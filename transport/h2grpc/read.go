@@ -133,6 +133,9 @@ func (c *conn) handle(f http2.Frame) error {
 		return c.onSettings(f)
 	case *http2.PingFrame:
 		if f.IsAck() {
+			if c.onAck(f.Data) {
+				return nil
+			}
 			c.mu.Lock()
 			if c.drainAck != nil && f.Data == drainPing {
 				close(c.drainAck)

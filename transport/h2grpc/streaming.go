@@ -126,6 +126,7 @@ func (c *conn) runStream(st *stream) {
 // runBidi runs a client- or bidirectional-streaming call.
 func (c *conn) runBidi(st *stream) {
 	ctx, done := c.streamContext(st)
+	ctx = context.WithValue(ctx, ackerKey{}, Acker(func() <-chan bool { return c.ack(st) }))
 	var frame []byte
 	err := st.bidi(ctx, func() ([]byte, error) {
 		return c.recv(ctx, st)
