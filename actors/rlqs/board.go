@@ -138,7 +138,7 @@ func (sh *shard) exchange(now time.Time) {
 		defer s.wg.Done()
 		run()
 		select {
-		case sh.inbox <- msg{kind: msgBoard, board: c}:
+		case sh.results <- msg{kind: msgBoard, board: c}:
 		case <-s.stop:
 		}
 	}()

@@ -83,7 +83,6 @@ func (sh *shard) report(st *Stream, info streamInfo, sweep bool, now time.Time, 
 		h.meta = append(h.meta, repMeta{st: st, busy: now})
 		i = len(h.reps) - 1
 		st.buckets.Add(1)
-		s.st.reporters.Set(s.reporters.Add(1))
 		sh.byStream[st] = append(sh.byStream[st], h)
 		news = true
 	} else if !h.reps[i].Live {
@@ -140,9 +139,23 @@ func (sh *shard) room(st *Stream) bool {
 	return !st.closed && st.buckets.Load() < int64(sh.s.o.MaxBuckets) && sh.s.reporters.Load() < int64(sh.s.o.MaxReporters)
 }
 
-// admit is room, and the memory budget charged for one reporter.
+// admit takes one reporter's place: room, a slot under MaxReporters
+// (taken atomically: shards admit at once) and the memory budget charged.
 func (sh *shard) admit(st *Stream) bool {
-	return sh.room(st) && (sh.s.o.Budget == nil || sh.s.o.Budget.Charge(ReporterBytes))
+	s := sh.s
+	if !sh.room(st) {
+		return false
+	}
+	if n := s.reporters.Add(1); n > int64(s.o.MaxReporters) {
+		s.reporters.Add(-1)
+		return false
+	}
+	if s.o.Budget != nil && !s.o.Budget.Charge(ReporterBytes) {
+		s.reporters.Add(-1)
+		return false
+	}
+	s.st.reporters.Set(s.reporters.Load())
+	return true
 }
 
 // refuse answers a bucket beyond the caps with the refused blanket rule

@@ -253,7 +253,7 @@ type usageAt struct {
 
 // maxChunk bounds the usages in one message to a shard, so that one
 // large report does not hold a shard from others' for long.
-const maxChunk = 256
+const maxChunk = 64
 
 // Report takes one RateLimitQuotaUsageReports message received at now.
 // domain must be set in the first and may not change. The error names what

@@ -36,7 +36,7 @@ type msg struct {
 
 // inboxSize bounds the messages waiting for a shard: a stream whose
 // reports find it full waits (its Envoy's HTTP/2 window fills in turn).
-const inboxSize = 64
+const inboxSize = 16
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
 // its inbox, serves its hubs when due, and makes at most one store call at
@@ -45,7 +45,12 @@ type shard struct {
 	s     *Service
 	idx   int
 	inbox chan msg
-	hubs  map[string]*hub
+	// results bring back the shard's own calls (a store call, a board
+	// exchange: at most one of each out): read before the inbox, so that
+	// hubs waiting for a store answer are not queued behind the reports a
+	// flood of streams keeps posting.
+	results chan msg
+	hubs    map[string]*hub
 	// byStream are the hubs where a stream has a reporter (some may be
 	// gone), for its close.
 	byStream map[*Stream][]*hub
@@ -72,6 +77,7 @@ func newShard(s *Service, idx int) *shard {
 		pushes: make(map[*Stream][]Action)}
 	if !s.manual {
 		sh.inbox = make(chan msg, inboxSize)
+		sh.results = make(chan msg, 2)
 	}
 	sh.planner.O = s.o.Alloc
 	return sh
@@ -111,9 +117,17 @@ func (sh *shard) loop() {
 		}
 		timer.Reset(wait)
 		select {
+		case m := <-sh.results:
+			sh.handle(m)
+			continue
+		default:
+		}
+		select {
 		case <-sh.s.stop:
 			return
 		case <-timer.C:
+		case m := <-sh.results:
+			sh.handle(m)
 		case m := <-sh.inbox:
 			sh.handle(m)
 			// Take what else waits before serving, so that reports that
@@ -161,7 +175,7 @@ func (sh *shard) finish(now time.Time) {
 			sh.markDirty(h)
 		}
 	}
-	for len(sh.dirty) > 0 {
+	for len(sh.dirty) > 0 || sh.s.manual && len(sh.ops) > 0 {
 		dirty := sh.dirty
 		sh.dirty = nil
 		for _, h := range dirty {
@@ -271,7 +285,7 @@ func (sh *shard) callAsync() {
 		defer sh.s.wg.Done()
 		c.err = sh.s.apply(c.ops)
 		select {
-		case sh.inbox <- msg{kind: msgResult, call: c}:
+		case sh.results <- msg{kind: msgResult, call: c}:
 		case <-sh.s.stop:
 		}
 	}()
