@@ -58,9 +58,10 @@ type quotaResult struct {
 // benchQuota runs sluice (memory backend) with each of its gRPC servers in
 // turn and drives it with a fleet of raw RLQS streams.
 func benchQuota(ctx context.Context, f flags, work string) (string, error) {
-	fl := quotaFleet{envoys: 50, buckets: 1000, interval: time.Second, warm: 2, intervals: 10, usersHot: 1, usersN: 10}
+	// Envoy's global client reports every 5 s (its timer is hard-coded).
+	fl := quotaFleet{envoys: 50, buckets: 1000, interval: 5 * time.Second, warm: 1, intervals: 4, usersHot: 1, usersN: 10}
 	if f.quick {
-		fl.intervals = 3
+		fl.intervals = 2
 	}
 	root := filepath.Join(work, "runtime-quota")
 	if err := os.MkdirAll(filepath.Join(root, "bench", "config"), 0o755); err != nil {
@@ -82,7 +83,8 @@ func benchQuota(ctx context.Context, f flags, work string) (string, error) {
 
 // benchQuotaOn is one run of the fleet on sluice's gRPC server server.
 func benchQuotaOn(ctx context.Context, f flags, work, root, server string, fl quotaFleet) (quotaResult, error) {
-	p, err := startSluice(f.sluice, work, root, "memory", "", "SLUICE_GRPC_SERVER="+server)
+	p, err := startSluice(f.sluice, work, root, "memory", "", "SLUICE_GRPC_SERVER="+server,
+		fmt.Sprintf("SLUICE_RLQS_MAX_REPORTERS=%d", fl.envoys*fl.buckets))
 	if err != nil {
 		return quotaResult{}, err
 	}
@@ -103,10 +105,13 @@ type quotaEnvoy struct {
 	index  map[string]int // user → bucket
 	mu     sync.Mutex
 	rate   []float64 // negative: no assignment (allow all)
-	// sent is when the last report went (unix ns); waits are the delays
-	// from a report to the first response after it (its ticks' answer).
-	sent, answered int64
-	waits          []time.Duration
+	// sent is when the subscribing report went (unix ns); got marks the
+	// buckets answered since, ngot counts them; waits holds the delay
+	// until every bucket was answered.
+	sent  int64
+	got   []bool
+	ngot  int
+	waits []time.Duration
 }
 
 // fill rewrites the message's counts for one interval: the demand, and
@@ -140,14 +145,16 @@ func (e *quotaEnvoy) receive(actions, responses *atomic.Int64) {
 		actions.Add(int64(len(resp.GetBucketAction())))
 		now := time.Now().UnixNano()
 		e.mu.Lock()
-		if e.sent > e.answered {
-			e.waits = append(e.waits, time.Duration(now-e.sent))
-			e.answered = e.sent
-		}
 		for _, a := range resp.GetBucketAction() {
 			k, ok := e.index[a.GetBucketId().GetBucket()["user"]]
 			if !ok {
 				continue
+			}
+			if e.sent > 0 && !e.got[k] {
+				e.got[k] = true
+				if e.ngot++; e.ngot == len(e.got) {
+					e.waits = append(e.waits, time.Duration(now-e.sent))
+				}
 			}
 			e.rate[k] = -1
 			if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil {
@@ -261,9 +268,12 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 				return res, err
 			}
 			e.fill(iv == 0, fl.interval)
-			e.mu.Lock()
-			e.sent = time.Now().UnixNano()
-			e.mu.Unlock()
+			if iv == 0 {
+				e.mu.Lock()
+				e.sent = time.Now().UnixNano()
+				e.got = make([]bool, fl.buckets)
+				e.mu.Unlock()
+			}
 			if err := e.stream.Send(e.msg); err != nil {
 				if res.errs++; res.firstErr == "" {
 					res.firstErr = err.Error()
@@ -316,7 +326,7 @@ func renderQuota(rs []quotaResult) string {
 	entries := float64(fl.envoys * fl.buckets)
 	mb := func(n int64) string { return fmt.Sprintf("%.0f MB", float64(n)/(1<<20)) }
 	b.WriteString("### Quota service (RLQS): many Envoys, many buckets\n\n")
-	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | report → answer p50 / p99 | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
+	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | subscription → every bucket answered p50 / p99 | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		k := float64(max(r.reports, 1)) / 1000
@@ -334,8 +344,8 @@ func renderQuota(rs []quotaResult) string {
 		"reporting the same %d buckets ({user: u<k>}, a rule of 1,000/s per user) in one message every %v, the Envoys spread evenly over the interval. "+
 		"A tenth of the users ask twice their limit, the others 10–40 %% of it, unevenly over the Envoys; each Envoy reports as allowed what its last assignment lets through. "+
 		"The first interval subscribes every bucket; %d warm intervals, then %d measured. "+
-		"Server CPU (from /proc) covers the measured intervals: reading the reports, the ticks that divide each rule and reserve on the store, and writing the actions. "+
-		"Report → answer is the delay from an Envoy's report to the first response on its stream after it (the service answers on its next tick, every 50 ms, once the tick before is done), all intervals. "+
+		"Server CPU (from /proc) covers the measured intervals: reading the reports, the shards that divide each rule and reserve on the store, and writing the actions. "+
+		"Subscription → every bucket answered is the delay from an Envoy's first report (every bucket new) to the response that answered its last bucket (one per Envoy, all Envoys subscribing within one interval); later reports are answered only when an assignment changes or is renewed. "+
 		"RSS per reporter is (end − idle) ÷ (Envoys × buckets). Driver CPU is this program's own, building, sending and reading the messages.\n\n",
 		fl.envoys, fl.buckets, fl.interval, fl.warm, fl.intervals)
 	return b.String()

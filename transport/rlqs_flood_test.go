@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/internal/rlqssim"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -53,11 +53,11 @@ func TestQuotaBucketFlood(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				// Another Envoy: its own connection.
-				lat, probeErr = probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(h.grpcConn(t)))
+				lat, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(h.grpcConn(t)))
 			}()
 			go func() {
 				defer wg.Done()
-				rlsCalls, rlsErr = rlsLoop(probeCtx, rlsv3.NewRateLimitServiceClient(h.grpcConn(t)))
+				rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(h.grpcConn(t)))
 			}()
 
 			// The flood: every stream sends its thousand buckets and reads
@@ -69,7 +69,7 @@ func TestQuotaBucketFlood(t *testing.T) {
 				fw.Add(1)
 				go func() {
 					defer fw.Done()
-					answered[i], floodErr[i] = flood(ctx, client, i, perStream)
+					answered[i], floodErr[i] = rlqssim.Flood(ctx, client, i, perStream)
 				}()
 			}
 			fw.Wait()
@@ -116,115 +116,5 @@ func TestQuotaBucketFlood(t *testing.T) {
 			t.Logf("%s: %d probes answered, p50 %v, max %v; %d RLS decisions, none failed; %d buckets refused",
 				server, len(lat), lat[len(lat)/2], lat[len(lat)-1], rlsCalls, refused)
 		})
-	}
-}
-
-// flood opens a stream, subscribes n new buckets in one report and reads
-// until each is answered; it returns how many were.
-func flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n int) (int, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := client.StreamRateLimitQuotas(ctx)
-	if err != nil {
-		return 0, err
-	}
-	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "q"}
-	for j := range n {
-		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"user": fmt.Sprintf("f%d-%d", id, j)}, 0, 1, 0))
-	}
-	if err := stream.Send(rep); err != nil {
-		return 0, err
-	}
-	seen := map[string]bool{}
-	for len(seen) < n {
-		resp, err := stream.Recv()
-		if err != nil {
-			return len(seen), err
-		}
-		for _, a := range resp.GetBucketAction() {
-			seen[a.GetBucketId().GetBucket()["user"]] = true
-		}
-	}
-	return len(seen), stream.CloseSend()
-}
-
-// probe subscribes a new bucket every 250 ms on one stream and returns how
-// long each took to be answered, until ctx ends.
-func probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) ([]time.Duration, error) {
-	stream, err := client.StreamRateLimitQuotas(ctx)
-	if err != nil {
-		return nil, err
-	}
-	answers := make(chan string, 64)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			for _, a := range resp.GetBucketAction() {
-				select {
-				case answers <- a.GetBucketId().GetBucket()["user"]:
-				default:
-				}
-			}
-		}
-	}()
-	var lat []time.Duration
-	for i := 0; ; i++ {
-		name := fmt.Sprint("probe-", i)
-		sent := time.Now()
-		if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "q",
-			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"user": name}, 0, 1, 0)}}); err != nil {
-			return lat, err
-		}
-	wait:
-		for {
-			select {
-			case got := <-answers:
-				if got == name {
-					lat = append(lat, time.Since(sent))
-					break wait
-				}
-			case err := <-recvErr:
-				if ctx.Err() != nil {
-					return lat, nil
-				}
-				return lat, err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return lat, nil
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// rlsLoop asks for RLS decisions on the quota rule's counter every 20 ms
-// until ctx ends; an error is a decision that failed.
-func rlsLoop(ctx context.Context, client rlsv3.RateLimitServiceClient) (int, error) {
-	req := &rlsv3.RateLimitRequest{Domain: "q", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "rls"}}}}}
-	n := 0
-	for {
-		// Generous: a starved machine is slow, not wrong.
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := client.ShouldRateLimit(cctx, req)
-		cancel()
-		if ctx.Err() != nil {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		n++
-		select {
-		case <-ctx.Done():
-			return n, nil
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 }

@@ -20,6 +20,7 @@ type options struct {
 	bin, backend, server, clients, noAssign, arrivals, only string
 	duration                                                time.Duration
 	simulate                                                bool
+	flood                                                   string
 }
 
 func main() {
@@ -34,10 +35,22 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose name contains this")
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
+	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	broken, err := run(ctx, o)
+	var broken []string
+	var err error
+	if o.flood != "" {
+		var streams, buckets int
+		if _, perr := fmt.Sscanf(o.flood, "%dx%d", &streams, &buckets); perr != nil || streams < 1 || buckets < 1 {
+			harness.Verdict(nil, fmt.Errorf("-flood %q: want STREAMSxBUCKETS, both positive, e.g. 1000x1000", o.flood))
+		}
+		broken, err = flood(ctx, o, streams, buckets)
+		harness.Verdict(broken, err)
+		return
+	}
+	broken, err = run(ctx, o)
 	harness.Verdict(broken, err)
 }
 

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/rlqssim"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/loadtest/internal/harness"
+)
+
+// floodRules is the flood's rule: one bucket per user, as the docs'
+// x-user example buckets requests.
+const floodRules = `domain: q
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`
+
+// flood runs issue 43's bucket flood against one sluice: streams × buckets
+// new buckets at once (each stream its own connection), a probe Envoy
+// subscribing a bucket every 250 ms and an RLS caller throughout. It
+// prints one summary line; broken lists what failed (an unanswered probe,
+// a failed RLS decision, an unanswered bucket).
+func flood(ctx context.Context, o options, streams, buckets int) ([]string, error) {
+	hs, err := harness.NewScenario("rlqs-flood", o.bin, o.backend)
+	if err != nil {
+		return nil, err
+	}
+	defer hs.Close()
+	cfg := hs.Sluice
+	cfg.Env = append(cfg.Env, "SLUICE_GRPC_SERVER="+o.server)
+	if err := testenv.WriteRules(cfg, "rules.yaml", floodRules); err != nil {
+		return nil, err
+	}
+	s, err := testenv.StartSluice(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Stop(10 * time.Second)
+	dial := func() (*grpc.ClientConn, error) {
+		return grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	rssBefore, _ := testenv.RSS(s.PID())
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	var bg sync.WaitGroup
+	var lat []time.Duration
+	var probeErr, rlsErr error
+	rlsCalls := 0
+	for _, run := range []func(*grpc.ClientConn){
+		func(c *grpc.ClientConn) { lat, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c)) },
+		func(c *grpc.ClientConn) { rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(c)) },
+	} {
+		c, err := dial()
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		bg.Add(1)
+		go func() { defer bg.Done(); run(c) }()
+	}
+	var broken []string
+	var mu sync.Mutex
+	var peak int64
+	var fw sync.WaitGroup
+	start := time.Now()
+	for i := range streams {
+		c, err := dial()
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		fw.Add(1)
+		go func() {
+			defer fw.Done()
+			n, err := rlqssim.Flood(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), i, buckets)
+			rss, _ := testenv.RSS(s.PID())
+			mu.Lock()
+			defer mu.Unlock()
+			peak = max(peak, rss)
+			if err != nil || n != buckets {
+				broken = append(broken, fmt.Sprintf("flood stream %d: %d of %d buckets answered (%v)", i, n, buckets, err))
+			}
+		}()
+	}
+	fw.Wait()
+	floodTook := time.Since(start)
+	// A report period more of probes after the flood.
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+	stopProbe()
+	bg.Wait()
+	if probeErr != nil {
+		broken = append(broken, fmt.Sprintf("probe: %v", probeErr))
+	}
+	if rlsErr != nil {
+		broken = append(broken, fmt.Sprintf("RLS decisions: %v", rlsErr))
+	}
+	if len(lat) == 0 {
+		return append(broken, "no probe answered"), nil
+	}
+	slices.Sort(lat)
+	fmt.Printf("flood %s: %d streams × %d new buckets answered in %v; probe (%d) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
+		o.server, streams, buckets, floodTook.Round(time.Millisecond), len(lat), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
+		lat[len(lat)-1], rlsCalls, boolInt(rlsErr != nil), rssBefore>>20, peak>>20)
+	return broken, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
