@@ -45,6 +45,9 @@ func (c *conn) read() error {
 
 	first := true
 	for {
+		if c.stallDue.Load() {
+			c.releaseStalled()
+		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			c.frameError(err)
@@ -225,11 +228,13 @@ func (c *conn) open(st *stream) error {
 			return nil
 		}
 	}
+	bidi := o.BidiMethods[h.path] != nil
 	c.mu.Lock()
 	refuse := c.phase2 || uint32(len(c.live)) >= o.MaxConcurrentStreams
 	if !refuse {
 		c.live[st.id] = st
 		st.sendWindow = c.peerInitWindow
+		c.openedLocked(st, bidi)
 	}
 	c.mu.Unlock()
 	if refuse {
@@ -332,10 +337,20 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	st.remoteDone = ended
 	data := f.Data()
 	c.mu.Lock()
+	if st.done {
+		// Answered as stalled (idle.go) since the frame's stream was
+		// looked up: dropped.
+		c.mu.Unlock()
+		c.release(st)
+		return nil
+	}
 	full := c.buffered+int64(len(data)) > int64(o.MaxRequestBytes)
 	if !full {
 		c.buffered += int64(len(data))
 		st.charged += len(data)
+	}
+	if ended {
+		st.waiting = false
 	}
 	c.mu.Unlock()
 	if full {
