@@ -187,6 +187,12 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
 		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
 	}
+	gl := DefaultGRPCLimits()
+	s.Listen.GRPCLimits = GRPCLimits{
+		MaxConcurrentStreams: e.Int("SLUICE_GRPC_MAX_CONCURRENT_STREAMS", gl.MaxConcurrentStreams),
+		IdleTimeout:          e.Duration("SLUICE_GRPC_IDLE_TIMEOUT", gl.IdleTimeout),
+		StallTimeout:         e.Duration("SLUICE_GRPC_STALL_TIMEOUT", gl.StallTimeout),
+	}
 	floor := DefaultGCHeapFloorMiB
 	if _, ok := e.Lookup("GOGC"); ok {
 		floor = 0

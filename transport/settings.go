@@ -84,6 +84,10 @@ type ListenSettings struct {
 	GRPCServer string
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts
+	// GRPCLimits bound the gRPC port's connections, either server's
+	// (SLUICE_GRPC_MAX_CONCURRENT_STREAMS, SLUICE_GRPC_IDLE_TIMEOUT,
+	// SLUICE_GRPC_STALL_TIMEOUT).
+	GRPCLimits GRPCLimits
 }
 
 // DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway
@@ -303,6 +307,9 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("SLUICE_LOG_REPEAT_INTERVAL must be positive, got %v", s.Log.RepeatInterval))
 	}
 	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.Listen.GRPCLimits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	// The engine's own check, the one NewService makes again.

@@ -21,10 +21,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// stallMsg is the status message of a stalled stream's answer.
-const stallMsg = "h2grpc: no request message within the stall timeout"
+// StallMessage is the status message of a stalled stream's answer
+// (DEADLINE_EXCEEDED).
+const StallMessage = "h2grpc: no request message within the stall timeout"
 
-var errStalled = status.Error(codes.DeadlineExceeded, stallMsg)
+var errStalled = status.Error(codes.DeadlineExceeded, StallMessage)
 
 // watch is a connection's idle and stall bookkeeping, under its mu.
 type watch struct {
@@ -118,7 +119,7 @@ func (c *conn) stallLocked(st *stream) {
 	// answer dropped should the request complete meanwhile. The reader
 	// releases its request bytes (releaseStalled).
 	if !c.dead && !st.reset {
-		block := append(append([]byte(nil), respHeaders...), trailers(codes.DeadlineExceeded, stallMsg)...)
+		block := append(append([]byte(nil), respHeaders...), trailers(codes.DeadlineExceeded, StallMessage)...)
 		c.out = appendHeaders(c.out, st.id, block, true)
 		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeNo)
 		c.answers++
