@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -145,7 +144,7 @@ func (g *guardedStream) RecvMsg(m any) error {
 		g.first = nil
 		return f(m)
 	}
-	return invalidArgument(g.ServerStream.RecvMsg(m))
+	return recvDecoded(g.ServerStream.RecvMsg, m)
 }
 
 // guardedRecv is recv answering the call DEADLINE_EXCEEDED if no message
@@ -155,26 +154,34 @@ func guardedRecv(ctx context.Context, stall time.Duration, recv func(any) error)
 	return func(m any) error {
 		w, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ WriteStatus(*status.Status) error })
 		if !ok {
-			return invalidArgument(recv(m))
+			return recvDecoded(recv, m)
 		}
 		t := time.AfterFunc(stall, func() { _ = w.WriteStatus(status.New(codes.DeadlineExceeded, h2grpc.StallMessage)) })
-		err := recv(m)
+		err := recvDecoded(recv, m)
 		if !t.Stop() {
 			return status.Error(codes.DeadlineExceeded, h2grpc.StallMessage)
 		}
-		return invalidArgument(err)
+		return err
 	}
 }
 
-// grpcGoUnmarshal is how grpc-go words a message its codec could not
-// decode (an INTERNAL status).
-const grpcGoUnmarshal = "grpc: failed to unmarshal the received message: "
+// decodeLater is a message to receive whose decoding failure the codec
+// (rlsCodec) keeps instead of failing the receive: grpc-go would answer
+// that INTERNAL itself, before the handler could say otherwise.
+type decodeLater struct {
+	v   any
+	err error
+}
 
-// invalidArgument makes grpc-go's unmarshalling failure the native
-// server's: a malformed request is the caller's error.
-func invalidArgument(err error) error {
-	if s, ok := status.FromError(err); ok && s.Code() == codes.Internal && strings.HasPrefix(s.Message(), grpcGoUnmarshal) {
-		return errUnmarshalText(strings.TrimPrefix(s.Message(), grpcGoUnmarshal))
+// recvDecoded receives m by recv, a malformed message being
+// INVALID_ARGUMENT, as on the native server: the caller's error.
+func recvDecoded(recv func(any) error, m any) error {
+	d := decodeLater{v: m}
+	if err := recv(&d); err != nil {
+		return err
 	}
-	return err
+	if d.err != nil {
+		return errUnmarshal(d.err)
+	}
+	return nil
 }

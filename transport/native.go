@@ -188,11 +188,9 @@ func nativeHealthWatch(hs *health.Server) h2grpc.StreamMethod {
 
 // errUnmarshal: a request that cannot be decoded is the caller's error,
 // INVALID_ARGUMENT (grpc-go says INTERNAL; its server is given this answer
-// too, invalidArgument).
-func errUnmarshal(err error) error { return errUnmarshalText(err.Error()) }
-
-func errUnmarshalText(why string) error {
-	return status.Error(codes.InvalidArgument, "grpc: error unmarshalling request: "+why)
+// too, recvDecoded).
+func errUnmarshal(err error) error {
+	return status.Error(codes.InvalidArgument, "grpc: error unmarshalling request: "+err.Error())
 }
 
 // marshalAppend fails with grpc-go's status and text.
