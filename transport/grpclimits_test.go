@@ -44,8 +44,8 @@ func rssMB(t *testing.T) float64 {
 // one connection (459 MB) and queued unread answers without end (346 MB
 // in 3 s).
 const (
-	streamsRSSBoundMB = 150
-	unreadRSSBoundMB  = 100
+	streamsRSSBoundMB = 64
+	unreadRSSBoundMB  = 64
 )
 
 // One connection opening 100,000 streams that each wait for a message
