@@ -306,10 +306,7 @@ func (s Settings) Validate() error {
 	if s.Log.RepeatInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_LOG_REPEAT_INTERVAL must be positive, got %v", s.Log.RepeatInterval))
 	}
-	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := s.Listen.GRPCLimits.Validate(); err != nil {
+	if err := errors.Join(s.Listen.HTTPTimeouts.Validate(), s.Listen.GRPCLimits.Validate()); err != nil {
 		errs = append(errs, err)
 	}
 	// The engine's own check, the one NewService makes again.

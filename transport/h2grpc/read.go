@@ -336,23 +336,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	ended := f.StreamEnded()
 	st.remoteDone = ended
 	data := f.Data()
-	c.mu.Lock()
-	if st.done {
-		// Answered as stalled (idle.go) since the frame's stream was
-		// looked up: dropped.
-		c.mu.Unlock()
+	stalled, full := c.charge(st, len(data), ended)
+	if stalled {
 		c.release(st)
 		return nil
 	}
-	full := c.buffered+int64(len(data)) > int64(o.MaxRequestBytes)
-	if !full {
-		c.buffered += int64(len(data))
-		st.charged += len(data)
-	}
-	if ended {
-		st.waiting = false
-	}
-	c.mu.Unlock()
 	if full {
 		c.fail(st, ended, codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
 		return nil
@@ -397,6 +385,26 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.ready = append(c.ready, st)
 	}
 	return nil
+}
+
+// charge counts n request bytes of st in the connection's, unless that
+// would pass MaxRequestBytes (full) or st was answered as stalled
+// (idle.go) since the reader looked it up (stalled: the bytes are dropped).
+func (c *conn) charge(st *stream, n int, ended bool) (stalled, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.done {
+		return true, false
+	}
+	if c.buffered+int64(n) > int64(c.s.o.MaxRequestBytes) {
+		return false, true
+	}
+	c.buffered += int64(n)
+	st.charged += n
+	if ended {
+		st.waiting = false
+	}
+	return false, false
 }
 
 // frameBuffered reports whether a whole frame is already read: if not, the
