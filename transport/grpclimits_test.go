@@ -2,6 +2,8 @@ package transport_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -242,6 +244,48 @@ func TestGRPCControlFloodsCutOff(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Over TLS, grpc-go's connections are guarded after the handshake: a
+// SETTINGS flood is cut off there too.
+func TestGRPCGoTLSGuarded(t *testing.T) {
+	caFile, cert, key := testenv.GenerateTLS(t, t.TempDir())
+	h := start(t, map[string]string{"SLUICE_GRPC_SERVER": "grpc-go", "GRPC_SERVER_USE_TLS": "true",
+		"GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key}, map[string]string{"a.yaml": anyValueRule})
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	nc, err := tls.Dial("tcp", h.grpc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clientH2(t, nc)
+	c.settled()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100_000; i += 1000 {
+			if c.tryWrite(func() error {
+				for range 1000 {
+					if err := c.fr.WriteSettings(); err != nil {
+						return err
+					}
+				}
+				return nil
+			}) != nil {
+				return
+			}
+		}
+	}()
+	code := c.untilClosed(20 * time.Second)
+	nc.Close()
+	<-done
+	if code != http2.ErrCodeEnhanceYourCalm {
+		t.Logf("closed with GOAWAY %v (a reset may beat it)", code)
+	}
 }
 
 // A connection idle after its handshake is closed, GOAWAY first, after

@@ -36,6 +36,12 @@ func dialH2(t *testing.T, addr string) *h2 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clientH2(t, nc)
+}
+
+// clientH2 is dialH2 on a connection of the caller's (TLS, say).
+func clientH2(t *testing.T, nc net.Conn) *h2 {
+	t.Helper()
 	t.Cleanup(func() { nc.Close() })
 	c := &h2{t: t, nc: nc, bw: bufio.NewWriterSize(nc, 64<<10)}
 	c.fr = http2.NewFramer(c.bw, bufio.NewReader(nc))
