@@ -74,8 +74,9 @@ const (
 // grpcGo is grpc-go's server options for the limits, with keepalive's
 // connection age: a static window (grpc-go's dynamic one grows to 16 MiB a
 // stream), the native server's header list size, pings as the native
-// server takes them (a second apart; a flood is cut off after three),
-// write buffers released while a connection is quiet.
+// server takes them (a second apart; a flood is cut off after three).
+// Write buffers are released while a connection is quiet (grpc-go's
+// default since SharedWriteBuffer was deprecated).
 func (l GRPCLimits) grpcGo(age, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -88,7 +89,6 @@ func (l GRPCLimits) grpcGo(age, grace time.Duration) []grpc.ServerOption {
 		grpc.StaticStreamWindowSize(nativeStreamWindow),
 		grpc.StaticConnWindowSize(nativeConnWindow),
 		grpc.MaxHeaderListSize(nativeHeaderList),
-		grpc.SharedWriteBuffer(true),
 	}
 }
 
