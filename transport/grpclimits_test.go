@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"net"
 	"os"
@@ -436,6 +437,99 @@ func TestGRPCLimitSettings(t *testing.T) {
 	} {
 		if _, err := settingsFor(map[string]string{env: "0"}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=0: %v, want an error with %q", env, err, want)
+		}
+	}
+}
+
+// outcomes reads until each of ids has ended and returns its first
+// :status and its grpc-status, "415/3" say.
+func (c *h2) outcomes(bound time.Duration, ids ...uint32) map[uint32]string {
+	c.t.Helper()
+	first, got := map[uint32]string{}, map[uint32]string{}
+	c.nc.SetReadDeadline(time.Now().Add(bound))
+	missing := func() bool {
+		for _, id := range ids {
+			if _, ok := got[id]; !ok {
+				return true
+			}
+		}
+		return false
+	}
+	for missing() {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.t.Fatalf("waiting for streams %v (have %v): %v", ids, got, err)
+		}
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				c.write(func() error { return c.fr.WritePing(true, f.Data) })
+			}
+		case *http2.RSTStreamFrame:
+			if _, ok := got[f.StreamID]; !ok {
+				got[f.StreamID] = "RST_STREAM " + f.ErrCode.String()
+			}
+		case *http2.MetaHeadersFrame:
+			if _, ok := first[f.StreamID]; !ok {
+				first[f.StreamID] = f.PseudoValue("status")
+			}
+			if f.StreamEnded() {
+				got[f.StreamID] = first[f.StreamID] + "/" + fieldOf(f, "grpc-status")
+			}
+		}
+	}
+	return got
+}
+
+// The same bad request gets the same HTTP and gRPC status from both
+// servers.
+func TestBadRequestsSameOnBothServers(t *testing.T) {
+	req, _ := proto.Marshal(rlsReq("d", "k", "v"))
+	frame := func(flag byte, size uint32, msg []byte) []byte {
+		return append(binary.BigEndian.AppendUint32([]byte{flag}, size), msg...)
+	}
+	cases := []struct {
+		name   string
+		fields []string // over the defaults of a unary RLS call
+		end    bool     // END_STREAM on the headers
+		data   []byte   // the DATA, ending the stream
+	}{
+		{"unknown method", []string{":path", "/no.Such/Method"}, false, frame(0, uint32(len(req)), req)},
+		{"not gRPC content-type", []string{"content-type", "text/plain"}, false, frame(0, uint32(len(req)), req)},
+		{"message over 4 MiB", nil, false, frame(0, 5<<20, req)},
+		{"compressed without encoding", nil, false, frame(1, uint32(len(req)), req)},
+		{"unknown encoding", []string{"grpc-encoding", "snappy"}, false, frame(0, uint32(len(req)), req)},
+		{"malformed message", nil, false, frame(0, 3, []byte{0x0a, 0x05, 'd'})},
+		{"no message", nil, true, nil},
+		{"message cut short", nil, false, frame(0, 100, req)},
+		{"malformed grpc-timeout", []string{"grpc-timeout", "soon"}, false, frame(0, uint32(len(req)), req)},
+	}
+	got := map[string]map[string]string{}
+	forEachGRPCServer(t, func(t *testing.T, env map[string]string) {
+		h := start(t, env, map[string]string{"a.yaml": anyValueRule})
+		c := dialH2(t, h.grpc)
+		c.settled()
+		out := map[string]string{}
+		for i, tc := range cases {
+			id := uint32(2*i + 1)
+			c.write(func() error {
+				if err := c.headersWith(id, tc.end, tc.fields...); err != nil {
+					return err
+				}
+				if tc.data != nil {
+					return c.fr.WriteData(id, true, tc.data)
+				}
+				return nil
+			})
+			out[tc.name] = c.outcomes(20*time.Second, id)[id]
+		}
+		got[env["SLUICE_GRPC_SERVER"]] = out
+	})
+	for _, tc := range cases {
+		n, g := got["native"][tc.name], got["grpc-go"][tc.name]
+		t.Logf("%-28s native %-22s grpc-go %s", tc.name, n, g)
+		if n != g {
+			t.Errorf("%s: native answers %s, grpc-go %s", tc.name, n, g)
 		}
 	}
 }

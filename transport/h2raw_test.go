@@ -76,8 +76,26 @@ func (c *h2) tryWrite(w func() error) error {
 
 // headers writes a gRPC request's HEADERS (unflushed: inside write).
 func (c *h2) headers(id uint32, path string, end bool) error {
+	return c.headersWith(id, end, ":path", path)
+}
+
+// headersWith is headers with fields (name, value, ...) over the defaults
+// of an RLS call; extra fields go last.
+func (c *h2) headersWith(id uint32, end bool, fields ...string) error {
 	c.hb.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+	fs := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}}
+	for i := 0; i+1 < len(fields); i += 2 {
+		found := false
+		for j := range fs {
+			if fs[j][0] == fields[i] {
+				fs[j][1], found = fields[i+1], true
+			}
+		}
+		if !found {
+			fs = append(fs, [2]string{fields[i], fields[i+1]})
+		}
+	}
+	for _, f := range fs {
 		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hb.Bytes(), EndHeaders: true, EndStream: end})

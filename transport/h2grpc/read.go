@@ -261,7 +261,9 @@ func (c *conn) open(st *stream) error {
 	if early == codes.OK && h.timeout != "" {
 		d, err := parseTimeout(h.timeout)
 		if err != nil {
-			early, earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
+			// HTTP 400 with the status in the same HEADERS, as grpc-go.
+			c.answerHTTPError(st, "400", codes.Internal, "malformed grpc-timeout: "+err.Error(), true)
+			return nil
 		}
 		// Counted from the headers, as the client counts it from
 		// sending them. "0m" is a deadline already past, not none.
