@@ -241,9 +241,6 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	return s, s.Validate()
 }
 
-// redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.
-// The per-second instance shares the main one's TLS files and startup
-// backoff unless it names its own.
 // connLimitsFromEnv reads what bounds the HTTP ports' and the gRPC port's
 // connections.
 func connLimitsFromEnv(e *Env) (HTTPTimeouts, GRPCLimits) {
@@ -259,6 +256,9 @@ func connLimitsFromEnv(e *Env) (HTTPTimeouts, GRPCLimits) {
 		}
 }
 
+// redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.
+// The per-second instance shares the main one's TLS files and startup
+// backoff unless it names its own.
 func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
 	def := redis.DefaultOptions()
 	if p == "REDIS_PERSECOND_" {

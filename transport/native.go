@@ -194,7 +194,6 @@ func errUnmarshal(err error) error {
 }
 
 // marshalAppend fails with grpc-go's status and text.
-
 func marshalAppend(out []byte, m proto.Message) ([]byte, error) {
 	b, err := proto.MarshalOptions{}.MarshalAppend(out, m)
 	if err != nil {
