@@ -181,12 +181,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GRPCStreamWorkers:     e.Int("SLUICE_GRPC_STREAM_WORKERS", DefaultGRPCStreamWorkers),
 		GRPCServer:            e.String("SLUICE_GRPC_SERVER", GRPCServerNative),
 	}
-	ht := DefaultHTTPTimeouts()
-	s.Listen.HTTPTimeouts = HTTPTimeouts{
-		ReadHeader: e.Duration("SLUICE_HTTP_READ_HEADER_TIMEOUT", ht.ReadHeader),
-		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
-		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
-	}
+	s.Listen.HTTPTimeouts, s.Listen.GRPCLimits = connLimitsFromEnv(e)
 	floor := DefaultGCHeapFloorMiB
 	if _, ok := e.Lookup("GOGC"); ok {
 		floor = 0
@@ -249,6 +244,21 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		return Settings{}, err
 	}
 	return s, s.Validate()
+}
+
+// connLimitsFromEnv reads what bounds the HTTP ports' and the gRPC port's
+// connections.
+func connLimitsFromEnv(e *Env) (HTTPTimeouts, GRPCLimits) {
+	ht, gl := DefaultHTTPTimeouts(), DefaultGRPCLimits()
+	return HTTPTimeouts{
+			ReadHeader: e.Duration("SLUICE_HTTP_READ_HEADER_TIMEOUT", ht.ReadHeader),
+			Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
+			Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),
+		}, GRPCLimits{
+			MaxConcurrentStreams: e.Int("SLUICE_GRPC_MAX_CONCURRENT_STREAMS", gl.MaxConcurrentStreams),
+			IdleTimeout:          e.Duration("SLUICE_GRPC_IDLE_TIMEOUT", gl.IdleTimeout),
+			StallTimeout:         e.Duration("SLUICE_GRPC_STALL_TIMEOUT", gl.StallTimeout),
+		}
 }
 
 // redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.

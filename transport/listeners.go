@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/transport/h2grpc"
@@ -74,6 +74,10 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 		}
 		n.grpc = ns
 	} else {
+		if n.nativeTLS == nil {
+			// With TLS, the credentials guard the connections.
+			lns[0] = h2grpc.GuardListener(lns[0], n.settings.GRPCLimits.guard())
+		}
 		n.grpc = n.newGRPCServer(s)
 	}
 	n.http = newDrainServer(n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs))))
@@ -121,24 +125,25 @@ func (n *listeners) shutdown() {
 
 func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	l := n.settings
-	opts := []grpc.ServerOption{
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge:      l.MaxConnectionAge,
-			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
-		}),
+	opts := append(l.GRPCLimits.grpcGo(l.MaxConnectionAge, l.MaxConnectionAgeGrace),
 		grpc.ChainUnaryInterceptor(n.statsInterceptor),
 		// RLS messages are coded by hand (wire.go); the rest by protobuf.
 		grpc.ForceServerCodecV2(newRLSCodec()),
-	}
+	)
 	if l.GRPCStreamWorkers > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(l.GRPCStreamWorkers)))
 	}
 	opts = append(opts, n.grpcOpts...)
+	if n.nativeTLS != nil {
+		// After the TLS option of grpcOpts, which it replaces.
+		opts = append(opts, grpc.Creds(guardedCreds{credentials.NewTLS(n.nativeTLS), l.GRPCLimits.guard()}))
+	}
 	g := grpc.NewServer(opts...)
 	rls := newRLSServer(s.decider(), s.log, s.errs)
-	g.RegisterService(rls.serviceDesc(), rls)
-	healthpb.RegisterHealthServer(g, s.ghs)
-	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.quota)
+	stall := l.GRPCLimits.StallTimeout
+	g.RegisterService(guardedDesc(rls.serviceDesc(), stall), rls)
+	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall), s.ghs)
+	g.RegisterService(guardedDesc(&rlqsv3.RateLimitQuotaService_ServiceDesc, stall), s.quota)
 	return g
 }
 

@@ -50,6 +50,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: s.quota.native,
 		},
 		Workers:               l.GRPCStreamWorkers,
+		MaxHeaderListSize:     nativeHeaderList,
 		MaxConnectionAge:      l.MaxConnectionAge,
 		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		Log:                   s.log,
@@ -59,6 +60,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	// batch is read until its operations are sent, the counters hold their
 	// backend calls for it (when they make any), so that batches other
 	// connections sent meanwhile share one.
+	l.GRPCLimits.native(&o)
 	var open func() engine.Batch
 	policy := actors.DefaultBatchPolicy()
 	if s.counters != nil {
@@ -184,11 +186,14 @@ func nativeHealthWatch(hs *health.Server) h2grpc.StreamMethod {
 	}
 }
 
-// errUnmarshal and marshalAppend fail with grpc-go's statuses and texts.
+// errUnmarshal: a request that cannot be decoded is the caller's error,
+// INVALID_ARGUMENT (grpc-go says INTERNAL; its server is given this answer
+// too, recvDecoded).
 func errUnmarshal(err error) error {
-	return status.Error(codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+	return status.Error(codes.InvalidArgument, "grpc: error unmarshalling request: "+err.Error())
 }
 
+// marshalAppend fails with grpc-go's status and text.
 func marshalAppend(out []byte, m proto.Message) ([]byte, error) {
 	b, err := proto.MarshalOptions{}.MarshalAppend(out, m)
 	if err != nil {

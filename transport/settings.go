@@ -84,6 +84,10 @@ type ListenSettings struct {
 	GRPCServer string
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts
+	// GRPCLimits bound the gRPC port's connections, either server's
+	// (SLUICE_GRPC_MAX_CONCURRENT_STREAMS, SLUICE_GRPC_IDLE_TIMEOUT,
+	// SLUICE_GRPC_STALL_TIMEOUT).
+	GRPCLimits GRPCLimits
 }
 
 // DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway
@@ -302,7 +306,7 @@ func (s Settings) Validate() error {
 	if s.Log.RepeatInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SLUICE_LOG_REPEAT_INTERVAL must be positive, got %v", s.Log.RepeatInterval))
 	}
-	if err := s.Listen.HTTPTimeouts.Validate(); err != nil {
+	if err := errors.Join(s.Listen.HTTPTimeouts.Validate(), s.Listen.GRPCLimits.Validate()); err != nil {
 		errs = append(errs, err)
 	}
 	// The engine's own check, the one NewService makes again.

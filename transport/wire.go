@@ -64,6 +64,10 @@ func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if d, ok := v.(*decodeLater); ok {
+		d.err = c.Unmarshal(data, d.v)
+		return nil
+	}
 	r, ok := v.(*wireRequest)
 	if !ok {
 		return c.fallback.Unmarshal(data, v)

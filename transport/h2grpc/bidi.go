@@ -56,6 +56,9 @@ type inbox struct {
 func (c *conn) startBidi(st *stream) {
 	st.in = &inbox{window: int64(c.s.o.MaxRecvMsgSize) + 5, eof: c.hdrEnd}
 	st.in.cond.L = &c.mu
+	c.mu.Lock()
+	st.waiting, st.waitTick = !c.hdrEnd, c.watch.tick
+	c.mu.Unlock()
 	st.dispatched = true
 	c.calls.Add(1)
 	c.s.dispatch(st)
@@ -76,6 +79,9 @@ func (c *conn) onBidiData(st *stream, f *http2.DataFrame, n int) error {
 	in.unacked += n - len(data) // padding is not kept
 	in.total += int64(len(data))
 	in.eof = ended
+	if ended {
+		st.waiting = false
+	}
 	if in.closed && ended {
 		st.rstAfter = false // an answer still waiting for window ends the stream
 	}
@@ -152,6 +158,7 @@ func (c *conn) scanLocked(st *stream) error {
 			return nil
 		}
 		in.scan += 5 + int(size)
+		st.waiting = false
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -76,6 +77,10 @@ type stream struct {
 	cause      error                   // why its context is to end, if that came before it ran
 	answered   bool                    // a batch call's status went out while its batch runs (deadline)
 	rstAfter   bool                    // RST_STREAM(NO_ERROR) follows the answer: the request is still coming
+	// waiting: the request message has not arrived since watch tick
+	// waitTick (idle.go).
+	waiting  bool
+	waitTick uint32
 }
 
 func (st *stream) served() bool { return st.method != nil || st.streaming != nil || st.bidi != nil }
@@ -143,6 +148,12 @@ type conn struct {
 	drainAck chan struct{} // closed when the drain's PING is answered
 	acks     acks          // the Acker's PINGs
 	closed   chan struct{}
+	// watch: idle and stalled-stream bookkeeping (idle.go); stalled are
+	// the streams it answered while the reader owned them, whose request
+	// bytes the reader releases (stallDue says there are some).
+	watch    watch
+	stalled  []*stream
+	stallDue atomic.Bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -168,6 +179,7 @@ func (c *conn) serve() {
 	c.close(err)
 	c.calls.Wait()
 	c.writers.Wait()
+	c.stopWatch()
 	if c.ageTimer != nil {
 		c.ageTimer.Stop()
 	}

@@ -53,7 +53,9 @@
 // SETTINGS a peer may send with no calls between them (FloodLimits; GOAWAY
 // ENHANCE_YOUR_CALM past them), and what a bidirectional call's client may
 // send ahead of its method (one stream window, given back as the method
-// reads; bidi.go). Graceful stops and connection age drain in two GOAWAY
+// reads; bidi.go), how long a connection may stay without a stream
+// (IdleTimeout) and a stream without its request message (StallTimeout;
+// idle.go). Graceful stops and connection age drain in two GOAWAY
 // phases separated by a PING round trip, as grpc-go does; after the
 // second, streaming calls, which may last as long as the connection, see
 // their contexts end (ErrDraining, an UNAVAILABLE status, so that clients
@@ -82,4 +84,8 @@
 // on the same flow control (streaming.go). What it leaves to grpc-go:
 // interceptors and stats handlers (hence tracing); the transport package
 // uses this server only when neither is wanted.
+//
+// Guard (guard.go) brings the limits grpc-go's server lacks to its
+// connections: a SETTINGS flood budget, and no more reading from a peer
+// whose answers pile up unwritten.
 package h2grpc

@@ -45,6 +45,9 @@ func (c *conn) read() error {
 
 	first := true
 	for {
+		if c.stallDue.Load() {
+			c.releaseStalled()
+		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			c.frameError(err)
@@ -228,11 +231,13 @@ func (c *conn) open(st *stream) error {
 			return nil
 		}
 	}
+	bidi := o.BidiMethods[h.path] != nil
 	c.mu.Lock()
 	refuse := c.phase2 || uint32(len(c.live)) >= o.MaxConcurrentStreams
 	if !refuse {
 		c.live[st.id] = st
 		st.sendWindow = c.peerInitWindow
+		c.openedLocked(st, bidi)
 	}
 	c.mu.Unlock()
 	if refuse {
@@ -259,7 +264,9 @@ func (c *conn) open(st *stream) error {
 	if early == codes.OK && h.timeout != "" {
 		d, err := parseTimeout(h.timeout)
 		if err != nil {
-			early, earlyMsg = codes.Internal, "malformed grpc-timeout: "+err.Error()
+			// HTTP 400 with the status in the same HEADERS, as grpc-go.
+			c.answerHTTPError(st, "400", codes.Internal, "malformed grpc-timeout: "+err.Error(), true)
+			return nil
 		}
 		// Counted from the headers, as the client counts it from
 		// sending them. "0m" is a deadline already past, not none.
@@ -334,13 +341,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	ended := f.StreamEnded()
 	st.remoteDone = ended
 	data := f.Data()
-	c.mu.Lock()
-	full := c.buffered+int64(len(data)) > int64(o.MaxRequestBytes)
-	if !full {
-		c.buffered += int64(len(data))
-		st.charged += len(data)
+	stalled, full := c.charge(st, len(data), ended)
+	if stalled {
+		c.release(st)
+		return nil
 	}
-	c.mu.Unlock()
 	if full {
 		c.fail(st, ended, codes.ResourceExhausted, fmt.Sprintf("grpc: the connection's requests in progress exceed %d bytes", o.MaxRequestBytes))
 		return nil
@@ -385,6 +390,26 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.ready = append(c.ready, st)
 	}
 	return nil
+}
+
+// charge counts n request bytes of st in the connection's, unless that
+// would pass MaxRequestBytes (full) or st was answered as stalled
+// (idle.go) since the reader looked it up (stalled: the bytes are dropped).
+func (c *conn) charge(st *stream, n int, ended bool) (stalled, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.done {
+		return true, false
+	}
+	if c.buffered+int64(n) > int64(c.s.o.MaxRequestBytes) {
+		return false, true
+	}
+	c.buffered += int64(n)
+	st.charged += n
+	if ended {
+		st.waiting = false
+	}
+	return false, false
 }
 
 // frameBuffered reports whether a whole frame is already read: if not, the

@@ -133,6 +133,15 @@ type Options struct {
 	// its preface and first SETTINGS (default 120 s, grpc-go's connection
 	// timeout), so that silent connections do not pile up.
 	HandshakeTimeout time.Duration
+	// IdleTimeout drains (GOAWAY) and closes a connection that has had no
+	// stream for this long (default 5 min), as grpc-go's MaxConnectionIdle.
+	IdleTimeout time.Duration
+	// StallTimeout answers DEADLINE_EXCEEDED, and resets, a stream whose
+	// request message has not arrived this long after its headers (for a
+	// client- or bidirectional-streaming call, its first message; default
+	// 30 s). Both are acted on between once and 1.5 times their length
+	// (idle.go).
+	StallTimeout time.Duration
 	// Batches are the unary methods, by full name, that may serve calls
 	// read together as one batch; each must also be in Methods, which
 	// serves a call read alone.
@@ -186,6 +195,12 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = 120 * time.Second
 	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 5 * time.Minute
+	}
+	if o.StallTimeout == 0 {
+		o.StallTimeout = 30 * time.Second
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -214,6 +229,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("h2grpc: flood limits (PING burst %d, SETTINGS burst %d, interval %v) must not be negative", o.Floods.PingBurst, o.Floods.SettingsBurst, o.Floods.Interval)
 	case o.MaxConnectionAge < 0 || o.MaxConnectionAgeGrace < 0 || o.HandshakeTimeout < 0:
 		return fmt.Errorf("h2grpc: connection age (%v), grace (%v) and handshake timeout (%v) must not be negative", o.MaxConnectionAge, o.MaxConnectionAgeGrace, o.HandshakeTimeout)
+	case o.IdleTimeout < 0 || o.StallTimeout < 0:
+		return fmt.Errorf("h2grpc: idle (%v) and stall (%v) timeouts must not be negative", o.IdleTimeout, o.StallTimeout)
 	}
 	return nil
 }
@@ -329,6 +346,7 @@ func (s *Server) track(nc net.Conn) bool {
 	}
 	c := newConn(s, nc)
 	s.conns[c] = struct{}{}
+	c.startWatch()
 	if s.o.MaxConnectionAge > 0 {
 		age := s.o.MaxConnectionAge
 		age += time.Duration(rand.Int64N(int64(age)/5+1)) - age/10

@@ -170,7 +170,8 @@ func (c *conn) endLocked(st *stream) {
 
 // answerHTTPError answers a request that is not gRPC with an HTTP status,
 // a short text saying why and the gRPC status grpc-go would give in the
-// trailers (for HEAD, only headers). A request still coming is then reset
+// trailers (for HEAD, or with head set, only headers carrying the gRPC
+// status too). A request still coming is then reset
 // (NO_ERROR), once the answer is complete. The reader calls it.
 func (c *conn) answerHTTPError(st *stream, status string, code codes.Code, msg string, head bool) {
 	block := appendLiteral(nil, 8, "", status) // :status, by static name

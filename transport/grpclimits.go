@@ -1,0 +1,187 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/transport/h2grpc"
+)
+
+// GRPCLimits bound what one client may hold of the gRPC port, with either
+// server (SLUICE_GRPC_SERVER): the same limits, the same answers.
+type GRPCLimits struct {
+	// MaxConcurrentStreams is the calls one connection may have open
+	// (SLUICE_GRPC_MAX_CONCURRENT_STREAMS); more are refused.
+	MaxConcurrentStreams int
+	// IdleTimeout closes a connection that has had no call for this long
+	// (SLUICE_GRPC_IDLE_TIMEOUT; GOAWAY first, so clients reconnect
+	// quietly).
+	IdleTimeout time.Duration
+	// StallTimeout answers DEADLINE_EXCEEDED a call whose request message
+	// has not come this long after its headers; for a streaming call, its
+	// first message (SLUICE_GRPC_STALL_TIMEOUT).
+	StallTimeout time.Duration
+}
+
+// DefaultGRPCLimits: the native server's stream limit; a gateway's
+// connection idle for five minutes is rare and cheap to open again; a
+// request message comes with its headers, in the same write, unless the
+// client is stuck or hostile.
+func DefaultGRPCLimits() GRPCLimits {
+	return GRPCLimits{MaxConcurrentStreams: 1024, IdleTimeout: 5 * time.Minute, StallTimeout: 30 * time.Second}
+}
+
+// Validate reports a limit that would turn itself off.
+func (l GRPCLimits) Validate() error {
+	var errs []error
+	if l.MaxConcurrentStreams < 1 || l.MaxConcurrentStreams > math.MaxInt32/2 {
+		errs = append(errs, fmt.Errorf("SLUICE_GRPC_MAX_CONCURRENT_STREAMS (%d) must be between 1 and %d", l.MaxConcurrentStreams, math.MaxInt32/2))
+	}
+	if l.IdleTimeout <= 0 || l.StallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("SLUICE_GRPC_IDLE_TIMEOUT (%v) and SLUICE_GRPC_STALL_TIMEOUT (%v) must be positive", l.IdleTimeout, l.StallTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// native sets the limits in the native server's options.
+func (l GRPCLimits) native(o *h2grpc.Options) {
+	o.MaxConcurrentStreams = uint32(l.MaxConcurrentStreams)
+	o.IdleTimeout, o.StallTimeout = l.IdleTimeout, l.StallTimeout
+}
+
+// guard is what the guard of grpc-go's connections keeps (h2grpc.Guard).
+func (l GRPCLimits) guard() h2grpc.GuardOptions {
+	return h2grpc.GuardOptions{MaxOpenStreams: 2 * l.MaxConcurrentStreams}
+}
+
+// The native server's defaults that grpc-go is given too.
+const (
+	nativeStreamWindow = 64 << 10 // × MaxConcurrentStreams: 64 MiB per connection, the native MaxRequestBytes
+	nativeConnWindow   = 8 << 20
+	nativeHeaderList   = 64 << 10
+)
+
+// grpcGo is grpc-go's server options for the limits, with keepalive's
+// connection age: a static window (grpc-go's dynamic one grows to 16 MiB a
+// stream), the native server's header list size, pings as the native
+// server takes them (a second apart; a flood is cut off after three).
+// Write buffers are released while a connection is quiet (grpc-go's
+// default since SharedWriteBuffer was deprecated).
+func (l GRPCLimits) grpcGo(age, grace time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     l.IdleTimeout,
+			MaxConnectionAge:      age,
+			MaxConnectionAgeGrace: grace,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(uint32(l.MaxConcurrentStreams)),
+		grpc.StaticStreamWindowSize(nativeStreamWindow),
+		grpc.StaticConnWindowSize(nativeConnWindow),
+		grpc.MaxHeaderListSize(nativeHeaderList),
+	}
+}
+
+// guardedCreds guards grpc-go's connections after its TLS handshake (the
+// guard reads HTTP/2 frames, which TLS hides from a listener's).
+type guardedCreds struct {
+	credentials.TransportCredentials
+	o h2grpc.GuardOptions
+}
+
+func (c guardedCreds) ServerHandshake(nc net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h2grpc.Guard(conn, c.o), info, nil
+}
+
+func (c guardedCreds) Clone() credentials.TransportCredentials {
+	return guardedCreds{TransportCredentials: c.TransportCredentials.Clone(), o: c.o}
+}
+
+// guardedDesc is desc with each handler's first receive bounded by stall
+// and its unmarshalling failures INVALID_ARGUMENT (see guardedRecv).
+func guardedDesc(desc *grpc.ServiceDesc, stall time.Duration) *grpc.ServiceDesc {
+	d := *desc
+	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
+	for i := range d.Methods {
+		h := d.Methods[i].Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			return h(srv, ctx, guardedRecv(ctx, stall, dec), ic)
+		}
+	}
+	d.Streams = append([]grpc.StreamDesc(nil), desc.Streams...)
+	for i := range d.Streams {
+		h := d.Streams[i].Handler
+		d.Streams[i].Handler = func(srv any, ss grpc.ServerStream) error {
+			g := &guardedStream{ServerStream: ss}
+			g.first = guardedRecv(ss.Context(), stall, ss.RecvMsg)
+			return h(srv, g)
+		}
+	}
+	return &d
+}
+
+type guardedStream struct {
+	grpc.ServerStream
+	first func(any) error // nil once used
+}
+
+func (g *guardedStream) RecvMsg(m any) error {
+	if f := g.first; f != nil {
+		g.first = nil
+		return f(m)
+	}
+	return recvDecoded(g.ServerStream.RecvMsg, m)
+}
+
+// guardedRecv is recv answering the call DEADLINE_EXCEEDED if no message
+// has come within stall, as the native server does: writing the status
+// ends the stream, and so the receive waiting for it.
+func guardedRecv(ctx context.Context, stall time.Duration, recv func(any) error) func(any) error {
+	return func(m any) error {
+		w, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ WriteStatus(*status.Status) error })
+		if !ok {
+			return recvDecoded(recv, m)
+		}
+		t := time.AfterFunc(stall, func() { _ = w.WriteStatus(status.New(codes.DeadlineExceeded, h2grpc.StallMessage)) })
+		err := recvDecoded(recv, m)
+		if !t.Stop() {
+			return status.Error(codes.DeadlineExceeded, h2grpc.StallMessage)
+		}
+		return err
+	}
+}
+
+// decodeLater is a message to receive whose decoding failure the codec
+// (rlsCodec) keeps instead of failing the receive: grpc-go would answer
+// that INTERNAL itself, before the handler could say otherwise.
+type decodeLater struct {
+	v   any
+	err error
+}
+
+// recvDecoded receives m by recv, a malformed message being
+// INVALID_ARGUMENT, as on the native server: the caller's error.
+func recvDecoded(recv func(any) error, m any) error {
+	d := decodeLater{v: m}
+	if err := recv(&d); err != nil {
+		return err
+	}
+	if d.err != nil {
+		return errUnmarshal(d.err)
+	}
+	return nil
+}
