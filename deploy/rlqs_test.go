@@ -121,6 +121,12 @@ func TestEnvoyRLQSConfigValidates(t *testing.T) {
 		if s.GetReportingInterval() == nil || s.GetNoAssignmentBehavior() == nil || s.GetExpiredAssignmentBehavior() == nil {
 			t.Errorf("bucket settings %d: reporting_interval, no_assignment_behavior and expired_assignment_behavior must all be set: %v", i, s)
 		}
+		// Envoy does not implement reuse_last_assignment: an expired
+		// assignment without a fallback_rate_limit falls to
+		// no_assignment_behavior (ALLOW_ALL in the example).
+		if s.GetExpiredAssignmentBehavior() != nil && s.GetExpiredAssignmentBehavior().GetFallbackRateLimit() == nil {
+			t.Errorf("bucket settings %d: expired_assignment_behavior must be a fallback_rate_limit (reuse_last_assignment is not implemented by Envoy): %v", i, s.GetExpiredAssignmentBehavior())
+		}
 		ids := s.GetBucketIdBuilder().GetBucketIdBuilder()
 		if len(ids) == 0 {
 			t.Errorf("bucket settings %d build no BucketId (its requests would not be reported)", i)
