@@ -45,6 +45,11 @@ type hub struct {
 	postedClaims []alloc.Claim
 
 	queued, gone bool
+	// waiting: a new Envoy waits for its reservation, so a store answer
+	// plans the hub again at once; otherwise the answer only tops up what
+	// it holds (a plan that was short is planned again RetryShort later
+	// anyway: planning on every answer would loop, one store call each).
+	waiting bool
 	dueAt        time.Time
 	dueGen       uint64
 }
@@ -307,8 +312,10 @@ func (sh *shard) serve(h *hub, now time.Time) {
 			s.st.kept.Inc()
 		}
 	}
+	h.waiting = false
 	for i := range h.meta {
 		h.meta[i].served = h.reps[i].Claim
+		h.waiting = h.waiting || h.reps[i].Live && !h.reps[i].Sent
 	}
 	if out.Overcommitted {
 		s.st.overcommitted.Inc()
@@ -337,6 +344,14 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		sh.boardWant = append(sh.boardWant, h)
 	}
 	sh.schedule(h, time.Unix(0, out.Next))
+}
+
+// wake plans h again after a store answer if its last plan held
+// something back for it.
+func (sh *shard) wake(h *hub) {
+	if h.waiting {
+		sh.markDirty(h)
+	}
 }
 
 // busy reports whether a store call of the hub is still out.
@@ -444,7 +459,7 @@ func (h *hub) bookOp(sh *shard, p *pendingOp, err error, now time.Time) {
 		}
 		if err != nil {
 			h.full[p.window] = now // ask again a little later
-			sh.markDirty(h)
+			sh.wake(h)
 			return
 		}
 		limit := uint64(0)
@@ -461,12 +476,11 @@ func (h *hub) bookOp(sh *shard, p *pendingOp, err error, now time.Time) {
 		}
 		if g < p.op.Hits {
 			h.full[p.window] = now
-			sh.markDirty(h) // what waits for it is told now
 		}
 		if g > 0 {
 			h.held[p.window] += g
-			sh.markDirty(h)
 		}
+		sh.wake(h)
 	case engine.OpRelease:
 		if err != nil {
 			s.st.releaseErrors.Inc()

@@ -1,6 +1,7 @@
 package rlqs_test
 
 import (
+	"github.com/sluicehq/sluice/engine/alloc"
 	"runtime"
 	"testing"
 	"time"
@@ -37,3 +38,48 @@ func BenchmarkReporterMemory(b *testing.B) {
 type discard struct{}
 
 func (discard) Push([]rlqs.Action) {}
+
+// BenchmarkFleetReports is make bench's RLQS fleet in process on a manual
+// clock: 50 Envoys reporting the same 1,000 buckets every 5 s, spread over
+// the period, demands uneven; ns/op is per bucket report.
+func BenchmarkFleetReports(b *testing.B) {
+	const envoys, buckets = 50, 1000
+	o := rlqs.DefaultOptions()
+	plans, changes := 0, 0
+	o.Observe = func(_ string, _ *alloc.Input, out *alloc.Output) { plans++; changes += len(out.Changes) }
+	f := newFixture(b, o, rules1000, true)
+	streams := make([]*rlqs.Stream, envoys)
+	for i := range streams {
+		streams[i] = f.svc.Open(discard{})
+	}
+	now := f.clock.Now()
+	report := func(e int, elapsed time.Duration) {
+		u := users(0, buckets, elapsed)
+		for k := range u {
+			u[k].Allowed = uint64((e%5 + 1) * (k%7 + 1) * 3)
+		}
+		if err := streams[e].Report(now, "q", u); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step := 5 * time.Second / envoys
+	for e := range envoys {
+		report(e, 0)
+		now = now.Add(step)
+		f.clock.Set(now)
+		f.svc.Advance(now)
+	}
+	b.ResetTimer()
+	plans, changes = 0, 0
+	defer func() {
+		b.ReportMetric(float64(plans)*1000/float64(b.N), "plans/1k-reports")
+		b.ReportMetric(float64(changes)*1000/float64(b.N), "actions/1k-reports")
+	}()
+	for n := 0; n < b.N; n += buckets {
+		e := (n / buckets) % envoys
+		now = now.Add(step)
+		f.clock.Set(now)
+		f.svc.Advance(now)
+		report(e, 5*time.Second)
+	}
+}

@@ -310,8 +310,14 @@ func (p *Planner) blanket(out *Output) {
 }
 
 func (p *Planner) renewDue(r *Reporter) bool {
-	return p.in.Now >= p.O.RenewAt(r)
+	return p.in.Now >= p.O.RenewAt(r)-p.O.renewSlack(r)
 }
+
+// renewSlack is how early a renewal may go: when a hub plans for one
+// reporter's renewal, every reporter due within half a renewal period is
+// renewed with it, so that a bucket of many Envoys is planned about twice
+// a renewal period rather than once per Envoy.
+func (o Options) renewSlack(r *Reporter) int64 { return int64(o.RenewFor(r) / 2) }
 
 // RenewAt is when r's assignment must be renewed: a renewal period after
 // it was sent, or earlier if what is left of its TTL would no longer
@@ -340,7 +346,7 @@ func (p *Planner) nextRenewal(out *Output, next int64) int64 {
 		case p.sent[i]:
 			next = min(next, now+int64(p.O.RenewFor(r)))
 		case r.Sent:
-			next = min(next, max(p.O.RenewAt(r), now+1))
+			next = min(next, max(p.O.RenewAt(r)-p.O.renewSlack(r), now+1))
 		}
 	}
 	return next

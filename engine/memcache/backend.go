@@ -288,13 +288,7 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.CounterOp) error {
 		}
 		value := []byte(strconv.FormatInt(next, 10))
 		exp := b.expiration(engine.TokenBucketTTL(next, op.Now))
-		if it == nil {
-			err = b.client.Add(&memcache.Item{Key: op.Key, Value: value, Expiration: exp})
-		} else {
-			it.Value, it.Expiration = value, exp
-			err = b.client.CompareAndSwap(it)
-		}
-		b.record(err)
+		err = b.addOrSwap(it, op.Key, value, exp)
 		switch {
 		case err == nil:
 			return nil
@@ -338,6 +332,21 @@ func satAdd(a, b uint64) uint64 {
 // expiration converts a TTL to memcached's expiration field: whole seconds,
 // rounded up; above 30 days as an absolute unix time, because memcached reads
 // larger values that way (a relative month would otherwise expire at once).
+// addOrSwap writes value under key: added when it (the item read before)
+// is nil, else swapped in if no one wrote it meanwhile (CAS). The error is
+// recorded; memcache.ErrNotStored and ErrCASConflict mean someone did.
+func (b *Backend) addOrSwap(it *memcache.Item, key string, value []byte, exp int32) error {
+	var err error
+	if it == nil {
+		err = b.client.Add(&memcache.Item{Key: key, Value: value, Expiration: exp})
+	} else {
+		it.Value, it.Expiration = value, exp
+		err = b.client.CompareAndSwap(it)
+	}
+	b.record(err)
+	return err
+}
+
 func (b *Backend) expiration(ttl time.Duration) int32 {
 	secs := engine.CeilSeconds(ttl)
 	if secs > maxRelativeExpiration {

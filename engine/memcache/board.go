@@ -72,13 +72,7 @@ func (b *Backend) exchangeOne(ctx context.Context, replica string, p engine.Clai
 			return nil, fmt.Errorf("the entries under %q take %d bytes, over %d", p.Key, len(value), maxBoardValue)
 		}
 		exp := b.expiration(p.TTL)
-		if it == nil {
-			err = b.client.Add(&memcache.Item{Key: p.Key, Value: value, Expiration: exp})
-		} else {
-			it.Value, it.Expiration = value, exp
-			err = b.client.CompareAndSwap(it)
-		}
-		b.record(err)
+		err = b.addOrSwap(it, p.Key, value, exp)
 		switch {
 		case err == nil:
 			return boardEntries(m), nil

@@ -33,4 +33,5 @@ func TestLeaseOps(t *testing.T) {
 	s := backendtest.Store{Backend: newBackend(t, options(m.Addr)), Peek: peek, TTLSlack: 2 * time.Second}
 	t.Run("reserve and release", func(t *testing.T) { backendtest.ReserveRelease(t, s) })
 	t.Run("token take", func(t *testing.T) { backendtest.TokenTake(t, s) })
+	t.Run("claims board", func(t *testing.T) { backendtest.BoardExchange(t, s.Backend.(backendtest.Board), "") })
 }

@@ -46,6 +46,7 @@ func TestLeaseOps(t *testing.T) {
 	s := leaseStore(newBackend(t, singleOptions(r)), r.Client(t))
 	t.Run("reserve and release", func(t *testing.T) { backendtest.ReserveRelease(t, s) })
 	t.Run("token take", func(t *testing.T) { backendtest.TokenTake(t, s) })
+	t.Run("claims board", func(t *testing.T) { backendtest.BoardExchange(t, s.Backend.(backendtest.Board), "") })
 }
 
 func TestLeaseOpsCluster(t *testing.T) {
@@ -53,6 +54,7 @@ func TestLeaseOpsCluster(t *testing.T) {
 	s := leaseStore(clusterBackend(t, c), c.Client(t))
 	t.Run("reserve and release", func(t *testing.T) { backendtest.ReserveRelease(t, s) })
 	t.Run("token take", func(t *testing.T) { backendtest.TokenTake(t, s) })
+	t.Run("claims board", func(t *testing.T) { backendtest.BoardExchange(t, s.Backend.(backendtest.Board), "") })
 }
 
 // TestLeaseScriptsRerun: a server that lost its scripts (restart, failover,

@@ -249,7 +249,13 @@ func (j *judge) smoothed(s int) (float64, bool) {
 func (j *judge) fairness(stretches []*stretch) {
 	v := &j.v
 	v.Worst = math.Inf(1)
+	// A stretch of a second or two says little about fairness: at 43/s,
+	// Poisson arrivals alone vary by ±15 % a second.
+	least := max(3, int(j.c.Smooth/time.Second))
 	for _, st := range stretches {
+		if st.n < least {
+			continue
+		}
 		for e := range j.n {
 			if st.fair[e] <= 0 {
 				continue
