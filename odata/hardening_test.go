@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 )
 
@@ -96,9 +97,8 @@ func TestFilterBudget(t *testing.T) {
 // an unknown key gets 403), where they used to wait for the pool and fail.
 func TestQueryCapKeepsKeyChecks(t *testing.T) {
 	b := backends()[1]
-	b.dsn = func(t *testing.T) string {
-		return testenv.SharedPostgres(t).CreateDatabase(t, t.Name()) + "&pool_max_conns=4"
-	}
+	loaded := b.loaded
+	b.loaded = func(t *testing.T, cfg gen.Config) string { return loaded(t, cfg) + "&pool_max_conns=4" }
 	db, _ := openLoaded(t, b, gen12k)
 	ctx := context.Background()
 	var keys []string
@@ -334,7 +334,7 @@ func TestStoreDown(t *testing.T) {
 	if pg == nil {
 		return
 	}
-	db := openEmpty(t, backend{"postgres", func(t *testing.T) string { return pg.CreateDatabase(t, "down") }})
+	db := openEmpty(t, backend{name: "postgres", dsn: func(t *testing.T) string { return pg.CreateDatabase(t, "down") }})
 	ctx := context.Background()
 	cachedKey, _, _ := db.AddKey(ctx, "a")
 	otherKey, _, _ := db.AddKey(ctx, "b")
