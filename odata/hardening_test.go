@@ -312,7 +312,12 @@ func TestRemoteLimiterFallback(t *testing.T) {
 	lim := odata.NewFallbackLimiter(remote, local, slog.New(slog.NewTextHandler(&logs, nil)))
 	db := openEmpty(t, backends()[0])
 	key, _, _ := db.AddKey(context.Background(), "k")
-	_, base := startServer(t, db, testOptions(), lim)
+	// Refused at once (PaceWait 0): the limiter's clock stands still, so a
+	// paced request would wait out the whole PaceWait (10 s) for a token
+	// that cannot come; the decisions, not the pacing, are tested here.
+	opts := testOptions()
+	opts.PaceWait = 0
+	_, base := startServer(t, db, opts, lim)
 	c := newClient(t)
 	for i, want := range []int{200, 200, 429, 429, 429} {
 		if r := do(t, c, "GET", base+"/Locations?$top=1", "x-api-key", key); r.status != want {
