@@ -48,7 +48,7 @@ type algoBackend struct {
 func algoBackends(t *testing.T, clk *simClock) []algoBackend {
 	t.Helper()
 	newRouter := func(b func(int) engine.Backend) *actors.Router {
-		r, err := actors.New(actors.Options{Shards: 4, Backend: b})
+		r, err := actors.New(actors.Options{Shards: 4, CallTimeout: starvedCallTimeout, Backend: b})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func algoBackends(t *testing.T, clk *simClock) []algoBackend {
 	mo.HostPorts = []string{mc.Addr}
 	// Bucket steps are synchronous gets + cas: on a loaded test machine the
 	// default per-operation timeout fails a step; this test is about counts.
-	mo.Timeout = 5 * time.Second
+	mo.Timeout = time.Minute
 	mcb, err := memcache.New(ctx, mo)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func algoService(t *testing.T, r *actors.Router, clk *simClock, yaml string) *en
 	// a slow machine (a window that expired early would count from zero).
 	o.ExpirationJitterMax = 5 * time.Minute
 	o.Jitter = func(n int64) int64 { return n - 1 }
-	o.Timeout = 10 * time.Second
+	o.Timeout = starvedCallTimeout // the decision bound: counts, not speed, are tested
 	svc, err := engine.NewService(o)
 	if err != nil {
 		t.Fatal(err)

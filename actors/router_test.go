@@ -61,6 +61,14 @@ func (b *slowBackend) Close() error { return nil }
 
 // TestExactness: concurrent increments on one key each get a distinct count,
 // so exactly `limit` of them are within the limit — through every backend kind.
+// starvedCallTimeout is the call timeout of tests that check counts: a
+// starved scheduler (a loaded CI machine) can hold a shard or a backend call
+// for seconds, and a timed-out call would fail an exactness test for speed,
+// not for a wrong count. The 1 s default is tested on its own
+// (TestDefaultCallTimeout), the timeout's working by
+// TestIncrementReturnsWithinCallTimeout.
+const starvedCallTimeout = 2 * time.Minute
+
 func TestExactness(t *testing.T) {
 	const callers, limit = 20000, 10000
 	for _, tc := range []struct {
@@ -79,7 +87,7 @@ func TestExactness(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			shared := tc.backend()
 			_, isMem := shared.(*memory.Backend)
-			r, err := actors.New(actors.Options{Shards: 8, MaxInFlight: tc.inFlight, Backend: func(int) engine.Backend {
+			r, err := actors.New(actors.Options{Shards: 8, MaxInFlight: tc.inFlight, CallTimeout: starvedCallTimeout, Backend: func(int) engine.Backend {
 				if isMem {
 					return tc.backend()
 				}
@@ -556,6 +564,30 @@ func TestIncrementReturnsWithinCallTimeout(t *testing.T) {
 		if err := r.Apply(context.Background(), ops, nil); err != nil || ops[0].After != uint64(i+1) {
 			t.Fatalf("after a timeout, increment %d: %v, count %d", i+1, err, ops[0].After)
 		}
+	}
+}
+
+// TestDefaultCallTimeout: without a CallTimeout a call waits 1 s for a hung
+// backend, then fails with a deadline error (and the engine is told so).
+func TestDefaultCallTimeout(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer close(b.gate)
+	if got := r.WaitBound(); got != time.Second {
+		t.Fatalf("WaitBound %v, want the 1s default", got)
+	}
+	start := time.Now()
+	err = r.Apply(context.Background(), []engine.CounterOp{{Key: "k", Hits: 1}}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error", err)
+	}
+	// Only the lower end is checked: a loaded machine answers later.
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("gave up after %v, before the 1s default", waited)
 	}
 }
 

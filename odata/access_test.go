@@ -168,7 +168,12 @@ func TestRateLimitRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer remote.Close()
-	e := newEnv(t, backends()[0], smallData, testOptions(), remote)
+	// Refused at once (PaceWait 0): the service's clock stands still, so a
+	// paced request would wait out the whole PaceWait (10 s) for a token
+	// that cannot come; the decisions, not the pacing, are tested here.
+	remoteOpts := testOptions()
+	remoteOpts.PaceWait = 0
+	e := newEnv(t, backends()[0], smallData, remoteOpts, remote)
 	c := newClient(t)
 	for i, want := range []int{200, 200, 200, 200, 429} {
 		if r := e.get(c, e.base+"/Metadata?$top=1"); r.status != want {
@@ -193,7 +198,7 @@ func TestRateLimitRemote(t *testing.T) {
 	if r := e.get(c, e.base+"/Metadata?$top=1"); r.status != 200 {
 		t.Fatalf("fail open: %d %s", r.status, r.body)
 	}
-	opts := testOptions()
+	opts := remoteOpts
 	opts.FailOpen = false
 	_, base := startServer(t, e.db, opts, remote)
 	if r := do(t, c, "GET", base+"/Metadata?$top=1", "x-api-key", e.key); r.status != 503 {

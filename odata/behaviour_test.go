@@ -144,6 +144,7 @@ func (e *env) filterCases() []filterCase {
 func TestBehaviour(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // each backend has its own store and server
 			e := newEnv(t, b, smallData, testOptions(), nil)
 			c := newClient(t)
 			for _, fc := range e.filterCases() {
@@ -177,6 +178,7 @@ func TestBehaviour(t *testing.T) {
 func TestRowsMatchData(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // each backend has its own store and server
 			e := newEnv(t, b, smallData, testOptions(), nil)
 			c := newClient(t)
 			for _, coll := range []*query.Collection{query.Metadata, query.Locations, query.Observations, query.Records} {

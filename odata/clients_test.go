@@ -364,6 +364,7 @@ var clientData = gen.Config{Rows: 1500, Datasets: 4, Locations: 12, Seed: 11}
 func TestClientFlows(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // each backend has its own store and server
 			e := newEnv(t, b, clientData, testOptions(), nil)
 			doi := e.data.datasets[2].DOI
 			for _, c := range clients(e) {

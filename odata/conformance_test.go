@@ -347,6 +347,7 @@ func TestODataContext(t *testing.T) {
 func TestCSV(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // each backend has its own store and server
 			e := newEnv(t, b, smallData, testOptions(), nil)
 			c := newClient(t)
 			for _, coll := range allCollections {

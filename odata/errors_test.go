@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/odata/gen"
 )
 
 // errorDetail returns the detail of an `errors` body, failing when the body
@@ -184,8 +185,8 @@ func TestQueryBudget(t *testing.T) {
 // another session holds. The status, not the time, is asserted.
 func TestQueryBudgetBlockedPostgres(t *testing.T) {
 	b := backends()[1]
-	dsn := b.dsn(t)
-	b.dsn = func(*testing.T) string { return dsn }
+	dsn := b.loaded(t, smallData)
+	b.loaded = func(*testing.T, gen.Config) string { return dsn }
 	db, _ := openLoaded(t, b, smallData)
 	key, _, _ := db.AddKey(context.Background(), "k")
 	opts := testOptions()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/odata/gen"
 	"github.com/sluicehq/sluice/odata/sqlstore"
 )
 
@@ -96,9 +97,8 @@ func TestFilterBudget(t *testing.T) {
 // an unknown key gets 403), where they used to wait for the pool and fail.
 func TestQueryCapKeepsKeyChecks(t *testing.T) {
 	b := backends()[1]
-	b.dsn = func(t *testing.T) string {
-		return testenv.SharedPostgres(t).CreateDatabase(t, t.Name()) + "&pool_max_conns=4"
-	}
+	loaded := b.loaded
+	b.loaded = func(t *testing.T, cfg gen.Config) string { return loaded(t, cfg) + "&pool_max_conns=4" }
 	db, _ := openLoaded(t, b, gen12k)
 	ctx := context.Background()
 	var keys []string
@@ -312,7 +312,12 @@ func TestRemoteLimiterFallback(t *testing.T) {
 	lim := odata.NewFallbackLimiter(remote, local, slog.New(slog.NewTextHandler(&logs, nil)))
 	db := openEmpty(t, backends()[0])
 	key, _, _ := db.AddKey(context.Background(), "k")
-	_, base := startServer(t, db, testOptions(), lim)
+	// Refused at once (PaceWait 0): the limiter's clock stands still, so a
+	// paced request would wait out the whole PaceWait (10 s) for a token
+	// that cannot come; the decisions, not the pacing, are tested here.
+	opts := testOptions()
+	opts.PaceWait = 0
+	_, base := startServer(t, db, opts, lim)
 	c := newClient(t)
 	for i, want := range []int{200, 200, 429, 429, 429} {
 		if r := do(t, c, "GET", base+"/Locations?$top=1", "x-api-key", key); r.status != want {
@@ -334,7 +339,7 @@ func TestStoreDown(t *testing.T) {
 	if pg == nil {
 		return
 	}
-	db := openEmpty(t, backend{"postgres", func(t *testing.T) string { return pg.CreateDatabase(t, "down") }})
+	db := openEmpty(t, backend{name: "postgres", dsn: func(t *testing.T) string { return pg.CreateDatabase(t, "down") }})
 	ctx := context.Background()
 	cachedKey, _, _ := db.AddKey(ctx, "a")
 	otherKey, _, _ := db.AddKey(ctx, "b")
@@ -392,8 +397,9 @@ func TestStalledReadersLoseSlots(t *testing.T) {
 			opts.OriginMaxInFlight = 0
 			opts.MaxQueries = 6
 			// Without preemption the stalled pages would hold their slots
-			// for StallTimeout, longer than the paying key tries.
-			opts.StallTimeout = 2 * time.Minute
+			// for StallTimeout, far longer than the paying key tries
+			// (testenv.EventuallyBound, generous for a loaded machine).
+			opts.StallTimeout = 10 * time.Minute
 			srv, base := startServer(t, db, opts, nil)
 			ctx := context.Background()
 			paying, _, err := db.AddKey(ctx, "paying")
@@ -455,7 +461,7 @@ func TestStalledReadersLoseSlots(t *testing.T) {
 					if r.status == 200 {
 						break
 					}
-					if r.status != 503 || time.Since(start) > 15*time.Second {
+					if r.status != 503 || time.Since(start) > testenv.EventuallyBound {
 						t.Fatalf("paying request %d with %d slots of %d held by stalled pages: %d %s", i+1, srv.MaxQueries(), held, r.status, r.body)
 					}
 					retries++

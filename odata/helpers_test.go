@@ -29,7 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.WithSharedStop(m),
+	goleak.VerifyTestMain(testenv.WithSharedStop(withFixtures{m}),
 		// fasthttp refreshes its Date header from one process-wide
 		// goroutine it never stops.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
@@ -45,15 +45,23 @@ var smallData = gen.Config{Rows: 3000, Datasets: 6, Locations: 40, Seed: 7}
 
 type backend struct {
 	name string
-	dsn  func(t *testing.T) string
+	// dsn returns an empty store of the test's own.
+	dsn func(t *testing.T) string
+	// loaded, when set, returns a store of the test's own holding cfg's
+	// data: a copy of a template loaded once (fixtures_test.go).
+	loaded func(t *testing.T, cfg gen.Config) string
 }
 
 // backends are the stores every behaviour test runs against: SQLite always,
 // PostgreSQL through the shared test server.
 func backends() []backend {
 	return []backend{
-		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "odata.sqlite") }},
-		{"postgres", func(t *testing.T) string { return testenv.SharedPostgres(t).CreateDatabase(t, t.Name()) }},
+		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "odata.sqlite") },
+			func(t *testing.T, cfg gen.Config) string { return cloneSQLite(t, template(t, "sqlite", cfg).src) }},
+		{"postgres", func(t *testing.T) string { return testenv.SharedPostgres(t).CreateDatabase(t, t.Name()) },
+			func(t *testing.T, cfg gen.Config) string {
+				return testenv.SharedPostgres(t).CloneDatabase(t, t.Name(), template(t, "postgres", cfg).src)
+			}},
 	}
 }
 
@@ -67,9 +75,20 @@ type env struct {
 	data *oracle
 }
 
+// openLoaded opens a store of the test's own holding cfg's data, and the
+// oracle of that data: a copy of a loaded template when b has them,
+// otherwise loaded here.
 func openLoaded(t *testing.T, b backend, cfg gen.Config) (*sqlstore.DB, *oracle) {
 	t.Helper()
 	ctx := context.Background()
+	if b.loaded != nil {
+		db, err := odata.OpenStore(ctx, b.loaded(t, cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db, cachedOracle(t, cfg)
+	}
 	db, err := odata.OpenStore(ctx, b.dsn(t))
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +101,7 @@ func openLoaded(t *testing.T, b backend, cfg gen.Config) (*sqlstore.DB, *oracle)
 	if _, err := gen.Load(ctx, db, g, nil); err != nil {
 		t.Fatal(err)
 	}
-	return db, newOracle(t, cfg)
+	return db, cachedOracle(t, cfg)
 }
 
 func newEnv(t *testing.T, b backend, cfg gen.Config, opts odata.Options, lim odata.RateLimiter) *env {

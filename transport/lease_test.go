@@ -47,7 +47,12 @@ func TestLeaseCountsAsExact(t *testing.T) {
 	run := func(counting string) (outcome, *harness, *testenv.Redis) {
 		r := testenv.StartRedis(t, testenv.RedisOptions{})
 		h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
-			"SLUICE_COUNTING": counting, "NEAR_LIMIT_RATIO": "0.5"}, map[string]string{"ls.yaml": leaseRules})
+			"SLUICE_COUNTING": counting, "NEAR_LIMIT_RATIO": "0.5",
+			// The decision, reservation and give-back bound: a loaded
+			// machine can hold a call past the 1 s default, which would
+			// fail a decision or leave a give-back undone (the store would
+			// still hold what was reserved ahead). Counts are under test.
+			"SLUICE_BACKEND_TIMEOUT": "2m"}, map[string]string{"ls.yaml": leaseRules})
 		var out outcome
 		for _, v := range values {
 			for i := 0; i < 8; i++ {

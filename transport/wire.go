@@ -441,7 +441,7 @@ func (r *wireResponse) appendTo(b []byte) []byte {
 	return b
 }
 
-// rlsServiceDesc is the RateLimitService as the generated code describes it,
+// serviceDesc is the RateLimitService as the generated code describes it,
 // with a handler that decodes into a wireRequest.
 func (s *rlsServer) serviceDesc() *grpc.ServiceDesc {
 	desc := rlsv3.RateLimitService_ServiceDesc

@@ -45,12 +45,13 @@ func fleet(t *testing.T, yaml string, next func() engine.Counter, now func() tim
 		o.Clock = now
 		o.Counter = next()
 		// 20,000 decisions on one key under -race on a busy 2-core machine
-		// can take longer than the 1 s default to drain; no count changes.
-		o.Timeout = 5 * time.Second
+		// can take many seconds to drain (the 1 s default failed them, and
+		// 5 s did on a loaded machine); no count changes.
+		o.Timeout = callTimeout
 		r := replica{}
 		if m == "lease" {
 			o.Counting = engine.CountLease
-			lc, err := lease.New(o.Counter, lease.Options{Clock: now, CallTimeout: 5 * time.Second})
+			lc, err := lease.New(o.Counter, lease.Options{Clock: now, CallTimeout: callTimeout})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,7 +34,12 @@ func TestMain(m *testing.M) {
 // 1 ms round trip away, as in the fleet.
 const oneWay = 500 * time.Microsecond
 
-const callTimeout = 5 * time.Second
+// callTimeout bounds a backend call, a decision and a reservation wait in
+// the tests that check counts: 20,000 decisions in flight under -race on a
+// loaded 2-core machine can hold a call for many seconds, and a timed-out
+// decision would fail a count test for the machine's speed. The defaults (1
+// s) are covered by lease's own WaitBound test (TestDefaultWaitBound).
+const callTimeout = 2 * time.Minute
 
 // store is a shared counter store on loopback behind latency proxies.
 type store struct {
@@ -136,6 +141,9 @@ func redisBackend(t *testing.T, typ, url string) engine.Backend {
 func memcacheBackend(t *testing.T, addr string) engine.Backend {
 	o := memcache.DefaultOptions()
 	o.HostPorts = []string{addr}
+	// The 500 ms default socket timeout is a production bound; a starved
+	// test machine overran it (i/o timeouts) without anything being wrong.
+	o.Timeout = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := memcache.New(ctx, o)
@@ -170,6 +178,9 @@ func announceProxy(t *testing.T, n *testenv.Redis, p *testenv.LatencyProxy) {
 func waitAnnounced(t *testing.T, cl *testenv.RedisCluster, proxies []string) {
 	testenv.Eventually(t, "every node to announce its proxy", func() bool {
 		for _, n := range cl.Nodes {
+			// go-redis' ClusterClient loads its topology with CLUSTER SLOTS
+			// (osscluster.go), so the wait reads what the client will read.
+			//lint:ignore SA1019 CLUSTER SLOTS is what the cluster client reads
 			slots, err := n.Client(t).ClusterSlots(context.Background()).Result()
 			if err != nil || len(slots) == 0 {
 				return false
@@ -254,6 +265,10 @@ func storeFleet(t *testing.T, s *store, yaml string, now func() time.Time, lo le
 	if err != nil {
 		t.Fatal(err)
 	}
+	timeout := callTimeout
+	if lo.CallTimeout > 0 {
+		timeout = lo.CallTimeout // a test that wants decisions to fail soon
+	}
 	var out []storeReplica
 	for _, m := range modes {
 		back := &countingBackend{Backend: s.connect(t), gate: gate}
@@ -261,18 +276,18 @@ func storeFleet(t *testing.T, s *store, yaml string, now func() time.Time, lo le
 		// 20,000 decisions in flight: a generous call timeout (which also
 		// bounds how long a decision waits for a reservation) keeps the
 		// counts, not the machine's speed, under test.
-		router, err := actors.New(actors.Options{Shards: 1, CallTimeout: callTimeout, Backend: func(int) engine.Backend { return back }})
+		router, err := actors.New(actors.Options{Shards: 1, CallTimeout: timeout, Backend: func(int) engine.Backend { return back }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := storeReplica{router: router, back: back, stats: stats.NewStore()}
 		o := engine.DefaultOptions()
-		o.Clock, o.Counter, o.Timeout = now, router, callTimeout
+		o.Clock, o.Counter, o.Timeout = now, router, timeout
 		var lc *lease.Counter
 		if m == "lease" {
 			o.Counting = engine.CountLease
 			lo := lo
-			lo.Clock, lo.Stats, lo.CallTimeout = now, r.stats, callTimeout
+			lo.Clock, lo.Stats, lo.CallTimeout = now, r.stats, timeout
 			if lc, err = lease.New(router, lo); err != nil {
 				t.Fatal(err)
 			}
@@ -560,7 +575,10 @@ func TestStoreKilled(t *testing.T) {
 			const limit = 10000
 			s := startStore(t, kind)
 			clk := startClock()
-			rs := storeFleet(t, s, storeRules, clk.Now, lease.Options{}, nil, "lease", "lease", "lease")
+			// While the store is down, a decision without a reservation
+			// fails after the call timeout: 5 s, not the minutes counts
+			// tests allow.
+			rs := storeFleet(t, s, storeRules, clk.Now, lease.Options{CallTimeout: 5 * time.Second}, nil, "lease", "lease", "lease")
 			key := fmt.Sprintf("d_k_fixed_%d", clk.Now().Unix()/60*60)
 			okBefore := 0
 			for range 5 {

@@ -67,10 +67,15 @@ func startServer(t *testing.T, env map[string]string) *transport.Server {
 	return runServer(t, env, "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000}}\n")
 }
 
+// slowTimeout is the client's -timeout in tests that call a server: the 5 s
+// default (checked in TestClientExitCodes) is for people; a starved test
+// machine can take longer to answer, which is not what these tests check.
+const slowTimeout = "2m"
+
 func TestClientAgainstAServer(t *testing.T) {
 	srv := startServer(t, nil)
 	out, err := captureStdout(t, func() error {
-		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1"})
+		return runClient([]string{"-timeout", slowTimeout, "-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1"})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +95,7 @@ func TestClientAgainstAServer(t *testing.T) {
 		"Flag: --grpc-server-ca-file=\"\"\n" +
 		"Flag: --grpc-use-tls=\"false\"\n" +
 		"Flag: --oltp-protocol=\"\"\n" +
-		"Flag: --timeout=\"5s\"\n" +
+		"Flag: --timeout=\"2m0s\"\n" +
 		"response: "
 	if !strings.HasPrefix(out, wantFlags) {
 		t.Errorf("output:\n%s\nwant it to start:\n%s", out, wantFlags)
@@ -98,7 +103,7 @@ func TestClientAgainstAServer(t *testing.T) {
 	// As the reference's client, a request without descriptors is sent and
 	// the server's refusal printed.
 	out, err = captureStdout(t, func() error {
-		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d"})
+		return runClient([]string{"-timeout", slowTimeout, "-dial_string", srv.Addrs().GRPC.String(), "-domain", "d"})
 	})
 	if err != exitCode(1) || !strings.Contains(out, "request error: rpc error: code = InvalidArgument desc = rate limit descriptor list must not be empty\n") {
 		t.Errorf("no descriptors: %v\n%s", err, out)
@@ -108,7 +113,7 @@ func TestClientAgainstAServer(t *testing.T) {
 	}
 	// A request the server refuses: "request error: ..." and status 1.
 	out, err = captureStdout(t, func() error {
-		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "", "-descriptors", "a=1"})
+		return runClient([]string{"-timeout", slowTimeout, "-dial_string", srv.Addrs().GRPC.String(), "-domain", "", "-descriptors", "a=1"})
 	})
 	if err != exitCode(1) || !strings.Contains(out, "request error: rpc error: code = InvalidArgument desc = rate limit domain must not be empty\n") {
 		t.Errorf("empty domain: %v\n%s", err, out)
@@ -124,7 +129,8 @@ func TestClientExitCodes(t *testing.T) {
 		code exitCode
 		out  string
 	}{
-		{"request error", []string{"-dial_string", addr, "-domain", "d", "-descriptors", "a=1", "-grpc-use-tls"}, 1, "request error: rpc error: code = Unavailable"},
+		{"request error", []string{"-timeout", slowTimeout, "-dial_string", addr, "-domain", "d", "-descriptors", "a=1", "-grpc-use-tls"}, 1, "request error: rpc error: code = Unavailable"},
+		{"the 5s default timeout", []string{"-dial_string", addr, "-domain", "d", "-descriptors", "a=1", "-oltp-protocol", "ftp"}, 2, "Flag: --timeout=\"5s\"\n"},
 		{"bad tracing protocol", []string{"-dial_string", addr, "-domain", "d", "-descriptors", "a=1", "-oltp-protocol", "ftp"}, 2, "Invalid otlptrace client protocol: ftp"},
 		{"unknown flag", []string{"-bogus"}, 2, ""},
 	} {
@@ -144,7 +150,7 @@ func TestClientTLS(t *testing.T) {
 	ca, cert, key := testenv.GenerateTLS(t, dir, "127.0.0.1", "localhost")
 	srv := startServer(t, map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key, "GRPC_CLIENT_TLS_CACERT": ca})
 	out, err := captureStdout(t, func() error {
-		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1",
+		return runClient([]string{"-timeout", slowTimeout, "-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1",
 			"-grpc-use-tls", "-grpc-server-ca-file", ca, "-grpc-cert-file", cert, "-grpc-key-file", key})
 	})
 	if err != nil || !strings.Contains(out, "limit_remaining:999") {
@@ -152,7 +158,7 @@ func TestClientTLS(t *testing.T) {
 	}
 	// Without the client certificate the mutual-TLS server refuses.
 	out, err = captureStdout(t, func() error {
-		return runClient([]string{"-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1",
+		return runClient([]string{"-timeout", slowTimeout, "-dial_string", srv.Addrs().GRPC.String(), "-domain", "d", "-descriptors", "a=1",
 			"-grpc-use-tls", "-grpc-server-ca-file", ca})
 	})
 	if err != exitCode(1) || !strings.Contains(out, "request error: ") {

@@ -63,8 +63,12 @@ func checkCounters(t *testing.T, b *Backend, check goredis.Cmdable, prefix strin
 	for i := range batch {
 		batch[i] = engine.CounterOp{Key: fmt.Sprintf("%s_%d", prefix, i), Hits: uint64(i + 1), TTL: time.Duration(60+i) * time.Second}
 	}
+	var sent, answered time.Time // the last round: when its EXPIREs ran
 	for round := 1; round <= 2; round++ {
-		if err := b.Exec(ctx, batch); err != nil {
+		sent = time.Now()
+		err := b.Exec(ctx, batch)
+		answered = time.Now()
+		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i, inc := range batch {
@@ -78,10 +82,28 @@ func checkCounters(t *testing.T, b *Backend, check goredis.Cmdable, prefix strin
 		if err != nil || v != strconv.Itoa(2*(i+1)) {
 			t.Fatalf("GET %s = %q, %v; want %d", inc.Key, v, err, 2*(i+1))
 		}
-		ttl, err := check.TTL(ctx, inc.Key).Result()
-		if err != nil || ttl != inc.TTL {
-			t.Fatalf("TTL %s = %v, %v; want %v", inc.Key, ttl, err, inc.TTL)
-		}
+		checkExpiry(t, check, inc.Key, inc.TTL, sent, answered)
+	}
+}
+
+// checkExpiry checks that key expires ttl after a moment in [sent,
+// answered], when the batch that set it ran. It reads the expiry the
+// server stored (PEXPIRETIME), not the time left (TTL, which a loaded
+// machine lowers while the test runs), so only the batch's own duration is
+// allowed for: a wrong TTL fails whenever the batch took less than the
+// difference. Server and test read the same machine's clock.
+func checkExpiry(t *testing.T, c goredis.Cmdable, key string, ttl time.Duration, sent, answered time.Time) {
+	t.Helper()
+	at, err := c.PExpireTime(testCtx(t), key).Result()
+	if err != nil {
+		t.Fatalf("PEXPIRETIME %s: %v", key, err)
+	}
+	// Redis keeps milliseconds: allow the rounding of the two ends.
+	least := time.Duration(sent.Add(ttl).UnixMilli()-1) * time.Millisecond
+	most := time.Duration(answered.Add(ttl).UnixMilli()+1) * time.Millisecond
+	if at < least || at > most {
+		t.Fatalf("%s expires %v after the batch was sent (it took %v), want %v",
+			key, time.UnixMilli(at.Milliseconds()).Sub(sent), answered.Sub(sent), ttl)
 	}
 }
 
@@ -143,15 +165,15 @@ func TestHitsZeroReadsAndRefreshesTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch := []engine.CounterOp{{Key: "k", Hits: 0, TTL: 90 * time.Second}, {Key: "fresh", Hits: 0, TTL: 5 * time.Second}}
+	sent := time.Now()
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	answered := time.Now()
 	if batch[0].After != 7 || batch[1].After != 0 {
 		t.Fatalf("After = %d, %d; want 7, 0", batch[0].After, batch[1].After)
 	}
-	if ttl := c.TTL(ctx, "k").Val(); ttl != 90*time.Second {
-		t.Fatalf("TTL after INCRBY 0 = %v, want refreshed to 90s", ttl)
-	}
+	checkExpiry(t, c, "k", 90*time.Second, sent, answered) // refreshed by INCRBY 0
 }
 
 func TestRejectsBadIncrements(t *testing.T) {
@@ -182,12 +204,11 @@ func TestSubSecondTTLRoundsUp(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	b := newBackend(t, singleOptions(r))
 	batch := []engine.CounterOp{{Key: "k", Hits: 1, TTL: 1500 * time.Millisecond}}
+	sent := time.Now()
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	if ttl := r.Client(t).TTL(ctx, "k").Val(); ttl != 2*time.Second {
-		t.Fatalf("TTL = %v, want 2s", ttl)
-	}
+	checkExpiry(t, r.Client(t), "k", 2*time.Second, sent, time.Now())
 }
 
 // commandStats reads calls per command and read events from the server.
@@ -621,9 +642,11 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 		{Key: "ordered", Kind: engine.OpGet},
 		{Key: "other", Kind: engine.OpGet},
 	}
+	sent := time.Now()
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	answered := time.Now()
 	var got []uint64
 	for _, op := range batch {
 		got = append(got, op.After)
@@ -631,11 +654,10 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 	if want := []uint64{0, 2, 1, 2, 1}; !slices.Equal(got, want) {
 		t.Fatalf("answers %v, want %v (each read sees the increments before it)", got, want)
 	}
-	if ttl := c.TTL(ctx, "other").Val(); ttl != time.Hour {
-		t.Fatalf("TTL of other = %v, want 1h", ttl)
-	}
+	checkExpiry(t, c, "other", time.Hour, sent, answered)
 
 	const workers, rounds = 6, 40
+	started := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
@@ -663,6 +685,7 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	ended := time.Now()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
@@ -680,8 +703,8 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 			if v, _ := c.Get(ctx, key).Int(); v != want {
 				t.Fatalf("%s = %d, want %d", key, v, want)
 			}
-			if ttl := c.TTL(ctx, key).Val(); want > 0 && ttl != time.Duration(100+w)*time.Second {
-				t.Fatalf("TTL of %s = %v, want %ds", key, ttl, 100+w)
+			if want > 0 {
+				checkExpiry(t, c, key, time.Duration(100+w)*time.Second, started, ended)
 			}
 		}
 	}

@@ -17,12 +17,17 @@ type Warner struct {
 	log   *slog.Logger
 	msg   string
 	every time.Duration
+	// now and afterFunc are the clock: time.Now and time.AfterFunc, or a
+	// test's simulated clock, so that what lands in one interval does not
+	// depend on how fast the caller runs.
+	now       func() time.Time
+	afterFunc func(time.Duration, func()) stopper
 
 	mu         sync.Mutex
 	logged     time.Time // when the last line was written
 	suppressed int       // occurrences since then, not yet reported
 	lastErr    string
-	timer      *time.Timer // pending report of the suppressed ones
+	timer      stopper // pending report of the suppressed ones
 	closed     bool
 }
 
@@ -31,8 +36,13 @@ func New(log *slog.Logger, msg string, every time.Duration) *Warner {
 	if every <= 0 {
 		every = DefaultInterval
 	}
-	return &Warner{log: log, msg: msg, every: every}
+	return &Warner{log: log, msg: msg, every: every, now: time.Now, afterFunc: afterFunc}
 }
+
+// stopper is the part of a *time.Timer a Warner uses.
+type stopper interface{ Stop() bool }
+
+func afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
 // Warn records one occurrence of the message with its error and attributes.
 // The first one of an interval is logged at once, with its attributes; the
@@ -40,7 +50,7 @@ func New(log *slog.Logger, msg string, every time.Duration) *Warner {
 func (w *Warner) Warn(err error, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
+	now := w.now()
 	if w.closed || w.logged.IsZero() || now.Sub(w.logged) >= w.every && w.suppressed == 0 {
 		w.logged = now
 		w.log.Warn(w.msg+": "+errText(err), args...)
@@ -49,7 +59,7 @@ func (w *Warner) Warn(err error, args ...any) {
 	w.suppressed++
 	w.lastErr = errText(err)
 	if w.timer == nil {
-		w.timer = time.AfterFunc(w.every-now.Sub(w.logged), w.report)
+		w.timer = w.afterFunc(w.every-now.Sub(w.logged), w.report)
 	}
 }
 
@@ -74,7 +84,7 @@ func (w *Warner) flushLocked() {
 	}
 	w.log.Warn(fmt.Sprintf("%s: %d more times in the last %s; the last: %s", w.msg, w.suppressed, w.every, w.lastErr),
 		"repeated", w.suppressed)
-	w.logged, w.suppressed, w.lastErr = time.Now(), 0, ""
+	w.logged, w.suppressed, w.lastErr = w.now(), 0, ""
 }
 
 // Close reports what is still counted and stops the pending report. Later

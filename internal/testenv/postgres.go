@@ -299,6 +299,33 @@ var dbNameRE = regexp.MustCompile(`[^a-z0-9_]+`)
 // already (for example with -count=2). It is dropped in t's Cleanup.
 func (pg *Postgres) CreateDatabase(t TB, name string) string {
 	t.Helper()
+	return pg.createDatabase(t, name, "", true)
+}
+
+// CreateTemplate is CreateDatabase for a database that outlives the test:
+// a fixture loaded once and copied by CloneDatabase for each test that
+// reads it. It lives as long as the server. Close every connection to it
+// before it is cloned.
+func (pg *Postgres) CreateTemplate(t TB, name string) string {
+	t.Helper()
+	return pg.createDatabase(t, name, "", false)
+}
+
+// CloneDatabase is CreateDatabase with a copy of template (a database
+// CreateTemplate made, named by its DSN) as its content: PostgreSQL copies
+// the files, much faster than loading the data again.
+func (pg *Postgres) CloneDatabase(t TB, name, template string) string {
+	t.Helper()
+	u, err := url.Parse(template)
+	if err != nil {
+		t.Fatalf("testenv: template DSN %q: %v", template, err)
+		return ""
+	}
+	return pg.createDatabase(t, name, strings.TrimPrefix(u.Path, "/"), true)
+}
+
+func (pg *Postgres) createDatabase(t TB, name, template string, drop bool) string {
+	t.Helper()
 	base := dbNameRE.ReplaceAllString(strings.ToLower(name), "_")
 	base = strings.Trim(base, "_")
 	if base == "" {
@@ -326,7 +353,11 @@ func (pg *Postgres) CreateDatabase(t TB, name string) string {
 			dbName = fmt.Sprintf("%s_%d", base, pg.dbSeq)
 			pg.mu.Unlock()
 		}
-		_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize())
+		create := "CREATE DATABASE " + pgx.Identifier{dbName}.Sanitize()
+		if template != "" {
+			create += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+		}
+		_, err = admin.Exec(ctx, create)
 		var pgErr *pgconn.PgError
 		if err == nil {
 			break
@@ -334,8 +365,18 @@ func (pg *Postgres) CreateDatabase(t TB, name string) string {
 		if errors.As(err, &pgErr) && pgErr.Code == "42P04" && i < 100 { // duplicate_database
 			continue
 		}
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" && ctx.Err() == nil {
+			// object_in_use: a closed pool's backends to the template
+			// are still exiting.
+			i--
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		t.Fatalf("testenv: create database %s: %v", dbName, err)
 		return ""
+	}
+	if !drop {
+		return pg.dsnOf(t, dbName)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -349,6 +390,11 @@ func (pg *Postgres) CreateDatabase(t TB, name string) string {
 			t.Logf("testenv: drop database %s: %v", dbName, err)
 		}
 	})
+	return pg.dsnOf(t, dbName)
+}
+
+// dsnOf is the DSN of database dbName on pg.
+func (pg *Postgres) dsnOf(t TB, dbName string) string {
 	u, err := url.Parse(pg.DSN)
 	if err != nil {
 		t.Fatalf("testenv: parse DSN: %v", err)

@@ -273,6 +273,59 @@ func TestSharedPostgres(t *testing.T) {
 	}
 }
 
+// A template's rows are in each clone, a clone's writes stay in it, and a
+// clone is dropped with its test while the template lives on.
+func TestCloneDatabase(t *testing.T) {
+	ctx := ctxT(t)
+	pg := SharedPostgres(t)
+	tmpl := pg.CreateTemplate(t, "tmpl clone test")
+	exec := func(dsn, sql string) {
+		t.Helper()
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	count := func(dsn string) int {
+		t.Helper()
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	exec(tmpl, "CREATE TABLE t (x int); INSERT INTO t VALUES (1), (2)")
+	var clones []string
+	t.Run("a", func(t *testing.T) {
+		a := pg.CloneDatabase(t, "clone", tmpl)
+		exec(a, "INSERT INTO t VALUES (3)")
+		if n := count(a); n != 3 {
+			t.Fatalf("clone a holds %d rows, want 3", n)
+		}
+		clones = append(clones, a)
+	})
+	b := pg.CloneDatabase(t, "clone b", tmpl)
+	if n := count(b); n != 2 {
+		t.Fatalf("clone b holds %d rows, want the template's 2", n)
+	}
+	if c, err := pgx.Connect(ctx, clones[0]); err == nil {
+		c.Close(ctx)
+		t.Fatalf("clone a outlived its test")
+	}
+	if n := count(tmpl); n != 2 {
+		t.Fatalf("the template holds %d rows after the clones, want 2", n)
+	}
+}
+
 func TestGenerateTLS(t *testing.T) {
 	ca, cert, key := GenerateTLS(t, t.TempDir(), "redis.test", "10.1.2.3")
 	if _, err := tls.LoadX509KeyPair(cert, key); err != nil {

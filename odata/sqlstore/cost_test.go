@@ -34,7 +34,7 @@ func TestCost(t *testing.T) {
 		{query.Observations, "contains(CharacteristicName,'pH')", 24, "no indexable condition"},
 		{query.Observations, "DOI ne 'x' and endswith(DOI,'a')", 32, "no indexable condition"},
 		{query.Observations, "CharacteristicName eq 'pH' and endswith(DOI,'a')", 5, "1 index range"},
-		// Issue 12: 256 endswith terms, 128 (eq and gt) alternatives.
+		// Costly filters: 256 endswith terms, 128 (eq and gt) alternatives.
 		{query.Observations, many(256, "endswith(DOI,'#')", " or "), 16 + 8*256, "more than 16 alternatives"},
 		{query.Observations, many(128, "(CharacteristicName eq '#' and ActivityStartYear gt 2000)", " or "), 16 + 8*256, "more than 16 alternatives"},
 		{query.Observations, "CharacteristicName in (" + many(17, "'#'", ",") + ")", 16 + 8*17, "more than 16 alternatives"},

@@ -321,7 +321,7 @@ func (v *view) keyArg(k query.Key) any {
 // probeSQL selects the ids of the page plus one row: enough to know the
 // page's bounds and whether another page follows. Only indexes are read.
 // On PostgreSQL a plain range (no split filter) is summed up in one row
-// (probeSummary) instead of sending every id.
+// (summary true; readSummary reads it) instead of sending every id.
 func probeSQL(d dialect, v *view, q *query.Query) (sqlText string, args []any, summary bool, err error) {
 	b := &builder{d: d}
 	key := v.key()

@@ -252,7 +252,7 @@ func TestBidiStreamWindow(t *testing.T) {
 		if err == nil {
 			t.Fatal("method ended without an error")
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("the method did not end with its connection")
 	}
 }
@@ -425,7 +425,7 @@ func TestBidiEnds(t *testing.T) {
 		if s, _ := status.FromError(errs[0]); s.Code() != codes.Canceled || !errors.Is(errs[1], errStreamReset) {
 			t.Fatalf("recv after the client's cancel: %v, cause %v", errs[0], errs[1])
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("the method's recv did not end with the client's cancel")
 	}
 	// The connection still serves.
@@ -503,7 +503,7 @@ func TestBidiConnectionClose(t *testing.T) {
 		if err == nil || err == io.EOF {
 			t.Fatalf("recv after the connection closed: %v", err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("recv did not end with the connection")
 	}
 }
@@ -620,7 +620,7 @@ func TestBidiDrain(t *testing.T) {
 		unavailable(t, streams)
 		select {
 		case <-stopped:
-		case <-time.After(20 * time.Second):
+		case <-time.After(testenv.EventuallyBound):
 			t.Fatal("GracefulStop waits for the streams")
 		}
 		if err := <-served; !errors.Is(err, ErrServerStopped) {
@@ -714,7 +714,7 @@ func TestBidiRecvAfterReturn(t *testing.T) {
 		if err == nil {
 			t.Fatal("recv after the method returned gave a message")
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("a recv waiting when the method returned was never answered")
 	}
 }

@@ -39,7 +39,7 @@ type batchExpiry struct {
 // batchDeadlines answers the calls of sts whose deadline has passed,
 // returns those left to run, and the batch's context: ctx with the latest
 // of their deadlines. Calls due sooner get a timer (stop it with
-// stopExpiry once the batch returns).
+// batchExpiry.stopLocked once the batch returns).
 func (c *conn) batchDeadlines(ctx context.Context, sts []*stream) ([]*stream, context.Context, context.CancelFunc, *batchExpiry) {
 	var now, latest, earliest time.Time
 	none := false

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestExpiredDeadline: a call whose deadline has passed by the time a
@@ -149,7 +151,7 @@ func TestBatchServedWhenEveryCallExpired(t *testing.T) {
 		if n != 0 {
 			t.Errorf("served %d calls, want none", n)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("the batch was never served")
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // recordingConn keeps a copy of every write the server makes.
@@ -284,7 +286,7 @@ func TestPingAckAfterResetCall(t *testing.T) {
 	}
 	<-started
 	close(release)
-	r.nc.SetDeadline(time.Now().Add(5 * time.Second))
+	r.nc.SetDeadline(time.Now().Add(testenv.EventuallyBound))
 	if f := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() }).(*http2.PingFrame); f.Data != ping {
 		t.Fatalf("acknowledged %v, want %v", f.Data, ping)
 	}

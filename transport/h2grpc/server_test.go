@@ -194,7 +194,7 @@ func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *raw {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	nc.SetDeadline(time.Now().Add(testenv.EventuallyBound))
 	r := &raw{t: t, nc: nc}
 	r.fr = http2.NewFramer(nc, bufio.NewReader(nc))
 	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -294,7 +294,7 @@ func TestFlowControlOfAnswers(t *testing.T) {
 			if f, err := r.fr.ReadFrame(); err == nil && f.Header().StreamID == 1 {
 				t.Fatalf("frame %v on a spent window", f)
 			}
-			r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+			r.nc.SetReadDeadline(time.Now().Add(testenv.EventuallyBound))
 		}
 		if err := r.fr.WriteWindowUpdate(1, uint32(len(d.Data()))); err != nil {
 			t.Fatal(err)
@@ -391,7 +391,7 @@ func TestConnectionErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(20 * time.Second))
+		nc.SetDeadline(time.Now().Add(testenv.EventuallyBound))
 		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		if _, err := io.ReadAll(nc); err != nil {
 			t.Fatalf("not closed: %v", err)
@@ -600,7 +600,7 @@ func FuzzConnection(f *testing.F) {
 		defer client.Close()
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testenv.EventuallyBound):
 			t.Fatal("connection did not end after a connection error")
 		}
 	})
@@ -613,7 +613,7 @@ func TestConnectionAge(t *testing.T) {
 	_, addr := serveOn(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}, MaxConnectionAge: 30 * time.Millisecond, MaxConnectionAgeGrace: time.Second},
 		func(ln net.Listener) net.Listener { return countingListener{ln, &accepted} })
 	cc := dial(t, addr)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.EventuallyBound)
 	for calls := 0; accepted.Load() < 3; calls++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d connections after %d calls", accepted.Load(), calls)
@@ -635,7 +635,7 @@ func TestHandshakeTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	nc.SetDeadline(time.Now().Add(testenv.EventuallyBound))
 	if _, err := io.ReadAll(nc); err != nil {
 		t.Fatalf("not closed: %v", err)
 	}
@@ -834,7 +834,7 @@ func TestWindowChangesWhileWaiting(t *testing.T) {
 	}
 	select {
 	case <-stopped:
-	case <-time.After(20 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("GracefulStop waits for an answer whose stream was reset")
 	}
 }
@@ -908,7 +908,7 @@ func TestStreamMethod(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("method's context ended with %v", err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(testenv.EventuallyBound):
 		t.Fatal("cancelling the call did not end the method's context")
 	}
 }
@@ -923,7 +923,7 @@ func TestStopBeforePreface(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	nc.SetDeadline(time.Now().Add(testenv.EventuallyBound))
 	testenv.Eventually(t, "the server to hold the connection", func() bool { return len(s.connList()) > 0 })
 	s.GracefulStop()
 	b, err := io.ReadAll(nc)
