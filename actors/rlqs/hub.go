@@ -50,8 +50,8 @@ type hub struct {
 	// it holds (a plan that was short is planned again RetryShort later
 	// anyway: planning on every answer would loop, one store call each).
 	waiting bool
-	dueAt        time.Time
-	dueGen       uint64
+	dueAt   time.Time
+	dueGen  uint64
 }
 
 // repMeta is what a hub keeps of a reporter beside what the planner sees.

@@ -25,5 +25,5 @@ func leaseStore(t *testing.T) backendtest.Store {
 
 func TestLeaseReserveRelease(t *testing.T) { backendtest.ReserveRelease(t, leaseStore(t)) }
 
-func TestBoardExchange(t *testing.T) { backendtest.BoardExchange(t, NewBoard(time.Now), "") }
-func TestLeaseTokenTake(t *testing.T)      { backendtest.TokenTake(t, leaseStore(t)) }
+func TestBoardExchange(t *testing.T)  { backendtest.BoardExchange(t, NewBoard(time.Now), "") }
+func TestLeaseTokenTake(t *testing.T) { backendtest.TokenTake(t, leaseStore(t)) }
