@@ -122,7 +122,19 @@ type Options struct {
 	// second on average (bursts of as many); the lines over it are counted
 	// and the count is written on the next line as "suppressed".
 	AccessLogPerSecond int
+	// MaxConnections caps the connections open at once on the port; one
+	// beyond it is answered 503 with Retry-After and closed. 0 derives it
+	// from the process's file limit (40 %, netx.ShareOfFiles), negative:
+	// no cap. Whatever the cap, Serve waits out a failed accept (out of
+	// file descriptors) rather than stopping.
+	MaxConnections int
 }
+
+// ODataFileShare is the percentage of the process's file limit a derived
+// MaxConnections takes: the rate limit service's ports take 45 % more
+// (transport.DefaultMaxConnections), the rest is left to files, the store
+// and the backends.
+const ODataFileShare = 40
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
 // a 64 MiB page cap, a 30 s budget, zstd and gzip on (br off), sequential

@@ -181,8 +181,8 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GRPCStreamWorkers:     e.Int("SLUICE_GRPC_STREAM_WORKERS", DefaultGRPCStreamWorkers),
 		GRPCServer:            e.String("SLUICE_GRPC_SERVER", GRPCServerNative),
 	}
-	ht := DefaultHTTPTimeouts()
-	s.Listen.HTTPTimeouts = HTTPTimeouts{
+	ht, mc := DefaultHTTPTimeouts(), maxConnectionsFromEnv(e)
+	s.Listen.MaxConnections, s.Listen.HTTPTimeouts = mc, HTTPTimeouts{
 		ReadHeader: e.Duration("SLUICE_HTTP_READ_HEADER_TIMEOUT", ht.ReadHeader),
 		Read:       e.Duration("SLUICE_HTTP_READ_TIMEOUT", ht.Read),
 		Idle:       e.Duration("SLUICE_HTTP_IDLE_TIMEOUT", ht.Idle),

@@ -84,6 +84,9 @@ type ListenSettings struct {
 	GRPCServer string
 	// HTTPTimeouts bound the /json, debug and pull metrics connections.
 	HTTPTimeouts HTTPTimeouts
+	// MaxConnections caps the connections open at once on each port
+	// (accept.go).
+	MaxConnections MaxConnections
 }
 
 // DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway

@@ -91,6 +91,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.IntVar(&c.demoRows, "demo-rows", odata.DemoRows, "observations generated into an empty store on first start")
 	fs.BoolVar(&c.accessLog, "access-log", true, "one line per OData request on stderr (text or JSON as LOG_FORMAT)")
 	fs.StringVar(&c.metricsPath, "odata-metrics-path", "", "path of the public OData port at which to serve its Prometheus metrics without a key, when the pull metrics port (USE_PROMETHEUS) does not (default \"\": not served there)")
+	fs.IntVar(&c.opts.MaxConnections, "odata-max-connections", c.opts.MaxConnections, "connections open at once on the OData port; one more is answered 503 and closed (0: 40 % of the open-file limit; -1: no cap)")
 	fs.IntVar(&c.opts.AccessLogPerSecond, "access-log-per-second", c.opts.AccessLogPerSecond, "most access-log lines per second; the lines over it are counted, not written")
 	return c
 }
