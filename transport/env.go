@@ -194,17 +194,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	s.Runtime = RuntimeSettings{GCHeapFloorMiB: e.Int("SLUICE_GC_HEAP_FLOOR_MIB", floor)}
 	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text"),
 		RepeatInterval: e.Duration("SLUICE_LOG_REPEAT_INTERVAL", ratelog.DefaultInterval)}
-	s.Config = ConfigSettings{
-		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
-		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
-		Subdirectory:      e.String("RUNTIME_SUBDIRECTORY", ""),
-		AppDirectory:      e.String("RUNTIME_APPDIRECTORY", "config"),
-		IgnoreDotFiles:    e.Bool("RUNTIME_IGNOREDOTFILES", false),
-		WatchRoot:         e.Bool("RUNTIME_WATCH_ROOT", true),
-		MergeDomains:      e.Bool("MERGE_DOMAIN_CONFIG", false),
-		ForceStart:        e.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
-		HealthyWithConfig: e.Bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
-	}
+	s.Config = configFromEnv(e)
 	eo := engine.DefaultOptions()
 	eo.ExpirationJitterMax = time.Duration(e.Int("EXPIRATION_JITTER_MAX_SECONDS", int(eo.ExpirationJitterMax/time.Second))) * time.Second
 	eo.NearLimitRatio = e.Float32("NEAR_LIMIT_RATIO", eo.NearLimitRatio)
@@ -244,6 +234,23 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		return Settings{}, err
 	}
 	return s, s.Validate()
+}
+
+// configFromEnv reads the rule source's settings.
+func configFromEnv(e *Env) ConfigSettings {
+	return ConfigSettings{
+		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
+		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		Subdirectory:      e.String("RUNTIME_SUBDIRECTORY", ""),
+		AppDirectory:      e.String("RUNTIME_APPDIRECTORY", "config"),
+		IgnoreDotFiles:    e.Bool("RUNTIME_IGNOREDOTFILES", false),
+		WatchRoot:         e.Bool("RUNTIME_WATCH_ROOT", true),
+		MergeDomains:      e.Bool("MERGE_DOMAIN_CONFIG", false),
+		ForceStart:        e.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
+		HealthyWithConfig: e.Bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+		MaxBytes:          int64(e.Int("SLUICE_CONFIG_MAX_BYTES", DefaultConfigMaxBytes)),
+		ReadTimeout:       e.Duration("SLUICE_CONFIG_READ_TIMEOUT", DefaultConfigReadTimeout),
+	}
 }
 
 // redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.

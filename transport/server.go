@@ -184,7 +184,9 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		once := sync.OnceFunc(func() { close(first) })
 		defer once()
 		for ev := range events {
-			s.loader.apply(ev)
+			if !s.loader.applyWithin(cfgCtx, ev) {
+				return // shutting down: never wait for a parse
+			}
 			once()
 		}
 	}()
