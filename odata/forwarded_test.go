@@ -41,8 +41,11 @@ func TestClientAddr(t *testing.T) {
 		{"10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9:5555"}, "198.51.100.9"},
 		{"10.0.0.5", []string{"X-Forwarded-For", "garbage"}, "10.0.0.5"},
 		{"10.0.0.5", []string{"X-Forwarded-For", "6.6.6.6, unknown, 10.0.0.7"}, "10.0.0.7"},
-		{"10.0.0.5", []string{"Forwarded", `for=198.51.100.9;proto=https, for="[2001:db8:2::1]:80"`}, "2001:db8:2::1"},
-		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`, "X-Forwarded-For", "198.51.100.9"}, "6.6.6.6"},
+		// The client's own Forwarded, passed through by a proxy that
+		// appends to X-Forwarded-For, chooses nothing.
+		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`, "X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
+		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`}, "10.0.0.5"},
+		{"10.0.0.5", []string{"X-Real-IP", "6.6.6.6", "X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
 		{"2001:db8:1::2", []string{"X-Forwarded-For", "::ffff:198.51.100.9"}, "198.51.100.9"},
 		{"::ffff:10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
 	} {
@@ -51,6 +54,27 @@ func TestClientAddr(t *testing.T) {
 		}
 		if got, want := untrusting.clientAddr(forwardedCtx(tc.peer, tc.headers...)), netip.MustParseAddr(tc.peer).Unmap().String(); got != want {
 			t.Errorf("no trusted proxies, peer %s %v: %s", tc.peer, tc.headers, got)
+		}
+	}
+}
+
+// With ForwardedHeader set, that header alone names the chain.
+func TestClientAddrNamedHeader(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	fwd := &Server{opts: Options{TrustedProxies: trusted, ForwardedHeader: "Forwarded"}}
+	real := &Server{opts: Options{TrustedProxies: trusted, ForwardedHeader: "X-Real-IP"}}
+	for _, tc := range []struct {
+		s       *Server
+		headers []string
+		want    string
+	}{
+		{fwd, []string{"Forwarded", `for=198.51.100.9;proto=https, for="[2001:db8:2::1]:80"`}, "2001:db8:2::1"},
+		{fwd, []string{"Forwarded", `for=6.6.6.6, for=198.51.100.9`, "X-Forwarded-For", "7.7.7.7"}, "198.51.100.9"},
+		{fwd, []string{"X-Forwarded-For", "7.7.7.7"}, "10.0.0.5"},
+		{real, []string{"X-Real-IP", "198.51.100.9", "X-Forwarded-For", "7.7.7.7"}, "198.51.100.9"},
+	} {
+		if got := tc.s.clientAddr(forwardedCtx("10.0.0.5", tc.headers...)); got != tc.want {
+			t.Errorf("%s: %v: %s, want %s", tc.s.opts.ForwardedHeader, tc.headers, got, tc.want)
 		}
 	}
 }

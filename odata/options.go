@@ -30,6 +30,14 @@ type Options struct {
 	// links, and for the client address that browser callers and failed
 	// key checks are counted by. Empty: none, the headers are ignored.
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the one header a trusted proxy's client chain is
+	// read from (the right-most hop in it that is not a trusted proxy is
+	// the client): "X-Forwarded-For" (the default, also when empty: nginx,
+	// Envoy and most load balancers append to it), "Forwarded" (RFC 7239
+	// for=; then its proto= and host= are the link's scheme and host), or
+	// another list of addresses such as "X-Real-IP". The proxy should
+	// strip the others: they are ignored, whatever the client sends.
+	ForwardedHeader string
 	// MaxPageBytes caps the size of a page body (before compression); a
 	// page that would exceed it is refused with 413 before streaming.
 	MaxPageBytes int64
@@ -170,6 +178,14 @@ func DefaultOptions() Options {
 	}
 }
 
+// forwardedHeader is ForwardedHeader with its default.
+func (o Options) forwardedHeader() string {
+	if o.ForwardedHeader == "" {
+		return "X-Forwarded-For"
+	}
+	return o.ForwardedHeader
+}
+
 // KeyConns is how many connections of the store's pool a derived
 // MaxQueries leaves to API key checks.
 const KeyConns = 2
@@ -203,6 +219,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("odata: PaceWait must not be negative (0: refuse at once), got %v", o.PaceWait)
 	case o.PaceWait > 0 && (o.PaceQueue < 1 || o.PaceQueueTotal < o.PaceQueue):
 		return fmt.Errorf("odata: with PaceWait set, PaceQueue must be at least 1 and PaceQueueTotal at least PaceQueue, got %d and %d", o.PaceQueue, o.PaceQueueTotal)
+	case !validHeaderName(o.ForwardedHeader):
+		return fmt.Errorf("odata: ForwardedHeader %q is not a header name", o.ForwardedHeader)
 	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
 		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}
@@ -222,4 +240,15 @@ func (o Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validHeaderName accepts "" (the default) and HTTP token characters.
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

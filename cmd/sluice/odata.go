@@ -73,6 +73,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.IntVar(&c.opts.PaceQueue, "pace-queue", c.opts.PaceQueue, "requests of one key that may wait at once; one more gets 429")
 	fs.IntVar(&c.opts.PaceQueueTotal, "pace-queue-total", c.opts.PaceQueueTotal, "requests of all keys that may wait at once; one more gets 429")
 	fs.StringVar(&c.proxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose Forwarded / X-Forwarded-* headers are believed (default: none)")
+	fs.StringVar(&c.opts.ForwardedHeader, "forwarded-header", "X-Forwarded-For", "the one header a trusted proxy's client chain is read from (its right-most hop that is no trusted proxy is the client): X-Forwarded-For, Forwarded (RFC 7239; then its proto= and host= make the links) or another address list; have the proxy strip the others")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
 	fs.UintVar(&c.rps, "requests-per-second", 2, "requests per second per key, on average (in-process rate limit engine: a token bucket)")
 	fs.UintVar(&c.burst, "burst", odata.DefaultBurst, "requests a key may make at once (the token bucket's capacity)")
