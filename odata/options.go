@@ -97,9 +97,10 @@ type Options struct {
 	// the database again; a revocation takes effect within it. 0: no cache.
 	KeyCacheTTL time.Duration
 	// KeyFailures failed key checks (unknown or revoked keys) from one
-	// client address within KeyFailureWindow make its further key checks
-	// answer 429 without a database lookup until the window ends. 0: no
-	// throttle.
+	// client network (IPv4 /24, IPv6 /64) within KeyFailureWindow make its
+	// further key checks answer 429 without a database lookup until the
+	// window ends. 0: no throttle. Networks beyond the tracked ones share
+	// a count that answers failed keys 429 but never refuses a valid one.
 	KeyFailures      int
 	KeyFailureWindow time.Duration
 	// OriginMaxInFlight caps the requests in flight of one browser origin

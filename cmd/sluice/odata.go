@@ -85,7 +85,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.DurationVar(&c.opts.StallPreempt, "stall-preempt", c.opts.StallPreempt, "a response whose write has waited this long on its client gives its data slot to a waiting request (its connection is closed)")
 	fs.DurationVar(&c.opts.StreamTimeout, "stream-timeout", c.opts.StreamTimeout, "longest response body, however slowly the client reads")
 	fs.DurationVar(&c.opts.KeyCacheTTL, "key-cache-ttl", c.opts.KeyCacheTTL, "how long a checked API key is trusted (a revocation takes effect within it; 0: no cache)")
-	fs.IntVar(&c.opts.KeyFailures, "key-failures", c.opts.KeyFailures, "failed key checks per client address per -key-failure-window before its key checks get 429 (0: no throttle)")
+	fs.IntVar(&c.opts.KeyFailures, "key-failures", c.opts.KeyFailures, "failed key checks per client network (IPv4 /24, IPv6 /64) per -key-failure-window before its key checks get 429 (0: no throttle)")
 	fs.DurationVar(&c.opts.KeyFailureWindow, "key-failure-window", c.opts.KeyFailureWindow, "window of -key-failures")
 	fs.IntVar(&c.opts.OriginMaxInFlight, "origin-max-in-flight", c.opts.OriginMaxInFlight, "requests in flight per browser origin (no key), all client addresses together (0: no cap)")
 	fs.DurationVar(&c.drain, "odata-shutdown-timeout", 10*time.Second, "on SIGTERM, how long OData responses in progress may take to finish before they are cut")
