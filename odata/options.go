@@ -68,6 +68,8 @@ type Options struct {
 	PaceWait time.Duration
 	// PaceQueue is how many requests of one key may wait at once, and
 	// PaceQueueTotal how many of all keys; one more gets 429 at once.
+	// Anonymous (browser origin) callers have room of their own, half of
+	// PaceQueueTotal (at least PaceQueue): they cannot take the keys'.
 	PaceQueue      int
 	PaceQueueTotal int
 	// FailOpen serves requests when the rate limiter fails instead of

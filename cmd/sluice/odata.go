@@ -71,7 +71,7 @@ func odataFlags(fs *flag.FlagSet) *odataConfig {
 	fs.BoolVar(&c.opts.Sequential, "sequential", c.opts.Sequential, "one request in flight per key: the next waits for its turn")
 	fs.DurationVar(&c.opts.PaceWait, "pace-wait", c.opts.PaceWait, "longest a request waits for its key's turn and rate before 429 (0: 429 at once)")
 	fs.IntVar(&c.opts.PaceQueue, "pace-queue", c.opts.PaceQueue, "requests of one key that may wait at once; one more gets 429")
-	fs.IntVar(&c.opts.PaceQueueTotal, "pace-queue-total", c.opts.PaceQueueTotal, "requests of all keys that may wait at once; one more gets 429")
+	fs.IntVar(&c.opts.PaceQueueTotal, "pace-queue-total", c.opts.PaceQueueTotal, "requests of all keys that may wait at once; one more gets 429 (anonymous browser callers have room of their own, half as many)")
 	fs.StringVar(&c.proxies, "trusted-proxies", "", "comma-separated CIDRs or addresses of proxies whose Forwarded / X-Forwarded-* headers are believed (default: none)")
 	fs.StringVar(&c.opts.ForwardedHeader, "forwarded-header", "X-Forwarded-For", "the one header a trusted proxy's client chain is read from (its right-most hop that is no trusted proxy is the client): X-Forwarded-For, Forwarded (RFC 7239; then its proto= and host= make the links) or another address list; have the proxy strip the others")
 	fs.StringVar(&c.cors, "cors-origins", "", "comma-separated browser origins allowed without a key")
