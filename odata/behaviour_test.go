@@ -283,6 +283,10 @@ func TestNextLinkBase(t *testing.T) {
 		want    string
 	}{
 		{base2, nil, "http://" + host},
+		// A Host that is not this server's address writes no link.
+		{base2, []string{"Host", "evil.example"}, "http://" + host},
+		{base2, []string{"Host", "evil.example:" + strings.Split(host, ":")[1]}, "http://" + host},
+		{base2, []string{"Host", "localhost:" + strings.Split(host, ":")[1]}, "http://localhost:" + strings.Split(host, ":")[1]},
 		{base2, []string{"X-Forwarded-Proto", "https"}, "http://" + host},
 		{base2, []string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "http://" + host},
 		{base2, []string{"Forwarded", "proto=https;host=evil.example"}, "http://" + host},

@@ -112,6 +112,16 @@ func TestMaskedURI(t *testing.T) {
 		"/x?%61pi_key=s&password=&sig=a=b":                        "/x?%61pi_key=xxxxx&password=xxxxx&sig=xxxxx",
 		"/x?$filter=CharacteristicName%20eq%20'pH'&x-api-key=sec": "/x?$filter=CharacteristicName%20eq%20'pH'&x-api-key=xxxxx",
 		"/x?key&&=v&%zz=1":                                        "/x?key&&=v&%zz=1",
+		// The probe's leaks: jwt=, code=, bearer=, ;-separated and path
+		// segments.
+		"/x?jwt=s&code=s&bearer=s":                        "/x?jwt=xxxxx&code=xxxxx&bearer=xxxxx",
+		"/x?$top=1;api_key=s;token=s":                     "/x?$top=1;api_key=xxxxx;token=xxxxx",
+		"/v1/odata/v4/Locations;api_key=s":                "/v1/odata/v4/Locations;api_key=xxxxx",
+		"/v1/api_key=s/Locations":                         "/v1/api_key=xxxxx/Locations",
+		"/v1/token/s3cr3t/Locations":                      "/v1/token/xxxxx/Locations",
+		"/x?q=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln":  "/x?q=xxxxx",
+		"/v1/eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln/x": "/v1/xxxxx/x",
+		"/v1/odata/v4/Locations('key')":                   "/v1/odata/v4/Locations('key')",
 	} {
 		if got := string(appendMaskedURI(nil, []byte(in))); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)
