@@ -150,7 +150,7 @@ func TestFDExhaustionIsWaitedOut(t *testing.T) {
 		t.Fatalf("sluice serve exited after the flood (%v):\n%s", last, c.proc.LogTail(20))
 	}
 	n, _ := c.proc.CountLogLines("accept failed; retrying")
-	t.Logf("%d connections held against a limit of %d; %d accept failures (EMFILE) logged and waited out", held, fdLimit, n)
+	t.Logf("%d connections held against a limit of %d; %d accept-failure lines (EMFILE, at most one a minute per port) logged; every port waited it out", held, fdLimit, n)
 }
 
 // With the default caps (shares of the open-file limit), a flood of the

@@ -21,8 +21,8 @@ type Config struct {
 	Refuse func(net.Conn)
 	// Name is the listener's name in log lines ("odata", "grpc").
 	Name string
-	// Log receives one line when accepting starts failing and one when
-	// a connection is first refused in a while; nil logs nothing.
+	// Log receives a line when accepting starts failing and one when a
+	// connection is refused, each at most once a minute; nil logs nothing.
 	Log *slog.Logger
 }
 
@@ -61,6 +61,7 @@ type Listener struct {
 	closeOnce sync.Once
 	done      chan struct{}
 	lastLog   atomic.Int64 // unix nanoseconds of the last refusal logged
+	lastFail  atomic.Int64 // and of the last accept failure logged
 }
 
 // Listen wraps ln; cfg must be valid.
@@ -85,7 +86,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 				return nil, err
 			}
 			l.retried.Add(1)
-			if delay == 0 && l.cfg.Log != nil {
+			if now := time.Now().UnixNano(); delay == 0 && l.cfg.Log != nil && now-l.lastFail.Load() > int64(time.Minute) {
+				l.lastFail.Store(now)
 				l.cfg.Log.Warn("accept failed; retrying", "listener", l.cfg.Name, "error", err)
 			}
 			delay = min(max(2*delay, minDelay), maxDelay)
