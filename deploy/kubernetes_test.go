@@ -39,6 +39,7 @@ type k8sObject struct {
 					} `yaml:"env"`
 					ReadinessProbe probe `yaml:"readinessProbe"`
 					LivenessProbe  probe `yaml:"livenessProbe"`
+					StartupProbe   probe `yaml:"startupProbe"`
 					VolumeMounts   []struct {
 						Name      string `yaml:"name"`
 						MountPath string `yaml:"mountPath"`
@@ -247,7 +248,11 @@ func TestKubernetesConfigMapUpdateReloadsRules(t *testing.T) {
 
 // k8sReadiness is the sluice container's readiness probe in
 // kubernetes/sluice.yaml.
-func k8sReadiness(t *testing.T) probe {
+func k8sReadiness(t *testing.T) probe { r, _, _ := k8sProbes(t); return r }
+
+// k8sProbes are the sluice container's readiness, liveness and startup
+// probes in kubernetes/sluice.yaml.
+func k8sProbes(t *testing.T) (readiness, liveness, startup probe) {
 	t.Helper()
 	raw, err := os.ReadFile("kubernetes/sluice.yaml")
 	if err != nil {
@@ -262,11 +267,12 @@ func k8sReadiness(t *testing.T) probe {
 			t.Fatalf("kubernetes/sluice.yaml: %v", err)
 		}
 		if o.Kind == "Deployment" && len(o.Spec.Template.Spec.Containers) == 1 {
-			return o.Spec.Template.Spec.Containers[0].ReadinessProbe
+			c := o.Spec.Template.Spec.Containers[0]
+			return c.ReadinessProbe, c.LivenessProbe, c.StartupProbe
 		}
 	}
 	t.Fatal("kubernetes/sluice.yaml: no Deployment with one container")
-	return probe{}
+	return probe{}, probe{}, probe{}
 }
 
 // The manifest says /healthcheck fails while Redis does not answer, and the
@@ -360,4 +366,37 @@ func TestKubernetesHealthFollowsRedis(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("/healthcheck failed %v after Redis went away", time.Since(killed).Round(time.Millisecond))
+
+	// Liveness does not follow Redis: its probe's path stays 200, so a
+	// Redis outage restarts no replica.
+	_, lp, _ := k8sProbes(t)
+	if lp.HTTPGet == nil || lp.HTTPGet.Path == "/healthcheck" {
+		t.Fatal("the liveness probe asks /healthcheck, which follows Redis: an outage would restart every replica")
+	}
+	resp, err := client.Get("http://" + srv.Addrs().HTTP.String() + lp.HTTPGet.Path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", lp.HTTPGet.Path, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("liveness %s with Redis down: %d, want 200", lp.HTTPGet.Path, resp.StatusCode)
+	}
+}
+
+// A replica started while Redis is down opens its ports only once Redis
+// answers (sluice retries it for ever, REDIS_STARTUP_MAX_ELAPSED_TIME 0):
+// the startup probe must hold liveness off long enough not to restart it
+// into a back-off that outlasts Redis's recovery.
+func TestKubernetesStartupOutlastsRedisOutage(t *testing.T) {
+	env, _, _ := k8sRules(t)
+	if v := env["REDIS_STARTUP_MAX_ELAPSED_TIME"]; v != "" && v != "0" && v != "0s" {
+		t.Fatalf("REDIS_STARTUP_MAX_ELAPSED_TIME=%s: a replica gives up on Redis and restarts", v)
+	}
+	_, lp, sp := k8sProbes(t)
+	if sp.HTTPGet == nil || lp.HTTPGet == nil || sp.HTTPGet.Path != lp.HTTPGet.Path {
+		t.Fatal("no startup probe on the liveness path")
+	}
+	if hold := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; hold < 30*time.Minute {
+		t.Fatalf("the startup probe holds liveness off for %v; a Redis outage can last longer", hold)
+	}
 }

@@ -100,11 +100,8 @@ var validKeys = map[string]bool{
 // key in the wrong place (unit: at the top level, say) is an error here,
 // where the reference would silently ignore it.
 func ParseYAML(name string, data []byte) (*DomainConfig, error) {
-	var generic map[any]any
-	if err := yaml.Unmarshal(data, &generic); err != nil {
-		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
-	}
-	if msg := validateKeys(generic); msg != "" {
+	generic, msg := parseGeneric(data) // yamlcheck.go: and validateKeys
+	if msg != "" {
 		return nil, &ConfigError{name, msg}
 	}
 	if msg := checkPlaces(generic, rootKeys, "the top level"); msg != "" {
@@ -112,7 +109,7 @@ func ParseYAML(name string, data []byte) (*DomainConfig, error) {
 	}
 	var root config.YamlRoot
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &ConfigError{name, "error loading config file: " + err.Error()}
+		return nil, &ConfigError{name, "error loading config file: " + describeYAMLError(data, err)}
 	}
 	return &DomainConfig{Domain: root.Domain, Descriptors: fromYAML(root.Descriptors)}, nil
 }
@@ -176,7 +173,7 @@ func validateKeys(m map[any]any) string {
 			}
 		case string, int, bool, nil:
 		default:
-			return "error checking config"
+			return badLeaf(ks, v) // yamlcheck.go
 		}
 	}
 	return ""
@@ -572,7 +569,7 @@ func (c *Config) Dump() string {
 			l := n.limit
 			unit := l.Unit.String()
 			line := fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
-				l.FullKey, unit, l.RequestsPerUnit, l.ShadowMode, l.QuotaMode)
+				escapeControl(l.FullKey), unit, l.RequestsPerUnit, l.ShadowMode, l.QuotaMode)
 			// Fixed-window lines stay the reference's; the extension is appended.
 			switch l.Algorithm {
 			case SlidingWindow:

@@ -19,16 +19,17 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		{"bad yaml", []string{"domain: d\ndescriptors:\n  - key: [\n"}, false, "f0.yaml: error loading config file: yaml: line 3: did not find expected node content"},
 		{"type error", []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n"}, false,
-			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 6: cannot unmarshal !!int `-1` into uint32"},
-		// yaml.v2 names the type it decodes into: the reference's.
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 6: requests_per_unit: cannot unmarshal !!int `-1` into uint32 (a whole number from 0 to 4294967295)"},
+		// yaml.v2 names the line and the type it decodes into (the
+		// reference's text); sluice adds the field.
 		{"descriptors not a list", []string{"domain: d\ndescriptors: abc\n"}, false,
-			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 2: cannot unmarshal !!str `abc` into []config.YamlDescriptor"},
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 2: descriptors: cannot unmarshal !!str `abc` into []config.YamlDescriptor"},
 		{"nested descriptors not a list", []string{"domain: d\ndescriptors:\n  - key: k\n    descriptors: 5\n"}, false,
-			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!int `5` into []config.YamlDescriptor"},
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: descriptors: cannot unmarshal !!int `5` into []config.YamlDescriptor"},
 		{"rate_limit not a map", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: x\n"}, false,
-			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `x` into config.YamlRateLimit"},
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: rate_limit: cannot unmarshal !!str `x` into config.YamlRateLimit"},
 		{"replaces not a list", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: x}\n"}, false,
-			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: cannot unmarshal !!str `x` into []config.yamlReplaces"},
+			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 4: replaces: cannot unmarshal !!str `x` into []config.yamlReplaces"},
 		{"a file that is a list", []string{"- a\n"}, false,
 			"f0.yaml: error loading config file: yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into map[interface {}]interface {}"},
 		{"key not a string", []string{"domain: d\n0.25: x\n"}, false, "f0.yaml: config error, key is not of type string: 0.25"},
@@ -36,7 +37,8 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown nested key", []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requestsperunit: 1}\n"}, false,
 			"f0.yaml: config error, unknown key 'requestsperunit'"},
 		{"list of non-maps", []string{"domain: d\ndescriptors: [a]\n"}, false, "f0.yaml: config error, yaml file contains list of type other than map: a"},
-		{"float leaf", []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n"}, false, "f0.yaml: error checking config"},
+		{"float leaf", []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n"}, false,
+			"f0.yaml: error checking config: 'requests_per_unit' is 1.5: not a string, a boolean or a whole number in range (requests_per_unit and burst: 0 to 4294967295) (line 4)"},
 		{"empty domain", []string{"descriptors:\n  - key: a\n"}, false, "f0.yaml: config file cannot have empty domain"},
 		{"empty file", []string{""}, false, "f0.yaml: config file cannot have empty domain"},
 		{"duplicate domain", []string{"domain: d\n", "domain: d\n"}, false, "f1.yaml: duplicate domain 'd' in config file"},

@@ -52,9 +52,10 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 	if id, hit := s.keyCache.get(string(key)); hit {
 		return "key:" + id, "", true
 	}
-	if wait, blocked := s.keyFails.blocked(addr); blocked {
+	wait, fails := s.keyFails.check(addr)
+	if fails == failBlocked {
 		s.metrics.refuse(refusedKeyThrottled)
-		s.tooMany(ctx, wait, "too many failed key checks from this address; retry after the time in Retry-After")
+		s.tooMany(ctx, wait, "too many failed key checks from this network; retry after the time in Retry-After")
 		return "", "", false
 	}
 	reqCtx, cancel := context.WithTimeout(s.base, controlTimeout)
@@ -73,6 +74,13 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx, origin string, browser b
 	if !ok {
 		s.metrics.keyFailed("unknown")
 		s.keyFails.failed(addr)
+		if fails == failOverflow {
+			// Failures from everywhere are over the limit: a failed key
+			// is refused as throttled; a valid one has just passed.
+			s.metrics.refuse(refusedKeyThrottled)
+			s.tooMany(ctx, wait, "too many failed key checks; retry after the time in Retry-After")
+			return "", "", false
+		}
 		s.write(ctx, fasthttp.StatusForbidden, bodyForbidden)
 		return "", "", false
 	}

@@ -276,18 +276,27 @@ func TestNextLinkBase(t *testing.T) {
 	otherOpts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	_, base4 := startServer(t, db, otherOpts, nil)
 	host4 := strings.TrimSuffix(strings.TrimPrefix(base4, "http://"), "/v1/odata/v4")
+	fwdOpts := trustedOpts
+	fwdOpts.ForwardedHeader = "Forwarded"
+	_, base5 := startServer(t, db, fwdOpts, nil)
 	for _, tc := range []struct {
 		base    string
 		headers []string
 		want    string
 	}{
 		{base2, nil, "http://" + host},
+		// A Host that is not this server's address writes no link.
+		{base2, []string{"Host", "evil.example"}, "http://" + host},
+		{base2, []string{"Host", "evil.example:" + strings.Split(host, ":")[1]}, "http://" + host},
+		{base2, []string{"Host", "localhost:" + strings.Split(host, ":")[1]}, "http://localhost:" + strings.Split(host, ":")[1]},
 		{base2, []string{"X-Forwarded-Proto", "https"}, "http://" + host},
 		{base2, []string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "http://" + host},
 		{base2, []string{"Forwarded", "proto=https;host=evil.example"}, "http://" + host},
 		{base3, []string{"X-Forwarded-Proto", "https"}, "https://" + host3},
 		{base3, []string{"X-Forwarded-Proto", "HTTPS, http", "X-Forwarded-Host", "data.example.org"}, "https://data.example.org"},
-		{base3, []string{"Forwarded", `for=192.0.2.60;proto=https;host="data.example.org:8443", for=10.1.1.1`}, "https://data.example.org:8443"},
+		{base3, []string{"Forwarded", `for=192.0.2.60;proto=https;host="data.example.org:8443", for=10.1.1.1`}, "http://" + host3},
+		{base5, []string{"Forwarded", `for=192.0.2.60;proto=https;host="data.example.org:8443", for=10.1.1.1`}, "https://data.example.org:8443"},
+		{base5, []string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "http://" + strings.TrimSuffix(strings.TrimPrefix(base5, "http://"), "/v1/odata/v4")},
 		{base3, []string{"X-Forwarded-Proto", "javascript", "X-Forwarded-Host", "a b/c"}, "http://" + host3},
 		{base4, []string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "http://" + host4},
 	} {

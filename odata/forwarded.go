@@ -37,7 +37,7 @@ func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 
 // clientAddr is the address per-address state counts a request by: its
 // peer's, or behind trusted proxies the right-most address of the
-// forwarding chain that is not a trusted proxy itself (the left-most one
+// forwarding chain of Options.ForwardedHeader that is not a trusted proxy itself (the left-most one
 // when all are), since every hop appends and only the trusted ones can be
 // believed not to have been written by the client.
 func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) string {
@@ -45,7 +45,7 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) string {
 	if len(s.opts.TrustedProxies) == 0 || !s.isTrusted(peer) {
 		return peer.String()
 	}
-	chain := forwardedFor(ctx)
+	chain := s.forwardedFor(ctx)
 	for i := len(chain) - 1; i >= 0; i-- {
 		if !s.isTrusted(chain[i]) || i == 0 {
 			return chain[i].String()
@@ -54,14 +54,19 @@ func (s *Server) clientAddr(ctx *fasthttp.RequestCtx) string {
 	return peer.String()
 }
 
-// forwardedFor is the client chain of Forwarded's for= (RFC 7239), or else
-// X-Forwarded-For, oldest first. An entry that is not an address (a
-// "unknown" or an obfuscated name) ends the chain there: the hops before
-// it cannot be located.
-func forwardedFor(ctx *fasthttp.RequestCtx) []netip.Addr {
+// forwardedFor is the client chain of the header the operator names
+// (Options.ForwardedHeader), oldest first: Forwarded's for= (RFC 7239)
+// when that is the one, else a comma-separated list of addresses as
+// X-Forwarded-For. The other headers are ignored: a proxy appends to one
+// of them and passes the client's own copies of the others through, so
+// preferring any other would let the client choose its address. An
+// entry that is not an address (a "unknown" or an obfuscated name) ends
+// the chain there: the hops before it cannot be located.
+func (s *Server) forwardedFor(ctx *fasthttp.RequestCtx) []netip.Addr {
 	var chain []netip.Addr
-	if f := ctx.Request.Header.PeekAll("Forwarded"); len(f) > 0 {
-		for _, h := range f {
+	name := s.opts.forwardedHeader()
+	if strings.EqualFold(name, "Forwarded") {
+		for _, h := range ctx.Request.Header.PeekAll("Forwarded") {
 			for _, el := range forwardedElements(string(h)) {
 				a, ok := parseNodeAddr(el["for"])
 				if !ok {
@@ -73,7 +78,7 @@ func forwardedFor(ctx *fasthttp.RequestCtx) []netip.Addr {
 		}
 		return chain
 	}
-	for _, h := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
+	for _, h := range ctx.Request.Header.PeekAll(name) {
 		for _, part := range strings.Split(string(h), ",") {
 			a, ok := parseNodeAddr(strings.TrimSpace(part))
 			if !ok {
@@ -87,18 +92,20 @@ func forwardedFor(ctx *fasthttp.RequestCtx) []netip.Addr {
 }
 
 // forwardedView is the scheme and host the client used, as the first
-// trusted proxy saw them ("" where not said).
+// trusted proxy saw them ("" where not said): Forwarded's proto= and
+// host= when Options.ForwardedHeader is Forwarded, else
+// X-Forwarded-Proto and X-Forwarded-Host.
 func (s *Server) forwardedView(ctx *fasthttp.RequestCtx) (scheme, host string) {
 	if !s.trusted(ctx) {
 		return "", ""
 	}
-	if f := ctx.Request.Header.Peek("Forwarded"); len(f) > 0 {
+	if !strings.EqualFold(s.opts.forwardedHeader(), "Forwarded") {
+		scheme = firstValue(ctx.Request.Header.Peek("X-Forwarded-Proto"))
+		host = firstValue(ctx.Request.Header.Peek("X-Forwarded-Host"))
+	} else if f := ctx.Request.Header.Peek("Forwarded"); len(f) > 0 {
 		if els := forwardedElements(string(f)); len(els) > 0 {
 			scheme, host = els[0]["proto"], els[0]["host"]
 		}
-	} else {
-		scheme = firstValue(ctx.Request.Header.Peek("X-Forwarded-Proto"))
-		host = firstValue(ctx.Request.Header.Peek("X-Forwarded-Host"))
 	}
 	scheme = strings.ToLower(scheme)
 	if scheme != "http" && scheme != "https" {

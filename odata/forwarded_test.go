@@ -41,8 +41,11 @@ func TestClientAddr(t *testing.T) {
 		{"10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9:5555"}, "198.51.100.9"},
 		{"10.0.0.5", []string{"X-Forwarded-For", "garbage"}, "10.0.0.5"},
 		{"10.0.0.5", []string{"X-Forwarded-For", "6.6.6.6, unknown, 10.0.0.7"}, "10.0.0.7"},
-		{"10.0.0.5", []string{"Forwarded", `for=198.51.100.9;proto=https, for="[2001:db8:2::1]:80"`}, "2001:db8:2::1"},
-		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`, "X-Forwarded-For", "198.51.100.9"}, "6.6.6.6"},
+		// The client's own Forwarded, passed through by a proxy that
+		// appends to X-Forwarded-For, chooses nothing.
+		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`, "X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
+		{"10.0.0.5", []string{"Forwarded", `for=6.6.6.6`}, "10.0.0.5"},
+		{"10.0.0.5", []string{"X-Real-IP", "6.6.6.6", "X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
 		{"2001:db8:1::2", []string{"X-Forwarded-For", "::ffff:198.51.100.9"}, "198.51.100.9"},
 		{"::ffff:10.0.0.5", []string{"X-Forwarded-For", "198.51.100.9"}, "198.51.100.9"},
 	} {
@@ -51,6 +54,27 @@ func TestClientAddr(t *testing.T) {
 		}
 		if got, want := untrusting.clientAddr(forwardedCtx(tc.peer, tc.headers...)), netip.MustParseAddr(tc.peer).Unmap().String(); got != want {
 			t.Errorf("no trusted proxies, peer %s %v: %s", tc.peer, tc.headers, got)
+		}
+	}
+}
+
+// With ForwardedHeader set, that header alone names the chain.
+func TestClientAddrNamedHeader(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	fwd := &Server{opts: Options{TrustedProxies: trusted, ForwardedHeader: "Forwarded"}}
+	real := &Server{opts: Options{TrustedProxies: trusted, ForwardedHeader: "X-Real-IP"}}
+	for _, tc := range []struct {
+		s       *Server
+		headers []string
+		want    string
+	}{
+		{fwd, []string{"Forwarded", `for=198.51.100.9;proto=https, for="[2001:db8:2::1]:80"`}, "2001:db8:2::1"},
+		{fwd, []string{"Forwarded", `for=6.6.6.6, for=198.51.100.9`, "X-Forwarded-For", "7.7.7.7"}, "198.51.100.9"},
+		{fwd, []string{"X-Forwarded-For", "7.7.7.7"}, "10.0.0.5"},
+		{real, []string{"X-Real-IP", "198.51.100.9", "X-Forwarded-For", "7.7.7.7"}, "198.51.100.9"},
+	} {
+		if got := tc.s.clientAddr(forwardedCtx("10.0.0.5", tc.headers...)); got != tc.want {
+			t.Errorf("%s: %v: %s, want %s", tc.s.opts.ForwardedHeader, tc.headers, got, tc.want)
 		}
 	}
 }
@@ -88,6 +112,16 @@ func TestMaskedURI(t *testing.T) {
 		"/x?%61pi_key=s&password=&sig=a=b":                        "/x?%61pi_key=xxxxx&password=xxxxx&sig=xxxxx",
 		"/x?$filter=CharacteristicName%20eq%20'pH'&x-api-key=sec": "/x?$filter=CharacteristicName%20eq%20'pH'&x-api-key=xxxxx",
 		"/x?key&&=v&%zz=1":                                        "/x?key&&=v&%zz=1",
+		// The probe's leaks: jwt=, code=, bearer=, ;-separated and path
+		// segments.
+		"/x?jwt=s&code=s&bearer=s":                        "/x?jwt=xxxxx&code=xxxxx&bearer=xxxxx",
+		"/x?$top=1;api_key=s;token=s":                     "/x?$top=1;api_key=xxxxx;token=xxxxx",
+		"/v1/odata/v4/Locations;api_key=s":                "/v1/odata/v4/Locations;api_key=xxxxx",
+		"/v1/api_key=s/Locations":                         "/v1/api_key=xxxxx/Locations",
+		"/v1/token/s3cr3t/Locations":                      "/v1/token/xxxxx/Locations",
+		"/x?q=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln":  "/x?q=xxxxx",
+		"/v1/eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln/x": "/v1/xxxxx/x",
+		"/v1/odata/v4/Locations('key')":                   "/v1/odata/v4/Locations('key')",
 	} {
 		if got := string(appendMaskedURI(nil, []byte(in))); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)

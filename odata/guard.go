@@ -3,6 +3,7 @@ package odata
 import (
 	"container/list"
 	"crypto/sha256"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -71,16 +72,28 @@ func (c *keyCache) put(secret, id string) {
 	c.m[h] = keyEntry{id: id, until: now.Add(c.ttl)}
 }
 
-// failThrottle counts failed key checks per client address in fixed
-// windows; an address over the limit is refused (429) without a lookup
-// until its window ends.
+// failThrottle counts failed key checks per client network in fixed
+// windows: an IPv4 /24 or an IPv6 /64, since one host owns a whole /64 and
+// rotating addresses within it costs nothing. A network over the limit is
+// refused (429) without a lookup until its window ends.
+//
+// When every tracked network is live and the table is full, the failures
+// of untracked networks are counted together (the overflow window), so
+// that rotating networks does not escape the throttle; but the overflow
+// refuses no key before it is checked: a caller from an untracked network
+// is always looked up, a valid key passes, and only a failed one is then
+// answered 429 instead of 403. An attacker's overflow never locks out
+// valid keys.
 type failThrottle struct {
 	limit  int
 	window time.Duration
 	now    func() time.Time
+	max    int // networks tracked (maxTracked)
 
-	mu sync.Mutex
-	m  map[string]failWindow
+	mu        sync.Mutex
+	m         map[netip.Prefix]failWindow
+	overflow  failWindow
+	lastSweep time.Time
 }
 
 type failWindow struct {
@@ -88,34 +101,61 @@ type failWindow struct {
 	n     int
 }
 
+// failState is what a failed-check throttle says of a caller.
+type failState int
+
+const (
+	failAllowed  failState = iota // check the key
+	failBlocked                   // 429 without a lookup
+	failOverflow                  // check the key; a failure is answered 429
+)
+
 func newFailThrottle(limit int, window time.Duration, now func() time.Time) *failThrottle {
-	return &failThrottle{limit: limit, window: window, now: now, m: map[string]failWindow{}}
+	return &failThrottle{limit: limit, window: window, now: now, max: maxTracked, m: map[netip.Prefix]failWindow{}}
 }
 
-// blocked says whether addr is over its limit, and for how long.
-func (f *failThrottle) blocked(addr string) (time.Duration, bool) {
+// failNetwork is the network addr's failures are counted by.
+func failNetwork(addr string) netip.Prefix {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return netip.Prefix{} // not an address: all such callers together
+	}
+	a = a.Unmap()
+	bits := 64
+	if a.Is4() {
+		bits = 24
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// check says how to treat a key check from addr, and how long its state
+// lasts.
+func (f *failThrottle) check(addr string) (time.Duration, failState) {
 	if f.limit <= 0 {
-		return 0, false
+		return 0, failAllowed
 	}
 	now := f.now()
+	net := failNetwork(addr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w, ok := f.m[addr]
-	if !ok {
-		if len(f.m) < maxTracked {
-			return 0, false
+	if w, ok := f.m[net]; ok {
+		end := w.start.Add(f.window)
+		if !now.Before(end) {
+			delete(f.m, net)
+			return 0, failAllowed
 		}
-		if w, ok = f.m[overflowAddr]; !ok {
-			return 0, false
+		if w.n >= f.limit {
+			return end.Sub(now), failBlocked
 		}
-		addr = overflowAddr
+		return 0, failAllowed
 	}
-	end := w.start.Add(f.window)
-	if !now.Before(end) {
-		delete(f.m, addr)
-		return 0, false
+	if len(f.m) >= f.max {
+		if end := f.overflow.start.Add(f.window); now.Before(end) && f.overflow.n >= f.limit {
+			return end.Sub(now), failOverflow
+		}
 	}
-	return end.Sub(now), w.n >= f.limit
+	return 0, failAllowed
 }
 
 // failed counts one failed check of addr.
@@ -124,34 +164,44 @@ func (f *failThrottle) failed(addr string) {
 		return
 	}
 	now := f.now()
+	net := failNetwork(addr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w, ok := f.m[addr]
-	if !ok || !now.Before(w.start.Add(f.window)) {
-		if !ok && len(f.m) >= maxTracked {
-			for k, e := range f.m {
-				if !now.Before(e.start.Add(f.window)) {
-					delete(f.m, k)
-				}
-			}
-			if len(f.m) >= maxTracked {
-				// Every tracked address is live: the untracked ones share
-				// one window, so rotating addresses does not escape it.
-				addr = overflowAddr
-				if w, ok = f.m[addr]; ok && now.Before(w.start.Add(f.window)) {
-					w.n++
-					f.m[addr] = w
-					return
-				}
-			}
-		}
-		w = failWindow{start: now}
+	w, ok := f.m[net]
+	if ok && now.Before(w.start.Add(f.window)) {
+		w.n++
+		f.m[net] = w
+		return
 	}
-	w.n++
-	f.m[addr] = w
+	if !ok && len(f.m) >= f.max {
+		f.sweep(now)
+	}
+	if ok || len(f.m) < f.max {
+		f.m[net] = failWindow{start: now, n: 1}
+		return
+	}
+	// Every tracked network is live: the untracked ones share a window.
+	if !now.Before(f.overflow.start.Add(f.window)) {
+		f.overflow = failWindow{start: now}
+	}
+	f.overflow.n++
 }
 
-// overflowAddr names the state shared by the addresses beyond maxTracked.
+// sweep drops the ended windows, at most a few times a window: a full
+// table of live networks is not walked again for every failure.
+func (f *failThrottle) sweep(now time.Time) {
+	if now.Sub(f.lastSweep) < f.window/8 {
+		return
+	}
+	f.lastSweep = now
+	for k, e := range f.m {
+		if !now.Before(e.start.Add(f.window)) {
+			delete(f.m, k)
+		}
+	}
+}
+
+// overflowAddr names the browser callers' state shared beyond maxTracked.
 const overflowAddr = "overflow"
 
 // recent is a bounded set of names by last use: the browser callers

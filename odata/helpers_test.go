@@ -153,6 +153,10 @@ func do(t *testing.T, c *http.Client, method, url string, headers ...string) res
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		if strings.EqualFold(headers[i], "Host") {
+			req.Host = headers[i+1] // net/http ignores a Host in Header
+			continue
+		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := c.Do(req)

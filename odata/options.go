@@ -30,6 +30,14 @@ type Options struct {
 	// links, and for the client address that browser callers and failed
 	// key checks are counted by. Empty: none, the headers are ignored.
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the one header a trusted proxy's client chain is
+	// read from (the right-most hop in it that is not a trusted proxy is
+	// the client): "X-Forwarded-For" (the default, also when empty: nginx,
+	// Envoy and most load balancers append to it), "Forwarded" (RFC 7239
+	// for=; then its proto= and host= are the link's scheme and host), or
+	// another list of addresses such as "X-Real-IP". The proxy should
+	// strip the others: they are ignored, whatever the client sends.
+	ForwardedHeader string
 	// MaxPageBytes caps the size of a page body (before compression); a
 	// page that would exceed it is refused with 413 before streaming.
 	MaxPageBytes int64
@@ -60,6 +68,8 @@ type Options struct {
 	PaceWait time.Duration
 	// PaceQueue is how many requests of one key may wait at once, and
 	// PaceQueueTotal how many of all keys; one more gets 429 at once.
+	// Anonymous (browser origin) callers have room of their own, half of
+	// PaceQueueTotal (at least PaceQueue): they cannot take the keys'.
 	PaceQueue      int
 	PaceQueueTotal int
 	// FailOpen serves requests when the rate limiter fails instead of
@@ -89,9 +99,10 @@ type Options struct {
 	// the database again; a revocation takes effect within it. 0: no cache.
 	KeyCacheTTL time.Duration
 	// KeyFailures failed key checks (unknown or revoked keys) from one
-	// client address within KeyFailureWindow make its further key checks
-	// answer 429 without a database lookup until the window ends. 0: no
-	// throttle.
+	// client network (IPv4 /24, IPv6 /64) within KeyFailureWindow make its
+	// further key checks answer 429 without a database lookup until the
+	// window ends. 0: no throttle. Networks beyond the tracked ones share
+	// a count that answers failed keys 429 but never refuses a valid one.
 	KeyFailures      int
 	KeyFailureWindow time.Duration
 	// OriginMaxInFlight caps the requests in flight of one browser origin
@@ -122,7 +133,19 @@ type Options struct {
 	// second on average (bursts of as many); the lines over it are counted
 	// and the count is written on the next line as "suppressed".
 	AccessLogPerSecond int
+	// MaxConnections caps the connections open at once on the port; one
+	// beyond it is answered 503 with Retry-After and closed. 0 derives it
+	// from the process's file limit (40 %, netx.ShareOfFiles), negative:
+	// no cap. Whatever the cap, Serve waits out a failed accept (out of
+	// file descriptors) rather than stopping.
+	MaxConnections int
 }
+
+// ODataFileShare is the percentage of the process's file limit a derived
+// MaxConnections takes: the rate limit service's ports take 45 % more
+// (transport.DefaultMaxConnections), the rest is left to files, the store
+// and the backends.
+const ODataFileShare = 40
 
 // DefaultOptions are the documented defaults: port 8000, root /v1/odata/v4,
 // a 64 MiB page cap, a 30 s budget, zstd and gzip on (br off), sequential
@@ -158,6 +181,14 @@ func DefaultOptions() Options {
 	}
 }
 
+// forwardedHeader is ForwardedHeader with its default.
+func (o Options) forwardedHeader() string {
+	if o.ForwardedHeader == "" {
+		return "X-Forwarded-For"
+	}
+	return o.ForwardedHeader
+}
+
 // KeyConns is how many connections of the store's pool a derived
 // MaxQueries leaves to API key checks.
 const KeyConns = 2
@@ -191,6 +222,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("odata: PaceWait must not be negative (0: refuse at once), got %v", o.PaceWait)
 	case o.PaceWait > 0 && (o.PaceQueue < 1 || o.PaceQueueTotal < o.PaceQueue):
 		return fmt.Errorf("odata: with PaceWait set, PaceQueue must be at least 1 and PaceQueueTotal at least PaceQueue, got %d and %d", o.PaceQueue, o.PaceQueueTotal)
+	case !validHeaderName(o.ForwardedHeader):
+		return fmt.Errorf("odata: ForwardedHeader %q is not a header name", o.ForwardedHeader)
 	case o.AccessLog != nil && o.AccessLogPerSecond < 1:
 		return fmt.Errorf("odata: AccessLogPerSecond must be at least 1 with an access log, got %d", o.AccessLogPerSecond)
 	}
@@ -210,4 +243,15 @@ func (o Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validHeaderName accepts "" (the default) and HTTP token characters.
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

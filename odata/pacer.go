@@ -3,6 +3,7 @@ package odata
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,12 +38,19 @@ var (
 )
 
 // turns is the per-key FIFO of requests waiting for their turn.
+//
+// Requests of API keys and anonymous ones (browser origins, named
+// "origin:...") wait in separate room: up to total of keys', and up to
+// anonTotal (half as many) of anonymous callers, whose names anyone can
+// mint by changing address; so anonymous callers can never take the
+// room of keys.
 type turns struct {
-	perKey, total int
+	perKey, total, anonTotal int
 
 	mu      sync.Mutex
 	keys    map[string]*keyLine
-	waiting int // requests queued, all keys
+	waiting int // requests queued, all callers
+	anon    int // of them, anonymous ones
 	closing chan struct{}
 	closed  bool
 }
@@ -63,11 +71,31 @@ type waiter struct {
 }
 
 func newTurns(o Options) *turns {
-	t := &turns{perKey: o.PaceQueue, total: o.PaceQueueTotal, keys: map[string]*keyLine{}, closing: make(chan struct{})}
+	t := &turns{perKey: o.PaceQueue, total: o.PaceQueueTotal, anonTotal: max(o.PaceQueueTotal/2, o.PaceQueue),
+		keys: map[string]*keyLine{}, closing: make(chan struct{})}
 	if o.PaceWait == 0 {
-		t.perKey, t.total = 0, 0 // no one waits
+		t.perKey, t.total, t.anonTotal = 0, 0, 0 // no one waits
 	}
 	return t
+}
+
+// anonymous says whether a caller is a browser origin (no key).
+func anonymous(caller string) bool { return strings.HasPrefix(caller, "origin:") }
+
+// full says whether the room of caller's kind is taken.
+func (t *turns) full(caller string) bool {
+	if anonymous(caller) {
+		return t.anon >= t.anonTotal
+	}
+	return t.waiting-t.anon >= t.total
+}
+
+// count adds d to the waiters of caller's kind.
+func (t *turns) count(caller string, d int) {
+	t.waiting += d
+	if anonymous(caller) {
+		t.anon += d
+	}
 }
 
 // take waits until key's turn is this request's. It returns nil holding
@@ -91,14 +119,14 @@ func (t *turns) take(key string, deadline time.Time, gone func() <-chan struct{}
 		t.mu.Unlock()
 		return 0, nil
 	}
-	if len(line.waiters) >= t.perKey || t.waiting >= t.total {
+	if len(line.waiters) >= t.perKey || t.full(key) {
 		retry = line.estimate(len(line.waiters) + 1)
 		t.mu.Unlock()
 		return retry, errQueueFull
 	}
 	w := &waiter{ready: make(chan struct{})}
 	line.waiters = append(line.waiters, w)
-	t.waiting++
+	t.count(key, 1)
 	t.mu.Unlock()
 
 	timer := time.NewTimer(time.Until(deadline))
@@ -121,7 +149,7 @@ func (t *turns) take(key string, deadline time.Time, gone func() <-chan struct{}
 		return time.Second, err
 	}
 	line.remove(w)
-	t.waiting--
+	t.count(key, -1)
 	retry = line.estimate(len(line.waiters) + 1)
 	t.mu.Unlock()
 	return retry, err
@@ -142,7 +170,7 @@ func (t *turns) release(key string) {
 	w := line.waiters[0]
 	line.waiters[0] = nil
 	line.waiters = line.waiters[1:]
-	t.waiting--
+	t.count(key, -1)
 	w.handed = true
 	close(w.ready)
 }

@@ -3,6 +3,8 @@ package odata
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -210,8 +212,8 @@ func (s *Server) nextLink(ctx *fasthttp.RequestCtx, q *query.Query, last query.K
 }
 
 // appendServiceRoot appends the absolute URL of Root: from PublicURL, or
-// else the request's Host and scheme (https when it came over TLS), or
-// those a trusted proxy forwarded.
+// else the scheme and host a trusted proxy forwarded, or the request's
+// scheme (https when it came over TLS) and linkHost.
 func (s *Server) appendServiceRoot(b []byte, ctx *fasthttp.RequestCtx) []byte {
 	if s.opts.PublicURL != "" {
 		b = append(b, strings.TrimSuffix(s.opts.PublicURL, "/")...)
@@ -226,12 +228,43 @@ func (s *Server) appendServiceRoot(b []byte, ctx *fasthttp.RequestCtx) []byte {
 	}
 	b = append(b, scheme...)
 	b = append(b, "://"...)
-	if host != "" {
-		b = append(b, host...)
-	} else {
-		b = append(b, ctx.Host()...)
+	if host == "" {
+		host = linkHost(ctx)
 	}
+	b = append(b, host...)
 	return append(b, s.opts.Root...)
+}
+
+// linkHost is the host[:port] of links made without PublicURL or a
+// forwarded host: the request's Host when it names the address the
+// connection reached (or "localhost" on a loopback connection), else that
+// address itself. Anyone can send any Host, and the links one client is
+// given are seen by others (a cache in front keeps them), so a Host that
+// is not this server's own does not write them; deployments known by a
+// name set -public-url.
+func linkHost(ctx *fasthttp.RequestCtx) string {
+	local, ok := ctx.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return string(ctx.Host())
+	}
+	la, _ := netip.AddrFromSlice(local.IP)
+	la = la.Unmap()
+	self := netip.AddrPortFrom(la, uint16(local.Port)).String()
+	h := string(ctx.Host())
+	name, port, err := net.SplitHostPort(h)
+	if err != nil {
+		name, port = strings.Trim(h, "[]"), ""
+	}
+	if port != strconv.Itoa(local.Port) && (port != "" || local.Port != 80 && local.Port != 443) {
+		return self
+	}
+	if a, err := netip.ParseAddr(name); err == nil && a.Unmap() == la {
+		return h
+	}
+	if strings.EqualFold(name, "localhost") && la.IsLoopback() {
+		return h
+	}
+	return self
 }
 
 // encoding picks the response coding from Accept-Encoding.

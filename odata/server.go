@@ -17,6 +17,8 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/internal/netx"
 )
 
 // Server serves the API. Create it with NewServer, run it with Serve, stop
@@ -150,7 +152,15 @@ func (s *Server) MaxQueries() int {
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.http.Serve(&stallListener{Listener: ln, s: s})
+	limit := s.opts.MaxConnections
+	if limit == 0 {
+		limit = netx.ShareOfFiles(ODataFileShare)
+	}
+	guarded, err := netx.Listen(ln, netx.Config{Max: max(0, limit), Refuse: netx.RefuseHTTP, Name: "odata", Log: s.log})
+	if err != nil {
+		return err
+	}
+	err = s.http.Serve(&stallListener{Listener: guarded, s: s})
 	if err != nil && s.isClosed() {
 		return nil
 	}

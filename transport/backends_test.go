@@ -363,3 +363,24 @@ func TestLocalCacheSparesRedis(t *testing.T) {
 		t.Errorf("over_limit = %d", got)
 	}
 }
+
+// Liveness and readiness part: with Redis down, /healthcheck (readiness,
+// the reference's) turns 500 and /livez (liveness) stays 200, so the
+// manifests' liveness probe restarts no replica for a Redis outage.
+func TestLivenessIgnoresRedis(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
+		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true", "REDIS_TIMEOUT": "200ms"},
+		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
+	if code, _ := h.get(t, h.http+"/healthcheck"); code != 200 {
+		t.Fatalf("/healthcheck with Redis up: %d", code)
+	}
+	r.Kill()
+	testenv.Eventually(t, "/healthcheck to follow Redis down", func() bool {
+		code, _ := h.get(t, h.http+"/healthcheck")
+		return code == 500
+	})
+	if code, body := h.get(t, h.http+"/livez"); code != 200 || body != "OK" {
+		t.Fatalf("/livez with Redis down: %d %q, want 200 OK", code, body)
+	}
+}

@@ -21,7 +21,11 @@ import (
 //     from its last answer to send nothing more on that connection;
 //  3. a connection idle for drainIdle (none of its requests in flight) is
 //     closed: a client that has sent nothing for that long is not in the
-//     middle of sending;
+//     middle of sending. Idle as net/http sees it is not enough: under CPU
+//     load a request can sit unread in the socket, or be read in part, for
+//     longer than that while net/http still calls the connection idle. So
+//     one with bytes read since it turned idle, or with bytes waiting in
+//     the socket, is left to be answered (drainconn.go);
 //  4. once none is left, or the grace ends, Shutdown finishes the rest.
 type drainServer struct {
 	*http.Server
@@ -35,6 +39,7 @@ type drainServer struct {
 type connState struct {
 	state http.ConnState
 	since time.Time
+	reads int64 // the connection's reads when it took this state
 }
 
 // drainIdle is how long a connection must have been idle before a drain
@@ -62,13 +67,14 @@ func (d *drainServer) track(c net.Conn, st http.ConnState) {
 	case http.StateClosed, http.StateHijacked:
 		delete(d.conns, c)
 	default:
-		d.conns[c] = connState{state: st, since: time.Now()}
+		d.conns[c] = connState{state: st, since: time.Now(), reads: readsOf(c)}
 	}
 }
 
 // Serve serves ln until drain; a listener closed by drain ends it with
 // http.ErrServerClosed, as Shutdown would.
 func (d *drainServer) Serve(ln net.Listener) error {
+	ln = &drainListener{Listener: ln}
 	d.mu.Lock()
 	d.ln = ln
 	d.mu.Unlock()
@@ -105,7 +111,7 @@ func (d *drainServer) closeIdle(now time.Time) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for c, s := range d.conns {
-		if (s.state == http.StateIdle || s.state == http.StateNew) && now.Sub(s.since) >= drainIdle {
+		if (s.state == http.StateIdle || s.state == http.StateNew) && now.Sub(s.since) >= drainIdle && !holdsRequest(c, s) {
 			_ = c.Close()
 			delete(d.conns, c) // its StateClosed follows
 		}

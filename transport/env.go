@@ -182,6 +182,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GRPCServer:            e.String("SLUICE_GRPC_SERVER", GRPCServerNative),
 	}
 	s.Listen.HTTPTimeouts, s.Listen.GRPCLimits = connLimitsFromEnv(e)
+	s.Listen.MaxConnections = maxConnectionsFromEnv(e)
 	floor := DefaultGCHeapFloorMiB
 	if _, ok := e.Lookup("GOGC"); ok {
 		floor = 0
@@ -189,17 +190,7 @@ func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	s.Runtime = RuntimeSettings{GCHeapFloorMiB: e.Int("SLUICE_GC_HEAP_FLOOR_MIB", floor)}
 	s.Log = LogSettings{Level: e.String("LOG_LEVEL", "WARN"), Format: e.String("LOG_FORMAT", "text"),
 		RepeatInterval: e.Duration("SLUICE_LOG_REPEAT_INTERVAL", ratelog.DefaultInterval)}
-	s.Config = ConfigSettings{
-		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
-		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
-		Subdirectory:      e.String("RUNTIME_SUBDIRECTORY", ""),
-		AppDirectory:      e.String("RUNTIME_APPDIRECTORY", "config"),
-		IgnoreDotFiles:    e.Bool("RUNTIME_IGNOREDOTFILES", false),
-		WatchRoot:         e.Bool("RUNTIME_WATCH_ROOT", true),
-		MergeDomains:      e.Bool("MERGE_DOMAIN_CONFIG", false),
-		ForceStart:        e.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
-		HealthyWithConfig: e.Bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
-	}
+	s.Config = configFromEnv(e)
 	eo := engine.DefaultOptions()
 	eo.ExpirationJitterMax = time.Duration(e.Int("EXPIRATION_JITTER_MAX_SECONDS", int(eo.ExpirationJitterMax/time.Second))) * time.Second
 	eo.NearLimitRatio = e.Float32("NEAR_LIMIT_RATIO", eo.NearLimitRatio)
@@ -259,6 +250,23 @@ func connLimitsFromEnv(e *Env) (HTTPTimeouts, GRPCLimits) {
 			IdleTimeout:          e.Duration("SLUICE_GRPC_IDLE_TIMEOUT", gl.IdleTimeout),
 			StallTimeout:         e.Duration("SLUICE_GRPC_STALL_TIMEOUT", gl.StallTimeout),
 		}
+}
+
+// configFromEnv reads the rule source's settings.
+func configFromEnv(e *Env) ConfigSettings {
+	return ConfigSettings{
+		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
+		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		Subdirectory:      e.String("RUNTIME_SUBDIRECTORY", ""),
+		AppDirectory:      e.String("RUNTIME_APPDIRECTORY", "config"),
+		IgnoreDotFiles:    e.Bool("RUNTIME_IGNOREDOTFILES", false),
+		WatchRoot:         e.Bool("RUNTIME_WATCH_ROOT", true),
+		MergeDomains:      e.Bool("MERGE_DOMAIN_CONFIG", false),
+		ForceStart:        e.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
+		HealthyWithConfig: e.Bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+		MaxBytes:          int64(e.Int("SLUICE_CONFIG_MAX_BYTES", DefaultConfigMaxBytes)),
+		ReadTimeout:       e.Duration("SLUICE_CONFIG_READ_TIMEOUT", DefaultConfigReadTimeout),
+	}
 }
 
 // redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -48,7 +47,14 @@ type FileSource struct {
 
 // NewFileSource checks nothing on disk yet: a missing directory is a load
 // error reported on the channel, as in the reference.
+// Zero MaxBytes and ReadTimeout take their defaults.
 func NewFileSource(s ConfigSettings, log *slog.Logger) *FileSource {
+	if s.MaxBytes <= 0 {
+		s.MaxBytes = DefaultConfigMaxBytes
+	}
+	if s.ReadTimeout <= 0 {
+		s.ReadTimeout = DefaultConfigReadTimeout
+	}
 	return &FileSource{s: s, log: log}
 }
 
@@ -60,7 +66,10 @@ func (f *FileSource) dir() string {
 	return filepath.Join(f.s.RuntimeRoot, f.s.Subdirectory, f.s.AppDirectory)
 }
 
-// Load reads the files once.
+// Load reads the files once: regular files only (a FIFO, socket or device
+// is skipped with a warning: opening or reading one could block for
+// good), all of them together at most MaxBytes, within ReadTimeout.
+// Beyond either bound the load fails and the rules in use stay.
 func (f *FileSource) Load() ([]engine.ConfigFile, error) {
 	if f.s.WatchRoot && f.s.Subdirectory == "" {
 		f.log.Warn("no runtime configuration. using nil loader.")
@@ -68,6 +77,7 @@ func (f *FileSource) Load() ([]engine.ConfigFile, error) {
 	}
 	root := f.dir()
 	var files []engine.ConfigFile
+	rd := &ruleReader{left: f.s.MaxBytes, deadline: time.Now().Add(f.s.ReadTimeout), max: f.s.MaxBytes, log: f.log}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -89,8 +99,8 @@ func (f *FileSource) Load() ([]engine.ConfigFile, error) {
 		if f.s.WatchRoot && !strings.HasPrefix(name, "config.") {
 			return nil
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
+		data, ok, err := rd.read(path)
+		if err != nil || !ok {
 			return err
 		}
 		files = append(files, engine.ConfigFile{Name: name, YAML: data})

@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -141,4 +144,71 @@ func TestFileSourceFileMovedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFiles("a.yaml b.yaml")
+}
+
+// A FIFO among the rule files (zz.yaml) is skipped with a warning: opening
+// or reading it used to block the load, and with it SIGTERM, for good.
+func TestFileSourceSkipsFIFO(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "app", "config")
+	write(t, dir, "a.yaml", "domain: first\n")
+	if err := syscall.Mkfifo(filepath.Join(dir, "zz.yaml"), 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	var log strings.Builder
+	src := transport.NewFileSource(transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+		slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil)))
+	type loaded struct {
+		files []engine.ConfigFile
+		err   error
+	}
+	done := make(chan loaded, 1)
+	go func() { files, err := src.Load(); done <- loaded{files, err} }()
+	select {
+	case l := <-done:
+		if l.err != nil || len(l.files) != 1 || l.files[0].Name != "a.yaml" {
+			t.Fatalf("Load: %v, %d files", l.err, len(l.files))
+		}
+	case <-time.After(30 * time.Second):
+		// Unblock the reader so that the test can end.
+		if f, err := os.OpenFile(filepath.Join(dir, "zz.yaml"), os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("Load blocked on a FIFO")
+	}
+	if !strings.Contains(log.String(), "not a regular file") {
+		t.Fatalf("no warning about the FIFO: %q", log.String())
+	}
+}
+
+// Rule files larger than SLUICE_CONFIG_MAX_BYTES together fail the load
+// (the rules in use stay); at the cap they load.
+func TestFileSourceSizeCap(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "app", "config")
+	body := "domain: d\n# " + strings.Repeat("x", 100) + "\n"
+	write(t, dir, "a.yaml", body)
+	write(t, dir, "b.yaml", strings.Replace(body, "domain: d", "domain: e", 1))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config", MaxBytes: int64(2 * len(body))}
+	if files, err := transport.NewFileSource(cfg, quiet).Load(); err != nil || len(files) != 2 {
+		t.Fatalf("at the cap: %v, %d files", err, len(files))
+	}
+	cfg.MaxBytes--
+	_, err := transport.NewFileSource(cfg, quiet).Load()
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_CONFIG_MAX_BYTES") {
+		t.Fatalf("a byte over the cap: %v", err)
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -18,12 +18,24 @@ import (
 // maxJSONBody bounds a /json request body; a real request is a few hundred bytes.
 const maxJSONBody = 1 << 20
 
-// newHTTPHandler serves /json and /healthcheck, any method, exact paths; every
-// other path is the standard 404.
+// newHTTPHandler serves /json, /healthcheck and /livez, any method, exact
+// paths; every other path is the standard 404.
+//
+// /healthcheck is readiness, as the reference's: 500 while the backend is
+// unreachable (with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), before the
+// first rules with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, and from
+// SIGTERM on. /livez is liveness: 200 whenever the process serves HTTP, so
+// that a backend outage takes replicas out of the Service without
+// restarting them (a restart cures no outage, and its back-off can outlast
+// it).
 func newHTTPHandler(d Decider, h *Health, log *slog.Logger, errs *errorLog) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/json", jsonHandler(d, log, errs))
 	mux.HandleFunc("/healthcheck", healthHandler(h))
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "OK")
+	})
 	return mux
 }
 

@@ -35,6 +35,7 @@ type listeners struct {
 	// server options it cannot honour), with nativeTLS if TLS is on.
 	nativeOK  bool
 	nativeTLS *tls.Config
+	plainGRPC bool // see accept.go
 	debugEnd  map[string]DebugEndpoint
 	stats     *stats.Store
 
@@ -58,6 +59,9 @@ func (n *listeners) Addrs() Addrs {
 // end arrives on the channel, three in all.
 func (n *listeners) serve(s *Server) (<-chan error, error) {
 	lns, err := n.listen()
+	if err == nil {
+		lns, err = n.guard(lns, s.log) // accept.go
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
@@ -27,6 +28,11 @@ type loader struct {
 
 	loadSuccess, loadError *stats.Counter
 	runtimeStats           *runtimeStats // nil unless CONFIG_TYPE=FILE
+
+	// parse is svc.LoadConfig (a test's stand-in may block); parses are
+	// the ones running, abandoned or not (see applyWithin).
+	parse  func(files []engine.ConfigFile, merge bool) (*engine.Config, error)
+	parses sync.WaitGroup
 }
 
 // runtimeStats are the reference's goruntime loader figures: every reload
@@ -53,6 +59,7 @@ func newLoader(s Settings, o Options, src ConfigSource, svc *engine.Service, h *
 	l := &loader{source: src, svc: svc, health: h, log: o.Logger, mergeDomains: s.Config.MergeDomains,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
+		parse:       svc.LoadConfig,
 	}
 	if s.Config.Type == "FILE" {
 		// The reference's file runtime (goruntime) counts its loads under
@@ -66,9 +73,43 @@ func newLoader(s Settings, o Options, src ConfigSource, svc *engine.Service, h *
 	return l
 }
 
-// apply loads one configuration event; a failure keeps the previous config.
-func (l *loader) apply(ev ConfigEvent) {
-	err := l.load(ev)
+// applyWithin applies ev unless ctx ends first, and then says false: the
+// parse of a large rule set runs on by itself (bounded by
+// SLUICE_CONFIG_MAX_BYTES) and its outcome is dropped, so that a shutdown
+// never waits for it.
+func (l *loader) applyWithin(ctx context.Context, ev ConfigEvent) bool {
+	if ev.Err != nil {
+		l.apply(ev, nil)
+		return true
+	}
+	type parsed struct {
+		cfg *engine.Config
+		err error
+	}
+	done := make(chan parsed, 1)
+	l.parses.Add(1)
+	go func() {
+		defer l.parses.Done()
+		cfg, err := l.parse(ev.Files, l.mergeDomains)
+		done <- parsed{cfg, err}
+	}()
+	select {
+	case p := <-done:
+		if p.err != nil {
+			ev.Err = p.err
+		}
+		l.apply(ev, p.cfg)
+		return true
+	case <-ctx.Done():
+		l.log.Warn("shutting down during a configuration load; its outcome is dropped")
+		return false
+	}
+}
+
+// apply loads one configuration event, parsed into cfg (nil: parse it
+// here); a failure keeps the previous config.
+func (l *loader) apply(ev ConfigEvent, cfg *engine.Config) {
+	err := l.load(ev, cfg)
 	if ev.Applied != nil {
 		select {
 		case ev.Applied <- err:
@@ -77,7 +118,7 @@ func (l *loader) apply(ev ConfigEvent) {
 	}
 }
 
-func (l *loader) load(ev ConfigEvent) error {
+func (l *loader) load(ev ConfigEvent, cfg *engine.Config) error {
 	if rs := l.runtimeStats; rs != nil {
 		rs.attempts.Inc()
 		if ev.Err != nil {
@@ -86,9 +127,9 @@ func (l *loader) load(ev ConfigEvent) error {
 			rs.numValues.Set(int64(len(ev.Files)))
 		}
 	}
-	cfg, err := (*engine.Config)(nil), ev.Err
-	if err == nil {
-		cfg, err = l.svc.LoadConfig(ev.Files, l.mergeDomains)
+	err := ev.Err
+	if err == nil && cfg == nil {
+		cfg, err = l.parse(ev.Files, l.mergeDomains)
 	}
 	if err != nil {
 		l.loadError.Inc()

@@ -92,7 +92,10 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 		grpcOpts: append(append([]grpc.ServerOption{}, o.GRPCServerOptions...), srv.ops.grpcServerOptions()...),
 		// The native gRPC server does TLS itself; interceptors and stats
 		// handlers (the embedder's, tracing) exist only in grpc-go's.
-		nativeOK: len(o.GRPCServerOptions) == 0 && srv.ops.tracing == nil}
+		nativeOK: len(o.GRPCServerOptions) == 0 && srv.ops.tracing == nil,
+		// A refused connection is told so in plaintext HTTP/2 only where
+		// the port speaks it (no TLS, no embedder's credentials).
+		plainGRPC: len(o.GRPCServerOptions) == 0 && srv.ops.tls == nil}
 	if srv.ops.tls != nil {
 		srv.net.nativeTLS = srv.ops.tls.TLSConfig()
 	}
@@ -181,7 +184,9 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		once := sync.OnceFunc(func() { close(first) })
 		defer once()
 		for ev := range events {
-			s.loader.apply(ev)
+			if !s.loader.applyWithin(cfgCtx, ev) {
+				return // shutting down: never wait for a parse
+			}
 			once()
 		}
 	}()

@@ -88,6 +88,9 @@ type ListenSettings struct {
 	// (SLUICE_GRPC_MAX_CONCURRENT_STREAMS, SLUICE_GRPC_IDLE_TIMEOUT,
 	// SLUICE_GRPC_STALL_TIMEOUT).
 	GRPCLimits GRPCLimits
+	// MaxConnections caps the connections open at once on each port
+	// (accept.go).
+	MaxConnections MaxConnections
 }
 
 // DefaultGRPCStreamWorkers covers the calls in flight of a busy gateway
@@ -178,7 +181,28 @@ type ConfigSettings struct {
 	MergeDomains      bool
 	ForceStart        bool // FORCE_START_WITHOUT_INITIAL_CONFIG
 	HealthyWithConfig bool // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+	// MaxBytes caps the rule files of one load together
+	// (SLUICE_CONFIG_MAX_BYTES): a load beyond it fails and the rules in
+	// use stay. ReadTimeout bounds the reading of one load
+	// (SLUICE_CONFIG_READ_TIMEOUT). See files.go.
+	MaxBytes    int64
+	ReadTimeout time.Duration
 }
+
+// Validate checks the file source's bounds (when it is the source).
+func (c ConfigSettings) Validate() error {
+	if c.Type == "FILE" && (c.MaxBytes <= 0 || c.ReadTimeout <= 0) {
+		return fmt.Errorf("SLUICE_CONFIG_MAX_BYTES (%d) and SLUICE_CONFIG_READ_TIMEOUT (%v) must be positive", c.MaxBytes, c.ReadTimeout)
+	}
+	return nil
+}
+
+// DefaultConfigMaxBytes is SLUICE_CONFIG_MAX_BYTES's default: about 45,000
+// rules, parsed in a few seconds, well inside the 10 s drain.
+const DefaultConfigMaxBytes = 4 << 20
+
+// DefaultConfigReadTimeout is SLUICE_CONFIG_READ_TIMEOUT's default.
+const DefaultConfigReadTimeout = 10 * time.Second
 
 // LimiterSettings are the decision engine's options as the environment sets
 // them (NEAR_LIMIT_RATIO, CACHE_KEY_PREFIX, ...; Timeout is
@@ -361,6 +385,9 @@ func (s Settings) Validate() error {
 
 func (s Settings) validateOps() []error {
 	var errs []error
+	if err := s.Config.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.Stats.Validate(); err != nil {
 		errs = append(errs, err)
 	}

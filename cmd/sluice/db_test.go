@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -55,5 +56,19 @@ func TestDBFromEnv(t *testing.T) {
 				t.Fatalf("db %q, want %q", *db, tc.want)
 			}
 		})
+	}
+}
+
+// A -db value of no known form (a password given in the wrong place, say)
+// is refused without creating a file of that name or echoing it.
+func TestDBOfNoKnownFormIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	_, err := openODataStore(context.Background(), "S3cr3tPW")
+	if err == nil || strings.Contains(err.Error(), "S3cr3tPW") {
+		t.Fatalf("openODataStore(S3cr3tPW): %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("files created: %v", entries)
 	}
 }

@@ -84,6 +84,11 @@ func dbFromEnv(fs *flag.FlagSet, db *string, lookup func(string) (string, bool))
 // cfgs is at most one Config (none: no statement timeout, for the
 // maintenance commands).
 func openODataStore(ctx context.Context, dsn string, cfgs ...sqlstore.Config) (*sqlstore.DB, error) {
+	if !sqlstore.IsPostgres(dsn) && !strings.HasPrefix(dsn, "sqlite:") {
+		// Not echoed: a value of no known form is as likely a password
+		// given in the wrong place as a file name.
+		return nil, errors.New(`-db is neither a "postgres://" URL, libpq keywords ("host=... dbname=...") nor "sqlite:/path"; nothing was opened or created`)
+	}
 	if !sqlstore.IsPostgres(dsn) {
 		if dir := filepath.Dir(strings.TrimPrefix(dsn, "sqlite:")); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {

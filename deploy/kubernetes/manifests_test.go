@@ -187,9 +187,14 @@ func TestManifestsFitTogether(t *testing.T) {
 
 	httpPort := envPort(t, e, "PORT", 8080)
 
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthcheck" || port(t, c, p.HTTPGet.Port) != httpPort {
-			t.Errorf("%s probe %+v: want GET /healthcheck on %d", name, p, httpPort)
+	// Readiness follows Redis (/healthcheck); liveness and startup do not
+	// (/livez), so that a Redis outage restarts no replica.
+	for name, pp := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"readiness": {c.ReadinessProbe, "/healthcheck"}, "liveness": {c.LivenessProbe, "/livez"}, "startup": {c.StartupProbe, "/livez"}} {
+		if p := pp.p; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != pp.path || port(t, c, p.HTTPGet.Port) != httpPort {
+			t.Errorf("%s probe %+v: want GET %s on %d", name, pp.p, pp.path, httpPort)
 		}
 	}
 

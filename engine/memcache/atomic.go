@@ -32,7 +32,7 @@ func (b *Backend) atomicOps(ctx context.Context, batch []engine.CounterOp) error
 		switch op.Kind {
 		case engine.OpTokenBucket, engine.OpTokenTake:
 			if err = b.bucketStep(ctx, op); err != nil {
-				return fmt.Errorf("memcache: token bucket %q: %w", op.Key, err)
+				return fmt.Errorf("memcache: token bucket %s: %w", keyRef(op.Key), err)
 			}
 		case engine.OpReserve:
 			err = b.reserve(op)
@@ -50,7 +50,7 @@ func (b *Backend) atomicOps(ctx context.Context, batch []engine.CounterOp) error
 // again when another writer added it first). After is memcached's answer.
 func (b *Backend) reserve(op *engine.CounterOp) error {
 	if op.TTL <= 0 {
-		return fmt.Errorf("reserve %q: TTL %s must be positive (0 never expires)", op.Key, op.TTL)
+		return fmt.Errorf("reserve %s: TTL %s must be positive (0 never expires)", keyRef(op.Key), op.TTL)
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		n, err := b.client.Increment(op.Key, op.Hits)
@@ -60,7 +60,7 @@ func (b *Backend) reserve(op *engine.CounterOp) error {
 			return nil
 		}
 		if !errors.Is(err, memcache.ErrCacheMiss) {
-			return fmt.Errorf("incr %q: %w", op.Key, err)
+			return fmt.Errorf("incr %s: %w", keyRef(op.Key), err)
 		}
 		err = b.client.Add(&memcache.Item{Key: op.Key, Value: []byte(strconv.FormatUint(op.Hits, 10)), Expiration: b.expiration(op.TTL)})
 		b.record(err)
@@ -69,10 +69,10 @@ func (b *Backend) reserve(op *engine.CounterOp) error {
 			return nil
 		}
 		if !errors.Is(err, memcache.ErrNotStored) {
-			return fmt.Errorf("add %q: %w", op.Key, err)
+			return fmt.Errorf("add %s: %w", keyRef(op.Key), err)
 		}
 	}
-	return fmt.Errorf("reserve %q: the counter was created and removed while reserving", op.Key)
+	return fmt.Errorf("reserve %s: the counter was created and removed while reserving", keyRef(op.Key))
 }
 
 // release is memcached's decr, which stops at 0 and creates nothing.
@@ -85,7 +85,7 @@ func (b *Backend) release(op *engine.CounterOp) error {
 	case errors.Is(err, memcache.ErrCacheMiss):
 		op.After = 0
 	default:
-		return fmt.Errorf("decr %q: %w", op.Key, err)
+		return fmt.Errorf("decr %s: %w", keyRef(op.Key), err)
 	}
 	return nil
 }

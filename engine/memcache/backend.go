@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -153,15 +154,15 @@ func ValidateKey(key string) error {
 		return errors.New("memcache key is empty")
 	}
 	if len(key) > MaxKeyLen {
-		return fmt.Errorf("memcache key is %d bytes long, over the %d-byte limit (it starts %.40q)", len(key), MaxKeyLen, key)
+		return fmt.Errorf("memcache %s is over the %d-byte limit", keyRef(key), MaxKeyLen)
 	}
 	for i := 0; i < len(key); i++ {
 		c := key[i]
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
-			return fmt.Errorf("memcache key %q has whitespace %q at byte %d", key, c, i)
+			return fmt.Errorf("memcache %s has whitespace %q at byte %d", keyRef(key), c, i)
 		case c < ' ' || c == 0x7f:
-			return fmt.Errorf("memcache key %q has control character 0x%02x at byte %d", key, c, i)
+			return fmt.Errorf("memcache %s has control character 0x%02x at byte %d", keyRef(key), c, i)
 		}
 	}
 	return nil
@@ -190,7 +191,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 		}
 		if op.Kind == engine.OpAdd {
 			if op.TTL <= 0 {
-				return fmt.Errorf("memcache: increment %q: TTL %s must be positive (0 never expires)", op.Key, op.TTL)
+				return fmt.Errorf("memcache: increment %s: TTL %s must be positive (0 never expires)", keyRef(op.Key), op.TTL)
 			}
 			jobs = append(jobs, job{key: op.Key, hits: op.Hits, expiration: b.expiration(op.TTL)})
 		}
@@ -230,7 +231,7 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 		var stored uint64
 		if it, ok := items[op.Key]; ok {
 			if stored, err = parseCounter(it.Value); err != nil {
-				return fmt.Errorf("memcache: key %q: %w", op.Key, err)
+				return fmt.Errorf("memcache: %s: %w", keyRef(op.Key), err)
 			}
 		}
 		op.After = satAdd(stored, op.Hits)
@@ -526,4 +527,13 @@ func (b *Backend) Close() error {
 		}
 	})
 	return b.closeErr
+}
+
+// keyRef names a cache key in an error without its text: keys hold
+// descriptor values (user ids, API keys, addresses), and errors reach
+// logs. The hash prefix tells keys apart and matches a key an operator
+// computes: echo -n KEY | sha256sum.
+func keyRef(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("key sha256:%x (%d bytes)", h[:6], len(key))
 }

@@ -93,7 +93,7 @@ func TestValidateKey(t *testing.T) {
 		{"plain", "domain_key_value_1700000000", ""},
 		{"250 bytes", strings.Repeat("k", 250), ""},
 		{"utf-8", "probe_k_ünïcode_1", ""},
-		{"251 bytes", strings.Repeat("k", 251), "251 bytes long, over the 250-byte limit"},
+		{"251 bytes", strings.Repeat("k", 251), "(251 bytes) is over the 250-byte limit"},
 		{"empty", "", "empty"},
 		{"space", "a b", "whitespace ' ' at byte 1"},
 		{"tab", "a\tb", `whitespace '\t' at byte 1`},
@@ -112,6 +112,10 @@ func TestValidateKey(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+			// Keys hold descriptor values: an error names a key by hash.
+			if len(tc.key) > 1 && strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("error %v quotes the key", err)
 			}
 		})
 	}

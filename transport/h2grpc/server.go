@@ -14,6 +14,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/netx"
 )
 
 // Method serves one unary gRPC method: req is the request message (valid
@@ -319,10 +321,10 @@ func (s *Server) Serve(ln net.Listener) error {
 			if stopping {
 				return ErrServerStopped
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Out of file descriptors and the like: back off as
-				// net/http does instead of spinning.
+			if netx.Retryable(err) {
+				// Out of file descriptors (EMFILE, which is no
+				// Timeout) and the like: back off as net/http does
+				// instead of spinning or stopping.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				time.Sleep(delay)
 				continue
