@@ -41,9 +41,10 @@ type quotaServer struct {
 	maxMsg int
 }
 
-func newQuotaServer(o rlqs.Options, svc *engine.Service, counter engine.Counter, board rlqs.Board, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
+func newQuotaServer(o rlqs.Options, svc *engine.Service, counter engine.Counter, back *backends, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
 	o.Log = log
-	q, err := rlqs.New(o, svc, counter, board, st)
+	o.Budget = back.budget // the quota service's buckets count in the memory cap
+	q, err := rlqs.New(o, svc, counter, back.board, st)
 	if err != nil {
 		return nil, err
 	}

@@ -203,9 +203,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := s.ops.start(cfgCtx, &bg); err != nil {
 		return err
 	}
-	qo := s.settings.Limiter.Quota
-	qo.Budget = s.counters.back.budget
-	q, err := newQuotaServer(qo, s.svc, s.ops.traceCounter(s.counters.lease), s.counters.back.board, s.stats, s.log)
+	q, err := newQuotaServer(s.settings.Limiter.Quota, s.svc, s.ops.traceCounter(s.counters.lease), s.counters.back, s.stats, s.log)
 	if err != nil {
 		return err
 	}

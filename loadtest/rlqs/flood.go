@@ -57,8 +57,12 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	var probeErr, rlsErr error
 	rlsCalls := 0
 	for _, run := range []func(*grpc.ClientConn){
-		func(c *grpc.ClientConn) { lat, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c)) },
-		func(c *grpc.ClientConn) { rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(c)) },
+		func(c *grpc.ClientConn) {
+			lat, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c))
+		},
+		func(c *grpc.ClientConn) {
+			rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(c))
+		},
 	} {
 		c, err := dial()
 		if err != nil {
@@ -68,31 +72,11 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		bg.Add(1)
 		go func() { defer bg.Done(); run(c) }()
 	}
-	var broken []string
-	var mu sync.Mutex
-	var peak int64
-	var fw sync.WaitGroup
 	start := time.Now()
-	for i := range streams {
-		c, err := dial()
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		fw.Add(1)
-		go func() {
-			defer fw.Done()
-			n, err := rlqssim.Flood(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), i, buckets)
-			rss, _ := testenv.RSS(s.PID())
-			mu.Lock()
-			defer mu.Unlock()
-			peak = max(peak, rss)
-			if err != nil || n != buckets {
-				broken = append(broken, fmt.Sprintf("flood stream %d: %d of %d buckets answered (%v)", i, n, buckets, err))
-			}
-		}()
+	broken, peak, err := floodStreams(ctx, dial, s.PID(), streams, buckets)
+	if err != nil {
+		return nil, err
 	}
-	fw.Wait()
 	floodTook := time.Since(start)
 	// A report period more of probes after the flood.
 	select {
@@ -122,4 +106,35 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// floodStreams subscribes buckets new buckets on each of streams streams
+// (a connection each) at once and waits for them; it returns what failed
+// and the peak RSS of the process pid seen meanwhile.
+func floodStreams(ctx context.Context, dial func() (*grpc.ClientConn, error), pid, streams, buckets int) ([]string, int64, error) {
+	var broken []string
+	var mu sync.Mutex
+	var peak int64
+	var fw sync.WaitGroup
+	for i := range streams {
+		c, err := dial()
+		if err != nil {
+			return nil, 0, err
+		}
+		defer c.Close()
+		fw.Add(1)
+		go func() {
+			defer fw.Done()
+			n, err := rlqssim.Flood(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), i, buckets)
+			rss, _ := testenv.RSS(pid)
+			mu.Lock()
+			defer mu.Unlock()
+			peak = max(peak, rss)
+			if err != nil || n != buckets {
+				broken = append(broken, fmt.Sprintf("flood stream %d: %d of %d buckets answered (%v)", i, n, buckets, err))
+			}
+		}()
+	}
+	fw.Wait()
+	return broken, peak, nil
 }
