@@ -36,7 +36,10 @@ func TestQuotaBucketFlood(t *testing.T) {
 	const streams, perStream, maxReporters = 40, 1000, 10_000
 	for _, server := range quotaServers {
 		t.Run(server, func(t *testing.T) {
-			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server, "SLUICE_RLQS_MAX_REPORTERS": fmt.Sprint(maxReporters)},
+			// No bucket goes idle during the flood however long a starved
+			// machine takes: the cap alone decides what is tracked.
+			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server, "SLUICE_RLQS_MAX_REPORTERS": fmt.Sprint(maxReporters),
+				"SLUICE_RLQS_IDLE": "1h"},
 				map[string]string{"q.yaml": quotaRules}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -62,14 +65,29 @@ func TestQuotaBucketFlood(t *testing.T) {
 
 			// The flood: every stream sends its thousand buckets and reads
 			// what comes until every bucket is answered.
-			var fw sync.WaitGroup
+			// Every flood stream stays open until all are answered, so that
+			// their buckets are tracked at once however slowly they are
+			// served (the cap must refuse the rest).
+			var fw, ready sync.WaitGroup
+			ready.Add(streams)
+			allIn := make(chan struct{})
+			go func() { ready.Wait(); close(allIn) }()
 			answered := make([]int, streams)
 			floodErr := make([]error, streams)
 			for i := range streams {
 				fw.Add(1)
 				go func() {
 					defer fw.Done()
-					answered[i], floodErr[i] = rlqssim.Flood(ctx, client, i, perStream)
+					var once sync.Once
+					mark := func() { once.Do(ready.Done) }
+					defer mark()
+					answered[i], floodErr[i] = rlqssim.Flood(ctx, client, i, perStream, func() {
+						mark()
+						select {
+						case <-allIn:
+						case <-ctx.Done():
+						}
+					})
 				}()
 			}
 			fw.Wait()

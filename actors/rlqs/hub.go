@@ -91,7 +91,7 @@ func (sh *shard) report(st *Stream, info streamInfo, sweep bool, now time.Time, 
 		sh.byStream[st] = append(sh.byStream[st], h)
 		news = true
 	} else if !h.reps[i].Live {
-		if st.closed {
+		if st.closed.Load() {
 			return
 		}
 		// Abandoned, and subscribed again: what it was sent still counts.
@@ -141,7 +141,7 @@ func moved(served, c alloc.Claim, frac float64) bool {
 
 // room reports whether st may track one more bucket.
 func (sh *shard) room(st *Stream) bool {
-	return !st.closed && st.buckets.Load() < int64(sh.s.o.MaxBuckets) && sh.s.reporters.Load() < int64(sh.s.o.MaxReporters)
+	return !st.closed.Load() && st.buckets.Load() < int64(sh.s.o.MaxBuckets) && sh.s.reporters.Load() < int64(sh.s.o.MaxReporters)
 }
 
 // admit takes one reporter's place: room, a slot under MaxReporters

@@ -192,7 +192,7 @@ type Stream struct {
 	id     uint64
 	sink   Sink
 	domain string
-	closed bool
+	closed atomic.Bool // read by the shards too
 	// info is what the reports showed of the Envoy so far.
 	info streamInfo
 	// lastPeriodic is when the last periodic report came; gaps the times
@@ -266,7 +266,7 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	switch {
 	case s.isClosed():
 		return ErrClosed
-	case st.closed:
+	case st.closed.Load():
 		return errors.New("rlqs: report on a closed stream")
 	case st.domain == "" && domain == "":
 		return errors.New("rlqs: the first usage report of a stream must name its domain")
@@ -366,10 +366,9 @@ func checkUsages(usages []Usage) error {
 // Close ends the stream: its Envoy may still enforce what it was sent, so
 // its reporters stay counted, as ghosts, until their assignments end.
 func (st *Stream) Close() {
-	if st.closed {
+	if st.closed.Swap(true) {
 		return
 	}
-	st.closed = true
 	s := st.s
 	s.st.streams.Set(s.streams.Add(-1))
 	for i, t := range st.touched {

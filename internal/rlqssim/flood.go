@@ -21,9 +21,10 @@ func subscribe(bucket map[string]string) *rlqsv3.RateLimitQuotaUsageReports_Buck
 }
 
 // Flood opens a stream, subscribes n new buckets of domain q
-// ({user: f<id>-<j>}) in one report and reads
+// ({user: f<id>-<j>}) in one report and, once every one is answered,
+// calls hold (when not nil) before it closes the stream and reads
 // until each is answered; it returns how many were.
-func Flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n int) (int, error) {
+func Flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n int, hold func()) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := client.StreamRateLimitQuotas(ctx)
@@ -46,6 +47,9 @@ func Flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n
 		for _, a := range resp.GetBucketAction() {
 			seen[a.GetBucketId().GetBucket()["user"]] = true
 		}
+	}
+	if hold != nil {
+		hold()
 	}
 	return len(seen), stream.CloseSend()
 }

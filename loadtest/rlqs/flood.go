@@ -125,7 +125,7 @@ func floodStreams(ctx context.Context, dial func() (*grpc.ClientConn, error), pi
 		fw.Add(1)
 		go func() {
 			defer fw.Done()
-			n, err := rlqssim.Flood(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), i, buckets)
+			n, err := rlqssim.Flood(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), i, buckets, nil)
 			rss, _ := testenv.RSS(pid)
 			mu.Lock()
 			defer mu.Unlock()
