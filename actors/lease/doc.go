@@ -16,8 +16,14 @@
 //     once with the count (or TAT) an exact decision would have seen for
 //     those hits; the engine judges it as it judges the store's answers.
 //     If a reservation came back short (the window's counter reached its
-//     limit, or the bucket was empty), the key is over until the window
-//     ends (or the bucket has a token again), answered without a call.
+//     limit, or the bucket was empty), the key is over (a fixed window's
+//     for good: its key names one window; a bucket until it has a token
+//     again), answered without a call. A reservation that comes back
+//     after its window ended still answers the decisions that waited for
+//     it, from the counter value it returned, as exact counting answers
+//     from its INCRBY: a decision in a window's last round trip waits one
+//     round trip, and nothing is reserved ahead for a window that ends
+//     before the reservation could return.
 //  3. Otherwise the decision waits for the state's one reservation in
 //     flight (starting it if none is), sized by the key's observed rate on
 //     this replica (a share of the limit at most) plus the hits waiting,

@@ -313,9 +313,14 @@ func (c *Counter) WaitBound() time.Duration {
 	return c.o.CallTimeout
 }
 
-// ahead starts the next reservation of st before it runs out.
+// ahead starts the next reservation of st before it runs out, unless its
+// window ends before a reservation could come back: the decisions still
+// to come in it are few, and each reserves for itself.
 func (c *Counter) ahead(st *state, now int64) {
 	if st.pending || st.overUntil > now || c.ctx.Err() != nil {
+		return
+	}
+	if st.windowEnd > 0 && now+c.rtt.Load() >= st.windowEnd {
 		return
 	}
 	lead := time.Duration(4*c.rtt.Load()) * time.Microsecond

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -144,7 +145,13 @@ func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
 	}
 	st.seen = after
 	if g < n {
-		st.overUntil = st.windowEnd
+		// A fixed window's counter only grows until the window ends, and
+		// its key names that window alone: the key is over for good, also
+		// for decisions of the window still arriving after it ended, which
+		// are answered from this reservation, as exact counting answers
+		// them from its last INCRBY (no reservation is sent again for a
+		// window that ended).
+		st.overUntil = math.MaxInt64
 		if st.kind == engine.LeaseSliding {
 			st.overUntil = max(st.slidingClear(), now+1)
 		}

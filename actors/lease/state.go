@@ -95,8 +95,15 @@ func newState(op, prev *engine.CounterOp, now int64) *state {
 		st.prevKey = prev.Key
 	}
 	if st.kind != engine.LeaseBucket && st.unitSec > 0 {
+		// The window the key names is the one the decision's time is in
+		// (the engine's clock); this replica's clock, read later, may be
+		// past its end already.
+		at := now
+		if op.Now > 0 {
+			at = op.Now
+		}
 		unitUs := st.unitSec * 1e6
-		st.windowEnd = (now/unitUs + 1) * unitUs
+		st.windowEnd = (at/unitUs + 1) * unitUs
 	}
 	return st
 }
@@ -283,7 +290,13 @@ func slidingWeight(prev uint64, now, unitSec int64) uint64 {
 func (st *state) limitAt(now int64) int64 {
 	l := int64(min(st.limit, 1<<62))
 	if st.kind == engine.LeaseSliding {
-		l -= int64(min(slidingWeight(st.prev, now, st.unitSec), 1<<62))
+		// A reservation back after its window ended is judged at the
+		// window's last moment: the weight belongs to this window.
+		at := now
+		if st.windowEnd > 0 {
+			at = min(now, st.windowEnd-1)
+		}
+		l -= int64(min(slidingWeight(st.prev, at, st.unitSec), 1<<62))
 	}
 	return l
 }

@@ -1,0 +1,167 @@
+package lease_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors/lease"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
+)
+
+// edgeStore is a real memory backend behind a counting wrapper: every call
+// moves the shared clock on by rtt before the store sees it (the call's
+// round trip, so a reservation sent just before a window ends comes back
+// after it), and the wrapper counts the writes it carries and the
+// operations sent on a window that had already ended when the call left.
+type edgeStore struct {
+	engine.Backend
+	clk  *clock
+	rtt  time.Duration
+	unit map[string]int64 // descriptor value → window length in seconds
+
+	mu            sync.Mutex
+	calls, writes int
+	late          []string // "key@unix µs" of operations on ended windows
+}
+
+func newEdgeStore(clk *clock, rtt time.Duration, units map[string]int64) *edgeStore {
+	return &edgeStore{Backend: memory.New(clk.Now), clk: clk, rtt: rtt, unit: units}
+}
+
+func (s *edgeStore) Exec(ctx context.Context, ops []engine.CounterOp) error {
+	sent := s.clk.Now()
+	s.mu.Lock()
+	s.calls++
+	for i := range ops {
+		switch ops[i].Kind {
+		case engine.OpGet:
+		default:
+			s.writes++
+		}
+		if end, ok := s.windowEnd(ops[i].Key); ok && !sent.Before(end) && ops[i].Kind != engine.OpGet {
+			s.late = append(s.late, ops[i].Key+"@"+strconv.FormatInt(sent.UnixMicro(), 10))
+		}
+	}
+	s.mu.Unlock()
+	s.clk.Add(s.rtt)
+	return s.Backend.Exec(ctx, ops)
+}
+
+// windowEnd reads a window key (d_k_<value>_<window start>) back into the
+// end of its window.
+func (s *edgeStore) windowEnd(key string) (time.Time, bool) {
+	parts := strings.Split(key, "_")
+	if len(parts) < 2 {
+		return time.Time{}, false
+	}
+	unit, ok := s.unit[parts[len(parts)-2]]
+	start, err := strconv.ParseInt(parts[len(parts)-1], 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(start+unit, 0), true
+}
+
+func (s *edgeStore) counts() (calls, writes int, late []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, s.writes, append([]string(nil), s.late...)
+}
+
+// edgeReplica starts one replica ("lease" or "exact") on s with the rules
+// in yaml; a lease replica's Close is returned for tests that count what
+// it gives back.
+func edgeReplica(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) (*engine.Service, func()) {
+	t.Helper()
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := engine.DefaultOptions()
+	o.Clock, o.Counter = clk.Now, engine.DirectCounter{Backend: s}
+	closeFn := func() {}
+	if mode == "lease" {
+		o.Counting = engine.CountLease
+		lc, err := lease.New(o.Counter, lease.Options{Clock: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		closeFn = func() { once.Do(func() { _ = lc.Close() }) }
+		t.Cleanup(closeFn)
+		o.Counter = lc
+	}
+	svc, err := engine.NewService(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	return svc, closeFn
+}
+
+const edgeRules = `domain: d
+descriptors:
+  - key: k
+    value: fixed
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: k
+    value: sliding
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_window}
+  - key: k
+    value: second
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: k
+    value: cold
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`
+
+var edgeUnits = map[string]int64{"fixed": 60, "sliding": 60, "second": 1}
+
+func decide(t *testing.T, svc *engine.Service, value string) engine.Code {
+	t.Helper()
+	resp, err := svc.ShouldRateLimit(context.Background(), request(value))
+	if err != nil {
+		t.Fatalf("%s: %v", value, err)
+	}
+	return resp.OverallCode
+}
+
+// TestWindowEndAnsweredInOneRoundTrip (issue 40, item 1): a lease replica
+// asked 1 ms before the end of a window that an exact replica filled (or
+// left one hit of) reserves once; the reservation comes back 1 ms after the
+// window ended and the decision is answered from it — over, or the hit left
+// — without waiting and without a second reservation, as exact counting
+// answers from its one INCRBY.
+func TestWindowEndAnsweredInOneRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		filled int
+		want   engine.Code
+	}{{"full", 10, engine.CodeOverLimit}, {"one left", 9, engine.CodeOK}} {
+		for _, alg := range []string{"fixed", "sliding"} {
+			t.Run(tc.name+"/"+alg, func(t *testing.T) {
+				clk := &clock{t: time.Unix(1795313400+1, 0)} // a minute's start + 1 s
+				mem := memory.New(clk.Now)
+				exact, _ := edgeReplica(t, mem, clk, edgeRules, "exact")
+				for range tc.filled {
+					decide(t, exact, alg)
+				}
+				ls := &edgeStore{Backend: mem, clk: clk, rtt: 2 * time.Millisecond, unit: edgeUnits}
+				leased, stop := edgeReplica(t, ls, clk, edgeRules, "lease")
+				clk.Add(59*time.Second - time.Millisecond)
+				if got := decide(t, leased, alg); got != tc.want {
+					t.Fatalf("answered %v, want %v", got, tc.want)
+				}
+				stop() // waits for any reservation still in flight
+				if calls, _, late := ls.counts(); calls != 1 || len(late) != 0 {
+					t.Fatalf("%d store calls (want 1), operations on the ended window: %v", calls, late)
+				}
+			})
+		}
+	}
+}
