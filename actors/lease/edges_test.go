@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"github.com/sluicehq/sluice/actors/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // edgeStore is a real memory backend behind a counting wrapper: every call
@@ -24,9 +27,9 @@ type edgeStore struct {
 	rtt  time.Duration
 	unit map[string]int64 // descriptor value → window length in seconds
 
-	mu            sync.Mutex
-	calls, writes int
-	late          []string // "key@unix µs" of operations on ended windows
+	mu                      sync.Mutex
+	calls, writes, reserved int
+	late                    []string // "key@unix µs" of operations on ended windows
 }
 
 func newEdgeStore(clk *clock, rtt time.Duration, units map[string]int64) *edgeStore {
@@ -40,11 +43,14 @@ func (s *edgeStore) Exec(ctx context.Context, ops []engine.CounterOp) error {
 	for i := range ops {
 		switch ops[i].Kind {
 		case engine.OpGet:
+		case engine.OpReserve, engine.OpTokenTake:
+			s.writes++
+			s.reserved++
 		default:
 			s.writes++
 		}
 		if end, ok := s.windowEnd(ops[i].Key); ok && !sent.Before(end) && ops[i].Kind != engine.OpGet {
-			s.late = append(s.late, ops[i].Key+"@"+strconv.FormatInt(sent.UnixMicro(), 10))
+			s.late = append(s.late, fmt.Sprintf("%s@%d kind %d", ops[i].Key, sent.UnixMicro(), ops[i].Kind))
 		}
 	}
 	s.mu.Unlock()
@@ -67,6 +73,12 @@ func (s *edgeStore) windowEnd(key string) (time.Time, bool) {
 	return time.Unix(start+unit, 0), true
 }
 
+func (s *edgeStore) reserves() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reserved
+}
+
 func (s *edgeStore) counts() (calls, writes int, late []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -77,6 +89,13 @@ func (s *edgeStore) counts() (calls, writes int, late []string) {
 // in yaml; a lease replica's Close is returned for tests that count what
 // it gives back.
 func edgeReplica(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) (*engine.Service, func()) {
+	svc, stop, _ := edgeReplicaStats(t, s, clk, yaml, mode)
+	return svc, stop
+}
+
+// edgeReplicaStats is edgeReplica that also returns the replica's
+// statistics.
+func edgeReplicaStats(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) (*engine.Service, func(), *stats.Store) {
 	t.Helper()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{})
 	if err != nil {
@@ -84,10 +103,10 @@ func edgeReplica(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) 
 	}
 	o := engine.DefaultOptions()
 	o.Clock, o.Counter = clk.Now, engine.DirectCounter{Backend: s}
-	closeFn := func() {}
+	closeFn, st := func() {}, stats.NewStore()
 	if mode == "lease" {
 		o.Counting = engine.CountLease
-		lc, err := lease.New(o.Counter, lease.Options{Clock: clk.Now})
+		lc, err := lease.New(o.Counter, lease.Options{Clock: clk.Now, Stats: st})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +120,7 @@ func edgeReplica(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) 
 		t.Fatal(err)
 	}
 	svc.SetConfig(cfg)
-	return svc, closeFn
+	return svc, closeFn, st
 }
 
 const edgeRules = `domain: d
@@ -116,11 +135,24 @@ descriptors:
     value: second
     rate_limit: {unit: second, requests_per_unit: 100}
   - key: k
+    value: minute
+    rate_limit: {unit: minute, requests_per_unit: 6000}
+  - key: k
     value: cold
     rate_limit: {unit: minute, requests_per_unit: 1000}
 `
 
-var edgeUnits = map[string]int64{"fixed": 60, "sliding": 60, "second": 1}
+var edgeUnits = map[string]int64{"fixed": 60, "sliding": 60, "second": 1, "minute": 60}
+
+// at moves c to t unless it is past t already (a call's round trip took it
+// there): arrivals keep their times in both modes.
+func (c *clock) at(t time.Time) {
+	c.mu.Lock()
+	if t.After(c.t) {
+		c.t = t
+	}
+	c.mu.Unlock()
+}
 
 func decide(t *testing.T, svc *engine.Service, value string) engine.Code {
 	t.Helper()
@@ -160,6 +192,96 @@ func TestWindowEndAnsweredInOneRoundTrip(t *testing.T) {
 				stop() // waits for any reservation still in flight
 				if calls, _, late := ls.counts(); calls != 1 || len(late) != 0 {
 					t.Fatalf("%d store calls (want 1), operations on the ended window: %v", calls, late)
+				}
+			})
+		}
+	}
+}
+
+// replay sends one decision on value at each of the times in trace, in
+// order, through replicas fresh replicas in mode on their own store, in
+// turn, and returns the store's counts once the replicas have stopped (a
+// lease's give-backs included) and the decisions admitted.
+func replay(t *testing.T, mode, value string, trace []time.Time, rtt time.Duration, replicas int) (writes int, late []string, ok int) {
+	t.Helper()
+	clk := &clock{t: trace[0]}
+	s := newEdgeStore(clk, rtt, edgeUnits)
+	type rep struct {
+		svc  *engine.Service
+		stop func()
+		st   *stats.Store
+	}
+	rs := make([]rep, replicas)
+	for i := range rs {
+		rs[i].svc, rs[i].stop, rs[i].st = edgeReplicaStats(t, s, clk, edgeRules, mode)
+	}
+	started := func() int {
+		n := 0
+		for _, r := range rs {
+			n += int(r.st.CounterValue("ratelimit.lease.reservations"))
+		}
+		return n
+	}
+	for i, at := range trace {
+		clk.at(at)
+		if decide(t, rs[i%replicas].svc, value) == engine.CodeOK {
+			ok++
+		}
+		// A reservation started ahead reaches the store before the next
+		// arrival, as it does in real time (the fake clock would
+		// otherwise run ahead of the goroutine that sends it).
+		testenv.Eventually(t, "the reservations started to reach the store", func() bool {
+			return s.reserves() == started()
+		})
+	}
+	for _, r := range rs {
+		r.stop()
+	}
+	_, writes, late = s.counts()
+	return writes, late, ok
+}
+
+// steady is a trace of decisions at perSecond for d from start.
+func steady(start time.Time, perSecond int, d time.Duration) []time.Time {
+	var out []time.Time
+	step := time.Second / time.Duration(perSecond)
+	for at := start; at.Before(start.Add(d)); at = at.Add(step) {
+		out = append(out, at)
+	}
+	return out
+}
+
+// TestLeaseWritesAtMostExact (issue 40, item 2): on the same steady
+// traffic — below, at, just above and far above the limit, on a minute's
+// and a second's window, across window ends — a lease replica's store
+// writes (reservations and give-backs, counted by a wrapper around a real
+// memory store) are at most exact mode's one per decision, and no
+// operation is sent on a window that has ended.
+func TestLeaseWritesAtMostExact(t *testing.T) {
+	start := time.Unix(1795313400+1, 0)
+	for _, tc := range []struct {
+		value     string
+		perSecond int
+		d         time.Duration
+	}{
+		{"minute", 50, 150 * time.Second}, {"minute", 100, 150 * time.Second},
+		{"minute", 105, 150 * time.Second}, {"minute", 300, 150 * time.Second},
+		{"second", 95, 5 * time.Second}, {"second", 105, 5 * time.Second}, {"second", 400, 5 * time.Second},
+	} {
+		for _, replicas := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/%d/%dx", tc.value, tc.perSecond, replicas), func(t *testing.T) {
+				trace := steady(start, tc.perSecond, tc.d)
+				exactWrites, _, exactOK := replay(t, "exact", tc.value, trace, time.Millisecond, replicas)
+				leaseWrites, late, leaseOK := replay(t, "lease", tc.value, trace, time.Millisecond, replicas)
+				t.Logf("%d decisions: exact %d writes, %d OK; lease %d writes, %d OK", len(trace), exactWrites, exactOK, leaseWrites, leaseOK)
+				if leaseWrites > exactWrites {
+					t.Errorf("lease sent %d writes, exact %d", leaseWrites, exactWrites)
+				}
+				if len(late) > 0 {
+					t.Errorf("%d operations on ended windows, first %s", len(late), late[0])
+				}
+				if leaseOK > exactOK {
+					t.Errorf("lease admitted %d, exact %d", leaseOK, exactOK)
 				}
 			})
 		}

@@ -324,9 +324,27 @@ func (c *Counter) ahead(st *state, now int64) {
 		return
 	}
 	lead := time.Duration(4*c.rtt.Load()) * time.Microsecond
-	if low := max(1, st.size/2, st.demand(now, lead)); st.avail(now) < low && st.demand(now, c.o.Horizon) > 0 {
+	have := st.avail(now)
+	if low := max(1, st.size/2, st.demand(now, lead)); have < low && st.demand(now, c.o.Horizon) > 0 && c.worth(st, have, now) {
 		c.reserve(st, now)
 	}
+}
+
+// worth reports whether a reservation ahead of need is worth its write:
+// the key has saved a write already (credit), or its rate says that more
+// than what it owns will be used before its window ends (within the
+// horizon). So a key's writes stay at most its decisions, but for the
+// reservations that the rate promised and the traffic then did not use.
+func (c *Counter) worth(st *state, have, now int64) bool {
+	if st.credit >= 1 {
+		return true
+	}
+	left := c.o.Horizon
+	if st.windowEnd > 0 {
+		left = min(left, time.Duration(st.windowEnd-now)*time.Microsecond)
+	}
+	st.demand(now, 0) // brings the rate up to date
+	return st.rate*left.Seconds() >= float64(have+1)
 }
 
 // Close stops the sweeper, gives back what every key holds, and waits for

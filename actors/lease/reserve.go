@@ -14,6 +14,7 @@ func (c *Counter) reserve(st *state, now int64) {
 	n := c.size(st, int64(min(st.waiting(), 1<<62)), now)
 	st.size = n
 	st.pending = true
+	st.credit--
 	ops := make([]engine.CounterOp, 1, 2)
 	if st.kind == engine.LeaseBucket {
 		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpTokenTake, Hits: uint64(n), PerSecond: st.perSecond,

@@ -33,6 +33,10 @@ type state struct {
 	size      int64     // the last reservation's size
 	waiters   []*waiter // decisions waiting for hits, in arrival order
 
+	// credit is the decisions answered less the writes sent (reservations
+	// and give-backs): a write ahead of need is sent only from credit, or
+	// when the key's rate says it will be used (see Counter.ahead).
+	credit  int64
 	rate    float64 // hits per second on this replica
 	used    int64   // hits taken since rateAt
 	rateAt  int64
@@ -255,6 +259,7 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 	if prev != nil {
 		prev.After = st.prev
 	}
+	st.credit++
 	return true
 }
 

@@ -66,9 +66,13 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 		keep = 0
 	}
 	have := st.avail(now)
-	if have == 0 || have <= 2*keep {
+	// A give-back is a write: sent only from the writes this key saved, so
+	// that its writes never outnumber its decisions (what is not given
+	// back lapses with its window: at most the block reserved last).
+	if have == 0 || have <= 2*keep || st.credit < 1 {
 		return engine.CounterOp{}, false
 	}
+	st.credit--
 	give := st.takeBack(have - keep)
 	st.seen -= give
 	return engine.CounterOp{Key: st.key, Kind: engine.OpRelease, Hits: uint64(give), PerSecond: st.perSecond}, true
