@@ -29,7 +29,9 @@
 //  3. Otherwise the decision waits for the state's one reservation in
 //     flight (starting it if none is), sized by the key's observed rate on
 //     this replica (a share of the limit at most) plus the hits waiting,
-//     all capped by a share of the headroom left; when that
+//     all capped by a share of the headroom left (a key's first one is
+//     the hits waiting: a cold key costs what it costs in exact mode, and
+//     holds nothing); when that
 //     leaves, every waiter tries again. A reservation is also started ahead
 //     of need, when what is owned falls below half a block, so a steady key
 //     never waits.

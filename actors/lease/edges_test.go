@@ -138,11 +138,15 @@ descriptors:
     value: minute
     rate_limit: {unit: minute, requests_per_unit: 6000}
   - key: k
-    value: cold
+    value: big
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+  - key: c
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+  - key: s
     rate_limit: {unit: minute, requests_per_unit: 1000}
 `
 
-var edgeUnits = map[string]int64{"fixed": 60, "sliding": 60, "second": 1, "minute": 60}
+var edgeUnits = map[string]int64{"fixed": 60, "sliding": 60, "second": 1, "minute": 60, "big": 60}
 
 // at moves c to t unless it is past t already (a call's round trip took it
 // there): arrivals keep their times in both modes.
@@ -285,5 +289,63 @@ func TestLeaseWritesAtMostExact(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestColdKeyFirstDecision (issue 40, item 3): one decision on each of 200
+// keys never seen, from 1 to 4 hits each, costs a lease replica what it
+// costs exact mode — one store call and one write per key, and the first
+// reservation is the request's hits, so nothing is held for a key that may
+// never come back; a key that does come back steadily reserves adaptively
+// (blocks grow with its rate: far fewer reservations than decisions).
+func TestColdKeyFirstDecision(t *testing.T) {
+	const keys = 200
+	start := time.Unix(1795313400+1, 0)
+	run := func(mode, rule string) (calls, writes int, st *stats.Store) {
+		clk := &clock{t: start}
+		s := newEdgeStore(clk, time.Millisecond, edgeUnits)
+		svc, stop, st := edgeReplicaStats(t, s, clk, edgeRules, mode)
+		for i := range keys {
+			hits := uint32(1 + i%4)
+			req := &engine.Request{Domain: "d", HitsAddend: hits,
+				Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: rule, Value: fmt.Sprintf("cold%d", i)}}}}}
+			resp, err := svc.ShouldRateLimit(context.Background(), req)
+			if err != nil || resp.OverallCode != engine.CodeOK {
+				t.Fatalf("key %d: %v %v", i, resp, err)
+			}
+		}
+		stop()
+		calls, writes, _ = s.counts()
+		return calls, writes, st
+	}
+	// c: a limit of 1,000,000/min (blocks up to 1,000); s: 1,000/min
+	// (blocks of 1).
+	for _, rule := range []string{"c", "s"} {
+		exactCalls, exactWrites, _ := run("exact", rule)
+		calls, writes, st := run("lease", rule)
+		reserved := st.CounterValue("ratelimit.lease.reserved_hits")
+		t.Logf("%s: %d cold keys: exact %d calls, %d writes; lease %d calls, %d writes, %d hits reserved",
+			rule, keys, exactCalls, exactWrites, calls, writes, reserved)
+		if calls > exactCalls || writes > exactWrites {
+			t.Errorf("%s: lease: %d calls, %d writes; exact: %d calls, %d writes", rule, calls, writes, exactCalls, exactWrites)
+		}
+		if want := uint64(keys / 4 * (1 + 2 + 3 + 4)); reserved != want {
+			t.Errorf("%s: reserved %d hits for %d hits asked: first reservations not sized to the request", rule, reserved, want)
+		}
+	}
+
+	// The same key, 300 decisions at 100/s: blocks grow with its rate.
+	clk := &clock{t: start}
+	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
+	svc, stop, st := edgeReplicaStats(t, s, clk, edgeRules, "lease")
+	for _, at := range steady(start, 100, 3*time.Second) {
+		clk.at(at)
+		if decide(t, svc, "big") != engine.CodeOK {
+			t.Fatal("refused far below the limit")
+		}
+	}
+	stop()
+	if n := st.CounterValue("ratelimit.lease.reservations"); n > 30 {
+		t.Errorf("%d reservations for 300 decisions of a steady key", n)
 	}
 }

@@ -32,9 +32,12 @@ type Options struct {
 	BlockShare uint64
 	// MaxBlock caps one reservation, in hits.
 	MaxBlock uint64
-	// FirstBlock is the size of a key's first reservation, before its
-	// rate is known (the caps still apply): a key seen once is likely seen
-	// again, and a block of one would make its next decision wait too.
+	// FirstBlock is the least a key's first reservation takes, before its
+	// rate is known (the caps still apply; the hits of the decisions
+	// waiting are always taken). The default, 1, sizes it to the request:
+	// a key seen once costs one write, as in exact mode, and holds nothing
+	// (most keys of a large key space are seen once per window); its
+	// later reservations follow its rate.
 	FirstBlock uint64
 	// Sweep is how often rates are updated and unused hits given back.
 	Sweep time.Duration
@@ -48,7 +51,7 @@ type Options struct {
 
 // DefaultOptions are the settings SLUICE_LEASE_* start from.
 func DefaultOptions() Options {
-	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20, FirstBlock: 16,
+	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20, FirstBlock: 1,
 		Sweep: 250 * time.Millisecond, IdleAfter: 5 * time.Second, CallTimeout: time.Second}
 }
 
@@ -331,13 +334,16 @@ func (c *Counter) ahead(st *state, now int64) {
 }
 
 // worth reports whether a reservation ahead of need is worth its write:
-// the key has saved a write already (credit), or its rate says that more
-// than what it owns will be used before its window ends (within the
-// horizon). So a key's writes stay at most its decisions, but for the
+// the key has saved a write already (credit), or its rate, once it has
+// seen two decisions, says that more than what it owns will be used before
+// its window ends (within the horizon). So a key's writes stay at most its decisions, but for the
 // reservations that the rate promised and the traffic then did not use.
 func (c *Counter) worth(st *state, have, now int64) bool {
 	if st.credit >= 1 {
 		return true
+	}
+	if st.decided < 2 {
+		return false // one decision is no rate
 	}
 	left := c.o.Horizon
 	if st.windowEnd > 0 {

@@ -37,6 +37,7 @@ type state struct {
 	// and give-backs): a write ahead of need is sent only from credit, or
 	// when the key's rate says it will be used (see Counter.ahead).
 	credit  int64
+	decided int64   // decisions answered
 	rate    float64 // hits per second on this replica
 	used    int64   // hits taken since rateAt
 	rateAt  int64
@@ -260,6 +261,7 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 		prev.After = st.prev
 	}
 	st.credit++
+	st.decided++
 	return true
 }
 
