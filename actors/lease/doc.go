@@ -19,7 +19,11 @@
 //     If a reservation came back short (the window's counter reached its
 //     limit, or the bucket was empty), the key is over (a fixed window's
 //     for good: its key names one window; a bucket until it has a token
-//     again), answered without a call. A reservation that comes back
+//     again), answered without a call. A sliding window's over decisions
+//     add their hits to the counter as exact counting does (they weigh on
+//     the next window): into what the short reservation added and did not
+//     grant first, the rest carried by the key's next reservation or sent
+//     by the sweeper (at once near the window's end), one write for many. A reservation that comes back
 //     after its window ended still answers the decisions that waited for
 //     it, from the counter value it returned, as exact counting answers
 //     from its INCRBY: a decision in a window's last round trip waits one

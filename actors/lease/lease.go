@@ -255,6 +255,7 @@ func (c *Counter) try(op, prev *engine.CounterOp) (*waiter, error) {
 	st.retune(op)
 	if len(st.waiters) == 0 && st.answer(op, prev, now) {
 		st.lastUse = now
+		c.flush(st, now)
 		c.ahead(st, now)
 		c.st.local.Inc()
 		return nil, nil

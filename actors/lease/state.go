@@ -36,12 +36,18 @@ type state struct {
 	// credit is the decisions answered less the writes sent (reservations
 	// and give-backs): a write ahead of need is sent only from credit, or
 	// when the key's rate says it will be used (see Counter.ahead).
-	credit  int64
-	decided int64   // decisions answered
-	rate    float64 // hits per second on this replica
-	used    int64   // hits taken since rateAt
-	rateAt  int64
-	lastUse int64
+	// refused is a sliding window's hits answered over and not yet added
+	// to its counter (exact counting adds them: they weigh on the next
+	// window); carried is what the reservation in flight carries of them.
+	// absorb is what a short reservation added to the counter and did not
+	// grant: the over decisions it answers are counted there already.
+	refused, carried, absorb int64
+	credit                   int64
+	decided                  int64   // decisions answered
+	rate                     float64 // hits per second on this replica
+	used                     int64   // hits taken since rateAt
+	rateAt                   int64
+	lastUse                  int64
 }
 
 // waiter is a decision waiting for its key's reservations; done gets its
@@ -256,6 +262,12 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 		// The verdict must be over whatever the counts this replica owns:
 		// they may sit below counts other replicas own.
 		op.After = uint64(max(count+h, int64(min(st.limit, 1<<62))+1))
+		if st.kind == engine.LeaseSliding {
+			in := min(h, st.absorb)
+			st.absorb -= in
+			st.refused += h - in
+			st.seen += h - in
+		}
 	}
 	if prev != nil {
 		prev.After = st.prev

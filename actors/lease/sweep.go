@@ -46,7 +46,9 @@ func (c *Counter) giveBack(now int64, all bool) {
 		return // what was not given back stays counted: fewer admitted, never more
 	}
 	for i := range ops {
-		c.st.returned.Add(ops[i].Hits)
+		if ops[i].Kind == engine.OpRelease {
+			c.st.returned.Add(ops[i].Hits)
+		}
 	}
 }
 
@@ -60,6 +62,14 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 	}
 	if st.pending || (st.windowEnd > 0 && now >= st.windowEnd) {
 		return engine.CounterOp{}, false
+	}
+	if st.refused > 0 {
+		// A sliding window's refused hits join its counter, as exact
+		// counting adds them (one write for all, from their decisions).
+		op := engine.CounterOp{Key: st.key, Hits: uint64(st.refused), TTL: st.ttl, PerSecond: st.perSecond}
+		st.refused = 0
+		st.credit--
+		return op, true
 	}
 	keep := st.demand(now, c.o.Horizon)
 	if all || now-st.lastUse >= c.o.IdleAfter.Microseconds() {
