@@ -23,7 +23,9 @@
 //     add their hits to the counter as exact counting does (they weigh on
 //     the next window): into what the short reservation added and did not
 //     grant first, the rest carried by the key's next reservation or sent
-//     by the sweeper (at once near the window's end), one write for many. A reservation that comes back
+//     by the sweeper (at once near the window's end), one write for many;
+//     and for the rest of the window the key reserves only the hits of
+//     decisions waiting, so the counter holds no count without a decision. A reservation that comes back
 //     after its window ended still answers the decisions that waited for
 //     it, from the counter value it returned, as exact counting answers
 //     from its INCRBY: a decision in a window's last round trip waits one

@@ -366,41 +366,56 @@ func TestColdKeyFirstDecision(t *testing.T) {
 func TestSlidingParityAboveLimit(t *testing.T) {
 	start := time.Unix(1795313400, 0)
 	for _, rates := range [][3]int{{1010, 1010, 1010}, {1010, 700, 1300}} {
-		t.Run(fmt.Sprint(rates), func(t *testing.T) {
-			var trace []time.Time // rates[w] a minute in window w
-			for w, r := range rates {
-				from := start.Add(time.Duration(w)*time.Minute + time.Millisecond)
-				for at := from; at.Before(start.Add(time.Duration(w+1) * time.Minute)); at = at.Add(time.Minute / time.Duration(r)) {
-					trace = append(trace, at)
+		for _, replicas := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%v/%dx", rates, replicas), func(t *testing.T) {
+				var trace []time.Time // rates[w] a minute in window w
+				for w, r := range rates {
+					from := start.Add(time.Duration(w)*time.Minute + time.Millisecond)
+					for at := from; at.Before(start.Add(time.Duration(w+1) * time.Minute)); at = at.Add(time.Minute / time.Duration(r)) {
+						trace = append(trace, at)
+					}
 				}
-			}
-			exact, leased := slidingReplay(t, "exact", trace, start), slidingReplay(t, "lease", trace, start)
-			t.Logf("%d arrivals: admitted per window: exact %v, lease %v", len(trace), exact, leased)
-			for w := range exact {
-				if leased[w] > exact[w] || leased[w] < exact[w]-exact[w]/50 {
-					t.Errorf("window %d: lease admitted %d, exact %d (want exact's, at most 2 %% fewer)", w, leased[w], exact[w])
+				exact := slidingReplay(t, "exact", trace, start, replicas)
+				leased := slidingReplay(t, "lease", trace, start, replicas)
+				t.Logf("%d arrivals: admitted per window: exact %v, lease %v", len(trace), exact, leased)
+				for w := range exact {
+					if leased[w] > exact[w] || leased[w] < exact[w]-exact[w]/50 {
+						t.Errorf("window %d: lease admitted %d, exact %d (want exact's, at most 2 %% fewer)", w, leased[w], exact[w])
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
-// slidingReplay replays trace on the sliding window rule through one
-// replica in mode on its own store and returns the decisions admitted in
-// each of the three windows from start.
-func slidingReplay(t *testing.T, mode string, trace []time.Time, start time.Time) [3]int {
+// slidingReplay replays trace on the sliding window rule through replicas
+// replicas in mode, in turn, on their own store and returns the decisions
+// admitted in each of the three windows from start.
+func slidingReplay(t *testing.T, mode string, trace []time.Time, start time.Time, replicas int) [3]int {
 	clk := &clock{t: trace[0]}
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
-	svc, stop, st := edgeReplicaStats(t, s, clk, edgeRules, mode)
-	defer stop()
+	svcs := make([]*engine.Service, replicas)
+	sts := make([]*stats.Store, replicas)
+	for i := range svcs {
+		var stop func()
+		svcs[i], stop, sts[i] = edgeReplicaStats(t, s, clk, edgeRules, mode)
+		defer stop()
+	}
+	started := func() int {
+		n := 0
+		for _, st := range sts {
+			n += int(st.CounterValue("ratelimit.lease.reservations"))
+		}
+		return n
+	}
 	var ok [3]int
-	for _, at := range trace {
+	for i, at := range trace {
 		clk.at(at)
-		if decide(t, svc, "slide") == engine.CodeOK {
+		if decide(t, svcs[i%replicas], "slide") == engine.CodeOK {
 			ok[at.Sub(start)/time.Minute]++
 		}
 		testenv.Eventually(t, "the reservations started to reach the store", func() bool {
-			return s.reserves() == int(st.CounterValue("ratelimit.lease.reservations"))
+			return s.reserves() == started()
 		})
 	}
 	return ok

@@ -321,7 +321,7 @@ func (c *Counter) WaitBound() time.Duration {
 // window ends before a reservation could come back: the decisions still
 // to come in it are few, and each reserves for itself.
 func (c *Counter) ahead(st *state, now int64) {
-	if st.pending || st.overUntil > now || c.ctx.Err() != nil {
+	if st.pending || st.overUntil > now || st.slid || c.ctx.Err() != nil {
 		return
 	}
 	if st.windowEnd > 0 && now+c.rtt.Load() >= st.windowEnd {

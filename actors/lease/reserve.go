@@ -69,6 +69,9 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 		n = min(n, max(st.demand(now, left), 1))
 	}
 	n = max(n, 1)
+	if st.slid {
+		n = 0 // only what waits: no counts the counter holds without a decision
+	}
 	var head int64
 	if st.kind == engine.LeaseBucket {
 		head = (now + st.burst*st.interval - max(st.seen, now)) / max(st.interval, 1)
@@ -168,8 +171,9 @@ func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
 		c.st.reserved.Add(uint64(g))
 	}
 	st.seen = after
-	st.absorb = n - g
+	st.absorb += n - g
 	if g < n {
+		st.slid = st.kind == engine.LeaseSliding
 		// A fixed window's counter only grows until the window ends, and
 		// its key names that window alone: the key is over for good, also
 		// for decisions of the window still arriving after it ended, which

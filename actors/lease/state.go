@@ -42,12 +42,16 @@ type state struct {
 	// absorb is what a short reservation added to the counter and did not
 	// grant: the over decisions it answers are counted there already.
 	refused, carried, absorb int64
-	credit                   int64
-	decided                  int64   // decisions answered
-	rate                     float64 // hits per second on this replica
-	used                     int64   // hits taken since rateAt
-	rateAt                   int64
-	lastUse                  int64
+	// slid: a sliding window's reservation came back short in this
+	// window: from then on it reserves only the hits of decisions waiting
+	// (each hit it adds is a decision's, as in exact counting).
+	slid    bool
+	credit  int64
+	decided int64   // decisions answered
+	rate    float64 // hits per second on this replica
+	used    int64   // hits taken since rateAt
+	rateAt  int64
+	lastUse int64
 }
 
 // waiter is a decision waiting for its key's reservations; done gets its
@@ -263,10 +267,13 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 		// they may sit below counts other replicas own.
 		op.After = uint64(max(count+h, int64(min(st.limit, 1<<62))+1))
 		if st.kind == engine.LeaseSliding {
-			in := min(h, st.absorb)
+			// The owned counts it used up are in the counter already, and
+			// so is what the short reservation added and did not grant.
+			rest := h - avail
+			in := min(rest, st.absorb)
 			st.absorb -= in
-			st.refused += h - in
-			st.seen += h - in
+			st.refused += rest - in
+			st.seen += rest - in
 		}
 	}
 	if prev != nil {
