@@ -25,20 +25,20 @@
 //     grant first, the rest carried by the key's next reservation or sent
 //     by the sweeper (at once near the window's end), one write for many;
 //     and for the rest of the window the key reserves only the hits of
-//     decisions waiting, so the counter holds no count without a decision. A reservation that comes back
-//     after its window ended still answers the decisions that waited for
-//     it, from the counter value it returned, as exact counting answers
-//     from its INCRBY: a decision in a window's last round trip waits one
-//     round trip, and nothing is reserved ahead for a window that ends
-//     before the reservation could return.
+//     decisions waiting, so the counter holds no count without a decision.
+//     A reservation that comes back after its window ended still answers
+//     the decisions that waited for it, from the counter value it
+//     returned, as exact counting answers from its INCRBY: a decision in a
+//     window's last round trip waits one round trip, and nothing is
+//     reserved ahead for a window that ends before the reservation could
+//     return.
 //
 //  3. Otherwise the decision waits for the state's one reservation in
 //     flight (starting it if none is), sized by the key's observed rate on
 //     this replica (a share of the limit at most) plus the hits waiting,
 //     all capped by a share of the headroom left (a key's first one is
 //     the hits waiting: a cold key costs what it costs in exact mode, and
-//     holds nothing); when that
-//     leaves, every waiter tries again. A reservation is also started ahead
+//     holds nothing); when that leaves, every waiter tries again. A reservation is also started ahead
 //     of need, when what is owned falls below half a block, so a steady key
 //     never waits.
 //

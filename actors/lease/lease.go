@@ -336,9 +336,10 @@ func (c *Counter) ahead(st *state, now int64) {
 
 // worth reports whether a reservation ahead of need is worth its write:
 // the key has saved a write already (credit), or its rate, once it has
-// seen two decisions, says that more than what it owns will be used before
-// its window ends (within the horizon). So a key's writes stay at most its decisions, but for the
-// reservations that the rate promised and the traffic then did not use.
+// seen two decisions, says that more than what it owns will be used
+// before its window ends (within the horizon). So a key's writes stay at
+// most its decisions, but for the reservations that the rate promised and
+// the traffic then did not use.
 func (c *Counter) worth(st *state, have, now int64) bool {
 	if st.credit >= 1 {
 		return true

@@ -33,9 +33,6 @@ type state struct {
 	size      int64     // the last reservation's size
 	waiters   []*waiter // decisions waiting for hits, in arrival order
 
-	// credit is the decisions answered less the writes sent (reservations
-	// and give-backs): a write ahead of need is sent only from credit, or
-	// when the key's rate says it will be used (see Counter.ahead).
 	// refused is a sliding window's hits answered over and not yet added
 	// to its counter (exact counting adds them: they weigh on the next
 	// window); carried is what the reservation in flight carries of them.
@@ -45,7 +42,10 @@ type state struct {
 	// slid: a sliding window's reservation came back short in this
 	// window: from then on it reserves only the hits of decisions waiting
 	// (each hit it adds is a decision's, as in exact counting).
-	slid    bool
+	slid bool
+	// credit is the decisions answered less the writes sent (reservations
+	// and give-backs): a write ahead of need is sent only from credit, or
+	// when the key's rate says it will be used (see Counter.worth).
 	credit  int64
 	decided int64   // decisions answered
 	rate    float64 // hits per second on this replica
