@@ -53,7 +53,9 @@ type CounterOp struct {
 	// Kind is what to do; the zero value is OpAdd.
 	Kind OpKind
 	// Now (unix microseconds), Interval (microseconds per token) and Burst
-	// (tokens) are the inputs of an OpTokenBucket step; other kinds ignore them.
+	// (tokens) are the inputs of an OpTokenBucket step; other kinds ignore
+	// them. A leased window's operation (LeaseWindow, LeaseSliding) carries
+	// the decision's time in Now, for the lease layer.
 	Now      int64
 	Interval int64
 	Burst    int64

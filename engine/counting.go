@@ -1,6 +1,9 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Counting is how a rule's hits reach the shared counters. It is sluice's
 // extension (`counting:` beside `algorithm:`); the reference counts every
@@ -74,18 +77,23 @@ func (s *Service) leased(l *RateLimit) bool {
 	return c == CountLease
 }
 
-// markLease sets the lease terms on the operations that appendOps made for in.
-func markLease(ops []CounterOp, in *limitInfo, alg Algorithm) {
+// markLease sets the lease terms on the operations that appendOps made for
+// in. A window's operation carries the decision's time in Now: its key
+// names the window that time is in, and the lease layer reckons the
+// window's end from it (not from its own clock, read later).
+func markLease(ops []CounterOp, in *limitInfo, alg Algorithm, now time.Time) {
 	op := &ops[in.op]
 	op.Limit, op.UnitSec = in.limitN, in.m.limit.Unit.Seconds()
 	switch alg {
 	case SlidingWindow:
 		op.Lease = LeaseSliding
 		ops[in.prevOp].Lease = LeaseSlidingPrev
+		op.Now = now.UnixMicro()
 	case TokenBucket:
 		op.Lease = LeaseBucket
 	default:
 		op.Lease = LeaseWindow
+		op.Now = now.UnixMicro()
 	}
 }
 

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/engine"
@@ -109,6 +111,15 @@ descriptors:
 				}
 				if got != w {
 					t.Errorf("op %d (%s): %+v, want %+v", i, op.Key, got, w)
+				}
+				// A leased window's operation carries the decision's time,
+				// inside the window its key names (the lease layer reckons
+				// the window's end from it).
+				if op.Lease == engine.LeaseWindow || op.Lease == engine.LeaseSliding {
+					start := op.Now / 1e6 / op.UnitSec * op.UnitSec
+					if op.Now <= 0 || !strings.HasSuffix(op.Key, "_"+strconv.FormatInt(start, 10)) {
+						t.Errorf("op %d (%s): Now %d is not in the key's window", i, op.Key, op.Now)
+					}
 				}
 			}
 		})

@@ -129,7 +129,7 @@ func (s *Service) prepare(cfg *Config, req *Request, infos []limitInfo, ops []Co
 		}
 		ops = alg.appendOps(s, &d, in, ops)
 		if s.leased(l) && !s.o.StopIncrementOnLimit {
-			markLease(ops, in, alg)
+			markLease(ops, in, alg, now)
 		}
 	}
 	return ops, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -44,15 +45,16 @@ func TestLeaseCountsAsExact(t *testing.T) {
 		stats map[string]uint64
 	}
 	values := []string{"fixed", "sliding", "bucket", "shadow", "exact"}
+	clk := &clock{t: t0}
 	run := func(counting string) (outcome, *harness, *testenv.Redis) {
 		r := testenv.StartRedis(t, testenv.RedisOptions{})
-		h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
+		h := startClock(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
 			"SLUICE_COUNTING": counting, "NEAR_LIMIT_RATIO": "0.5",
 			// The decision, reservation and give-back bound: a loaded
 			// machine can hold a call past the 1 s default, which would
 			// fail a decision or leave a give-back undone (the store would
 			// still hold what was reserved ahead). Counts are under test.
-			"SLUICE_BACKEND_TIMEOUT": "2m"}, map[string]string{"ls.yaml": leaseRules})
+			"SLUICE_BACKEND_TIMEOUT": "2m"}, map[string]string{"ls.yaml": leaseRules}, clk.Now)
 		var out outcome
 		for _, v := range values {
 			for i := 0; i < 8; i++ {
@@ -95,7 +97,13 @@ func TestLeaseCountsAsExact(t *testing.T) {
 	if _, dump := h.get(t, h.debug+"/rlconfig"); !strings.Contains(dump, "ls.k_exact: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false, counting: exact") {
 		t.Errorf("/rlconfig does not show the rule's counting:\n%s", dump)
 	}
+	// A key's rate needs time between its decisions: 10 ms apart, so that
+	// from the third on the lease reserves ahead (a cold key's first
+	// reservations are the hits asked).
 	for i := 0; i < 10; i++ {
+		clk.mu.Lock()
+		clk.t = clk.t.Add(10 * time.Millisecond)
+		clk.mu.Unlock()
 		if code, _, resp := h.post(t, "/json", `{"domain":"ls","descriptors":[{"entries":[{"key":"k","value":"big"}]}]}`); code != 200 {
 			t.Fatalf("big %d: %d %s", i, code, resp)
 		}

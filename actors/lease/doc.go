@@ -12,23 +12,49 @@
 //     state holds tokens: a take of n tokens from a bucket whose theoretical
 //     arrival time (TAT) was found at base gets the tokens whose own times
 //     are base+I … base+n·I.
+//
 //  2. If the state owns enough, the decision takes them and is answered at
 //     once with the count (or TAT) an exact decision would have seen for
 //     those hits; the engine judges it as it judges the store's answers.
 //     If a reservation came back short (the window's counter reached its
-//     limit, or the bucket was empty), the key is over until the window
-//     ends (or the bucket has a token again), answered without a call.
+//     limit, or the bucket was empty), the key is over (a fixed window's
+//     for good: its key names one window; a bucket until it has a token
+//     again), answered without a call. A sliding window's over decisions
+//     add their hits to the counter as exact counting does (they weigh on
+//     the next window): into what the short reservation added and did not
+//     grant first, the rest carried by the key's next reservation or sent
+//     by the sweeper (at once near the window's end), one write for many;
+//     and for the rest of the window the key reserves only the hits of
+//     decisions waiting, so the counter holds no count without a decision.
+//     A reservation that comes back after its window ended still answers
+//     the decisions that waited for it, from the counter value it
+//     returned, as exact counting answers from its INCRBY: a decision in a
+//     window's last round trip waits one round trip, and nothing is
+//     reserved ahead for a window that ends before the reservation could
+//     return.
+//
 //  3. Otherwise the decision waits for the state's one reservation in
 //     flight (starting it if none is), sized by the key's observed rate on
 //     this replica (a share of the limit at most) plus the hits waiting,
-//     all capped by a share of the headroom left; when that
-//     leaves, every waiter tries again. A reservation is also started ahead
+//     all capped by a share of the headroom left (a key's first one is
+//     the hits waiting: a cold key costs what it costs in exact mode, and
+//     holds nothing); when that leaves, every waiter tries again. A reservation is also started ahead
 //     of need, when what is owned falls below half a block, so a steady key
 //     never waits.
+//
+//     Store writes: a key's state keeps a credit, the decisions it answered
+//     less the writes it sent. A reservation for waiting decisions answers
+//     at least one of them; one ahead of need, or a give-back, is sent only
+//     with credit ≥ 1 (a write already saved), or — for a reservation
+//     ahead — when the key's rate says more than it owns will be used
+//     before its window ends. So a key's writes are at most its decisions
+//     (exact mode's one per decision) but for reservations ahead that the
+//     rate promised and the traffic did not use.
+//
 //  4. A sweeper, every Options.Sweep, updates rates, gives back (OpRelease,
 //     all keys in one call) what a key holds beyond twice its demand over
-//     the horizon (everything once idle), and forgets states whose window is
-//     over.
+//     the horizon (everything once idle; only from credit), and forgets
+//     states whose window is over. Nothing is sent for a window that ended.
 //
 // Why it is never over the limit: a window's reservation grants only the
 // counts at or below the limit of the value the store returned, and every

@@ -32,9 +32,12 @@ type Options struct {
 	BlockShare uint64
 	// MaxBlock caps one reservation, in hits.
 	MaxBlock uint64
-	// FirstBlock is the size of a key's first reservation, before its
-	// rate is known (the caps still apply): a key seen once is likely seen
-	// again, and a block of one would make its next decision wait too.
+	// FirstBlock is the least a key's first reservation takes, before its
+	// rate is known (the caps still apply; the hits of the decisions
+	// waiting are always taken). The default, 1, sizes it to the request:
+	// a key seen once costs one write, as in exact mode, and holds nothing
+	// (most keys of a large key space are seen once per window); its
+	// later reservations follow its rate.
 	FirstBlock uint64
 	// Sweep is how often rates are updated and unused hits given back.
 	Sweep time.Duration
@@ -48,7 +51,7 @@ type Options struct {
 
 // DefaultOptions are the settings SLUICE_LEASE_* start from.
 func DefaultOptions() Options {
-	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20, FirstBlock: 16,
+	return Options{Horizon: 2 * time.Second, HeadroomShare: 4, BlockShare: 1000, MaxBlock: 1 << 20, FirstBlock: 1,
 		Sweep: 250 * time.Millisecond, IdleAfter: 5 * time.Second, CallTimeout: time.Second}
 }
 
@@ -252,6 +255,7 @@ func (c *Counter) try(op, prev *engine.CounterOp) (*waiter, error) {
 	st.retune(op)
 	if len(st.waiters) == 0 && st.answer(op, prev, now) {
 		st.lastUse = now
+		c.flush(st, now)
 		c.ahead(st, now)
 		c.st.local.Inc()
 		return nil, nil
@@ -313,15 +317,42 @@ func (c *Counter) WaitBound() time.Duration {
 	return c.o.CallTimeout
 }
 
-// ahead starts the next reservation of st before it runs out.
+// ahead starts the next reservation of st before it runs out, unless its
+// window ends before a reservation could come back: the decisions still
+// to come in it are few, and each reserves for itself.
 func (c *Counter) ahead(st *state, now int64) {
-	if st.pending || st.overUntil > now || c.ctx.Err() != nil {
+	if st.pending || st.overUntil > now || st.slid || c.ctx.Err() != nil {
+		return
+	}
+	if st.windowEnd > 0 && now+c.rtt.Load() >= st.windowEnd {
 		return
 	}
 	lead := time.Duration(4*c.rtt.Load()) * time.Microsecond
-	if low := max(1, st.size/2, st.demand(now, lead)); st.avail(now) < low && st.demand(now, c.o.Horizon) > 0 {
+	have := st.avail(now)
+	if low := max(1, st.size/2, st.demand(now, lead)); have < low && st.demand(now, c.o.Horizon) > 0 && c.worth(st, have, now) {
 		c.reserve(st, now)
 	}
+}
+
+// worth reports whether a reservation ahead of need is worth its write:
+// the key has saved a write already (credit), or its rate, once it has
+// seen two decisions, says that more than what it owns will be used
+// before its window ends (within the horizon). So a key's writes stay at
+// most its decisions, but for the reservations that the rate promised and
+// the traffic then did not use.
+func (c *Counter) worth(st *state, have, now int64) bool {
+	if st.credit >= 1 {
+		return true
+	}
+	if st.decided < 2 {
+		return false // one decision is no rate
+	}
+	left := c.o.Horizon
+	if st.windowEnd > 0 {
+		left = min(left, time.Duration(st.windowEnd-now)*time.Microsecond)
+	}
+	st.demand(now, 0) // brings the rate up to date
+	return st.rate*left.Seconds() >= float64(have+1)
 }
 
 // Close stops the sweeper, gives back what every key holds, and waits for

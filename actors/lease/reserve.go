@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -10,15 +11,33 @@ import (
 // reserve starts st's reservation, sized for the hits its waiters want
 // and the demand st has seen (under st's stripe lock).
 func (c *Counter) reserve(st *state, now int64) {
-	n := c.size(st, int64(min(st.waiting(), 1<<62)), now)
-	st.size = n
+	c.send(st, c.size(st, int64(min(st.waiting(), 1<<62)), now), now)
+}
+
+// flush adds a sliding window's refused hits to its counter now (a
+// reservation of no hits that carries them), for a window that ends
+// before the sweeper would add them.
+func (c *Counter) flush(st *state, now int64) {
+	if st.refused > 0 && !st.pending && now < st.windowEnd && st.windowEnd-now <= c.o.Sweep.Microseconds()+4*c.rtt.Load() {
+		c.send(st, 0, now)
+	}
+}
+
+// send starts st's reservation of n hits (with the refused hits it
+// carries), under st's stripe lock.
+func (c *Counter) send(st *state, n, now int64) {
+	if n > 0 {
+		st.size = n
+	}
 	st.pending = true
+	st.credit--
+	st.carried, st.refused = st.refused, 0
 	ops := make([]engine.CounterOp, 1, 2)
 	if st.kind == engine.LeaseBucket {
 		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpTokenTake, Hits: uint64(n), PerSecond: st.perSecond,
 			Now: now, Interval: st.interval, Burst: st.burst}
 	} else {
-		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpReserve, Hits: uint64(n), TTL: st.ttl, PerSecond: st.perSecond}
+		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpReserve, Hits: uint64(n + st.carried), TTL: st.ttl, PerSecond: st.perSecond}
 		if st.kind == engine.LeaseSliding {
 			ops = append(ops, engine.CounterOp{Key: st.prevKey, Kind: engine.OpGet, PerSecond: st.perSecond})
 		}
@@ -50,6 +69,9 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 		n = min(n, max(st.demand(now, left), 1))
 	}
 	n = max(n, 1)
+	if st.slid {
+		n = 0 // only what waits: no counts the counter holds without a decision
+	}
 	var head int64
 	if st.kind == engine.LeaseBucket {
 		head = (now + st.burst*st.interval - max(st.seen, now)) / max(st.interval, 1)
@@ -91,6 +113,10 @@ func (c *Counter) call(st *state, ops []engine.CounterOp) {
 	now := c.o.Clock().UnixMicro()
 	if err != nil {
 		c.st.errors.Inc()
+		// The refused hits may or may not have been added: counted again,
+		// fewer are admitted, never more.
+		st.refused += st.carried
+		st.carried = 0
 		st.serve(now, err)
 		return
 	}
@@ -135,6 +161,8 @@ func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
 	if st.kind == engine.LeaseSliding {
 		st.prev = ops[1].After
 	}
+	n -= st.carried // the refused hits it carried sit below the block
+	st.carried = 0
 	after := int64(min(op.After, 1<<62))
 	base := after - n
 	g := min(max(st.limitAt(now)-base, 0), n)
@@ -143,8 +171,16 @@ func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
 		c.st.reserved.Add(uint64(g))
 	}
 	st.seen = after
+	st.absorb += n - g
 	if g < n {
-		st.overUntil = st.windowEnd
+		st.slid = st.kind == engine.LeaseSliding
+		// A fixed window's counter only grows until the window ends, and
+		// its key names that window alone: the key is over for good, also
+		// for decisions of the window still arriving after it ended, which
+		// are answered from this reservation, as exact counting answers
+		// them from its last INCRBY (no reservation is sent again for a
+		// window that ended).
+		st.overUntil = math.MaxInt64
 		if st.kind == engine.LeaseSliding {
 			st.overUntil = max(st.slidingClear(), now+1)
 		}

@@ -33,6 +33,21 @@ type state struct {
 	size      int64     // the last reservation's size
 	waiters   []*waiter // decisions waiting for hits, in arrival order
 
+	// refused is a sliding window's hits answered over and not yet added
+	// to its counter (exact counting adds them: they weigh on the next
+	// window); carried is what the reservation in flight carries of them.
+	// absorb is what a short reservation added to the counter and did not
+	// grant: the over decisions it answers are counted there already.
+	refused, carried, absorb int64
+	// slid: a sliding window's reservation came back short in this
+	// window: from then on it reserves only the hits of decisions waiting
+	// (each hit it adds is a decision's, as in exact counting).
+	slid bool
+	// credit is the decisions answered less the writes sent (reservations
+	// and give-backs): a write ahead of need is sent only from credit, or
+	// when the key's rate says it will be used (see Counter.worth).
+	credit  int64
+	decided int64   // decisions answered
 	rate    float64 // hits per second on this replica
 	used    int64   // hits taken since rateAt
 	rateAt  int64
@@ -95,8 +110,15 @@ func newState(op, prev *engine.CounterOp, now int64) *state {
 		st.prevKey = prev.Key
 	}
 	if st.kind != engine.LeaseBucket && st.unitSec > 0 {
+		// The window the key names is the one the decision's time is in
+		// (the engine's clock); this replica's clock, read later, may be
+		// past its end already.
+		at := now
+		if op.Now > 0 {
+			at = op.Now
+		}
 		unitUs := st.unitSec * 1e6
-		st.windowEnd = (now/unitUs + 1) * unitUs
+		st.windowEnd = (at/unitUs + 1) * unitUs
 	}
 	return st
 }
@@ -244,10 +266,21 @@ func (st *state) answer(op, prev *engine.CounterOp, now int64) bool {
 		// The verdict must be over whatever the counts this replica owns:
 		// they may sit below counts other replicas own.
 		op.After = uint64(max(count+h, int64(min(st.limit, 1<<62))+1))
+		if st.kind == engine.LeaseSliding {
+			// The owned counts it used up are in the counter already, and
+			// so is what the short reservation added and did not grant.
+			rest := h - avail
+			in := min(rest, st.absorb)
+			st.absorb -= in
+			st.refused += rest - in
+			st.seen += rest - in
+		}
 	}
 	if prev != nil {
 		prev.After = st.prev
 	}
+	st.credit++
+	st.decided++
 	return true
 }
 
@@ -283,7 +316,13 @@ func slidingWeight(prev uint64, now, unitSec int64) uint64 {
 func (st *state) limitAt(now int64) int64 {
 	l := int64(min(st.limit, 1<<62))
 	if st.kind == engine.LeaseSliding {
-		l -= int64(min(slidingWeight(st.prev, now, st.unitSec), 1<<62))
+		// A reservation back after its window ended is judged at the
+		// window's last moment: the weight belongs to this window.
+		at := now
+		if st.windowEnd > 0 {
+			at = min(now, st.windowEnd-1)
+		}
+		l -= int64(min(slidingWeight(st.prev, at, st.unitSec), 1<<62))
 	}
 	return l
 }

@@ -46,7 +46,9 @@ func (c *Counter) giveBack(now int64, all bool) {
 		return // what was not given back stays counted: fewer admitted, never more
 	}
 	for i := range ops {
-		c.st.returned.Add(ops[i].Hits)
+		if ops[i].Kind == engine.OpRelease {
+			c.st.returned.Add(ops[i].Hits)
+		}
 	}
 }
 
@@ -61,14 +63,26 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 	if st.pending || (st.windowEnd > 0 && now >= st.windowEnd) {
 		return engine.CounterOp{}, false
 	}
+	if st.refused > 0 {
+		// A sliding window's refused hits join its counter, as exact
+		// counting adds them (one write for all, from their decisions).
+		op := engine.CounterOp{Key: st.key, Hits: uint64(st.refused), TTL: st.ttl, PerSecond: st.perSecond}
+		st.refused = 0
+		st.credit--
+		return op, true
+	}
 	keep := st.demand(now, c.o.Horizon)
 	if all || now-st.lastUse >= c.o.IdleAfter.Microseconds() {
 		keep = 0
 	}
 	have := st.avail(now)
-	if have == 0 || have <= 2*keep {
+	// A give-back is a write: sent only from the writes this key saved, so
+	// that its writes never outnumber its decisions (what is not given
+	// back lapses with its window: at most the block reserved last).
+	if have == 0 || have <= 2*keep || st.credit < 1 {
 		return engine.CounterOp{}, false
 	}
+	st.credit--
 	give := st.takeBack(have - keep)
 	st.seen -= give
 	return engine.CounterOp{Key: st.key, Kind: engine.OpRelease, Hits: uint64(give), PerSecond: st.perSecond}, true
