@@ -39,7 +39,11 @@ func TestQuotaBucketFlood(t *testing.T) {
 			// No bucket goes idle during the flood however long a starved
 			// machine takes: the cap alone decides what is tracked.
 			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server, "SLUICE_RLQS_MAX_REPORTERS": fmt.Sprint(maxReporters),
-				"SLUICE_RLQS_IDLE": "1h"},
+				"SLUICE_RLQS_IDLE": "1h",
+				// RLS decisions wait for the counters behind the flood's
+				// reservations: a starved machine (-race, busy cores) may
+				// take longer than the 1 s default, which is not wrong.
+				"SLUICE_BACKEND_TIMEOUT": "2m"},
 				map[string]string{"q.yaml": quotaRules}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()

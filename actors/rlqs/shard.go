@@ -312,10 +312,15 @@ func (s *Service) apply(ops []pendingOp) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.CallTimeout)
 	defer cancel()
 	err := s.counter.Apply(ctx, cops, nil)
+	if err != nil {
+		// A call given up on may still be answered into cops later (the
+		// counter's shards own it until then): read nothing of it.
+		return err
+	}
 	for i := range ops {
 		ops[i].op.After = cops[i].After
 	}
-	return err
+	return nil
 }
 
 // result books what a store call did.
