@@ -44,8 +44,11 @@ type connState struct {
 
 // drainIdle is how long a connection must have been idle before a drain
 // closes it: far longer than a client in a request loop waits between an
-// answer and its next request, short enough not to hold a shutdown up.
-const drainIdle = 100 * time.Millisecond
+// answer and its next request, also on a machine whose cores are busy
+// (100 ms lost a request now and then under load: the client's goroutine
+// waited that long for a core, then wrote as the connection closed), and
+// short enough not to hold a shutdown up (a tenth of the drain's grace).
+const drainIdle = time.Second
 
 func newDrainServer(s *http.Server) *drainServer {
 	d := &drainServer{Server: s, conns: map[net.Conn]connState{}}
