@@ -281,15 +281,6 @@ func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) (replace
 	return replaced, nil
 }
 
-// quotaResponse is the message of acts, in their order.
-func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
-	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(acts))}
-	for i, a := range acts {
-		resp.BucketAction[i] = bucketAction(a)
-	}
-	return resp
-}
-
 func bucketAction(a rlqs.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket}}
 	if a.Abandon {
