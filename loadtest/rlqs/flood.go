@@ -17,14 +17,6 @@ import (
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
-// floodRules is the flood's rule: one bucket per user, as the docs'
-// x-user example buckets requests.
-const floodRules = `domain: q
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000}
-`
-
 // flood runs issue 43's bucket flood against one sluice: streams × buckets
 // new buckets at once (each stream its own connection), a probe Envoy
 // subscribing a bucket every 250 ms and an RLS caller throughout. It
@@ -38,7 +30,8 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	defer hs.Close()
 	cfg := hs.Sluice
 	cfg.Env = append(cfg.Env, "SLUICE_GRPC_SERVER="+o.server)
-	if err := testenv.WriteRules(cfg, "rules.yaml", floodRules); err != nil {
+	// One bucket per user, as the docs' x-user example buckets requests.
+	if err := testenv.WriteRules(cfg, "rules.yaml", rlqssim.ScenarioRules); err != nil {
 		return nil, err
 	}
 	s, err := testenv.StartSluice(ctx, cfg)

@@ -2,7 +2,7 @@ package backendtest
 
 import (
 	"context"
-	"slices"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -41,15 +41,15 @@ func BoardExchange(t *testing.T, b Board, prefix string) {
 	post("r1", p(k1, "one", at), p(k2, "uno", at))
 	got := post("r2", p(k1, "two", at))
 	want := map[string]string{"r1": "one", "r2": "two"}
-	if m := entries(got[0]); !mapsEqual(m, want) {
+	if m := entries(got[0]); !maps.Equal(m, want) {
 		t.Errorf("%s after r1 and r2 posted: %v, want %v", k1, m, want)
 	}
 	// r1 posts again: its latest entry replaces its first; k2 is apart.
 	got = post("r1", p(k1, "one'", at.Add(time.Second)), p(k2, "uno'", at.Add(time.Second)))
-	if m := entries(got[0]); !mapsEqual(m, map[string]string{"r1": "one'", "r2": "two"}) {
+	if m := entries(got[0]); !maps.Equal(m, map[string]string{"r1": "one'", "r2": "two"}) {
 		t.Errorf("%s after r1 posted again: %v", k1, m)
 	}
-	if m := entries(got[1]); !mapsEqual(m, map[string]string{"r1": "uno'"}) {
+	if m := entries(got[1]); !maps.Equal(m, map[string]string{"r1": "uno'"}) {
 		t.Errorf("%s: %v, want only r1's", k2, m)
 	}
 	for _, e := range got[0] {
@@ -88,15 +88,4 @@ func entries(es []engine.ClaimEntry) map[string]string {
 		m[e.Replica] = string(e.Value)
 	}
 	return m
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	keys := make([]string, 0, len(a))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	return !slices.ContainsFunc(keys, func(k string) bool { return a[k] != b[k] })
 }
