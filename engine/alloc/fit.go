@@ -100,7 +100,8 @@ func (p *Planner) fitOne(c *Change) {
 		return
 	}
 	from := p.curRate(c.R)
-	if a.target.Kind == TokenBucket && a.share > from {
+	kept := r.Sent && a.target == r.Cur // the division keeps what it has
+	if a.target.Kind == TokenBucket && a.share > from && !kept {
 		// The largest part of the raise that fits.
 		g := p.largest(c, r, from, a.share-from)
 		s := p.strategyNear(r, from+g*(a.share-from))
@@ -111,14 +112,15 @@ func (p *Planner) fitOne(c *Change) {
 			return
 		}
 	}
-	// It waits, if it can: the Envoy keeps what it has, and its
-	// renewal is not due (a renewal never waits: the TTL covers a cut
-	// stream only while renewals go out every renewal period). A new
+	// It waits, if it can: the Envoy keeps what it has until its
+	// renewal's deadline (the TTL covers a cut stream only while a
+	// renewal goes out by then; a renewal is planned a little before
+	// RenewAt, so a reservation has that long to come back). A new
 	// Envoy waits for the reservation this plan asks for, or one on its
 	// way (its own no_assignment_behavior applies meanwhile, as it did
 	// since its first request: one store call more), unless the store
 	// just said the limit is spent.
-	if r.Sent && !p.renewDue(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full) {
+	if r.Sent && in.Now < p.O.renewDeadline(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full) {
 		c.Strat = Strategy{Kind: skipKind}
 		return
 	}
@@ -170,7 +172,7 @@ func (p *Planner) rank(c *Change) int {
 	a := &p.asks[c.ask]
 	r := &p.in.Reporters[c.R]
 	switch {
-	case r.Sent && p.renewDue(r):
+	case r.Sent && p.mustRenew(r):
 		return 0 // a renewal (or change) that cannot wait
 	case a.target.Kind != TokenBucket || a.share <= p.curRate(c.R):
 		return 1 // a cut, a blanket rule, a renewal

@@ -159,7 +159,11 @@ type Planner struct {
 
 	in   *Input
 	live []int
-	asks []ask
+	// batch: some live reporter's renewal is due (renewDue).
+	batch bool
+	// bursts remembers OptBurst's answers (optBurst).
+	bursts map[[4]float64]float64
+	asks   []ask
 
 	shares []float64
 	claims []Claim
@@ -186,61 +190,6 @@ type Planner struct {
 	cutRoom float64
 }
 
-// MinRenew and MaxRenew bound RenewEvery.
-const (
-	MinRenew = 500 * time.Millisecond
-	MaxRenew = 2 * time.Second
-)
-
-// RenewEvery is how often a live Envoy reporting every period is renewed
-// unasked: a quarter of the period, within [MinRenew, MaxRenew].
-func (o Options) RenewEvery(period time.Duration) time.Duration {
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return min(max(period/4, MinRenew), MaxRenew)
-}
-
-// AssignTTL is the assignment_time_to_live for an Envoy reporting every
-// period (0: not yet known, Options.ReportPeriod): long enough that an
-// Envoy whose stream is cut just before a renewal reached it reopens the
-// stream at its next report timer and is answered before its assignment
-// ends: a report period, a renewal period and a delivery (the renewals
-// it got were at most that far apart), and the margin for the answer; in
-// whole seconds, at least MinTTL.
-func (o Options) AssignTTL(period time.Duration) time.Duration {
-	return o.ttlWith(period, o.RenewEvery(period))
-}
-
-func (o Options) ttlWith(period, renew time.Duration) time.Duration {
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	ttl := max(o.MinTTL, period+renew+o.Delivery+o.Margin)
-	return (ttl + time.Second - 1).Truncate(time.Second)
-}
-
-// RenewFor is how often r is renewed: RenewEvery, or, for an Envoy that may
-// refill its bucket on an equal renewal, once per report period (each
-// renewal costs it a full bucket, and the report after it confirms the
-// one before).
-func (o Options) RenewFor(r *Reporter) time.Duration {
-	if !r.Refill {
-		return o.RenewEvery(r.Period)
-	}
-	period := r.Period
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return min(max(period, MinRenew), 2*o.ReportPeriod)
-}
-
-// TTLFor is the assignment_time_to_live for r (AssignTTL with r's renewal
-// period).
-func (o Options) TTLFor(r *Reporter) time.Duration {
-	return o.ttlWith(r.Period, o.RenewFor(r))
-}
-
 // releaseFrac is the least part of the limit a hub gives back of a window.
 const releaseFrac = 0.01
 
@@ -254,9 +203,11 @@ func (p *Planner) Decide(in *Input, out *Output) {
 	p.in = in
 	p.cutRoom = 0
 	p.live = p.live[:0]
+	p.batch = false
 	for i := range in.Reporters {
-		if in.Reporters[i].Live {
+		if r := &in.Reporters[i]; r.Live {
 			p.live = append(p.live, i)
+			p.batch = p.batch || r.Sent && p.mustRenew(r)
 		}
 	}
 	out.Next = p.nextCleanup()
@@ -307,49 +258,6 @@ func (p *Planner) blanket(out *Output) {
 			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl})
 		}
 	}
-}
-
-func (p *Planner) renewDue(r *Reporter) bool {
-	return p.in.Now >= p.O.RenewAt(r)-p.O.renewSlack(r)
-}
-
-// renewSlack is how early a renewal may go: when a hub plans for one
-// reporter's renewal, every reporter due within half a renewal period is
-// renewed with it, so that a bucket of many Envoys is planned about twice
-// a renewal period rather than once per Envoy.
-func (o Options) renewSlack(r *Reporter) int64 { return int64(o.RenewFor(r) / 2) }
-
-// RenewAt is when r's assignment must be renewed: a renewal period after
-// it was sent, or earlier if what is left of its TTL would no longer
-// cover a report period, a delivery and the margin (its period was found
-// longer since).
-func (o Options) RenewAt(r *Reporter) int64 {
-	period := r.Period
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return r.LastSend + int64(min(o.RenewFor(r), r.CurTTL-period-o.Delivery-o.Margin))
-}
-
-// nextRenewal is the earliest renewal of a live reporter once out's
-// changes are sent, or next; a renewal that is due and was held back is
-// tried again soon.
-func (p *Planner) nextRenewal(out *Output, next int64) int64 {
-	now := p.in.Now
-	p.sent = resizeBool(p.sent, len(p.in.Reporters))
-	for _, c := range out.Changes {
-		p.sent[c.R] = true
-	}
-	for _, i := range p.live {
-		r := &p.in.Reporters[i]
-		switch {
-		case p.sent[i]:
-			next = min(next, now+int64(p.O.RenewFor(r)))
-		case r.Sent:
-			next = min(next, max(p.O.RenewAt(r)-p.O.renewSlack(r), now+1))
-		}
-	}
-	return next
 }
 
 func resizeBool(s []bool, n int) []bool {
@@ -435,11 +343,30 @@ func (p *Planner) targets(out *Output) {
 func (p *Planner) strategy(r *Reporter, share float64) Strategy {
 	burst := 0.0
 	if p.in.Plan.Burst == 0 && r.Claim.Known && p.in.Window > 0 {
-		burst = OptBurst(share, r.Claim.Rate, r.Bursty, float64(p.in.Window)/1e9)
+		burst = p.optBurst(share, r.Claim.Rate, r.Bursty, float64(p.in.Window)/1e9)
 	}
 	s, _ := p.in.Plan.AssignBurst(share, burst, p.O)
 	return s
 }
+
+// optBurst is OptBurst, remembered: a plan asks it of the same reporter's
+// share several times (dividing, setting tokens aside, fitting), and a
+// bucket's plans ask it of the same shares again until claims move.
+func (p *Planner) optBurst(share, demand, c, window float64) float64 {
+	k := [4]float64{share, demand, c, window}
+	if b, ok := p.bursts[k]; ok {
+		return b
+	}
+	if p.bursts == nil || len(p.bursts) >= maxBurstMemo {
+		p.bursts = make(map[[4]float64]float64)
+	}
+	b := OptBurst(share, demand, c, window)
+	p.bursts[k] = b
+	return b
+}
+
+// maxBurstMemo bounds what optBurst remembers (a few hubs' worth).
+const maxBurstMemo = 4096
 
 // minBursty and maxBursty bound Reporter.Bursty.
 const (

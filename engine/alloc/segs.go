@@ -85,6 +85,21 @@ func (p *Planner) addNeed(need []float64, segs []Seg) {
 		return
 	}
 	w := p.in.Window
+	if len(segs) == 1 {
+		// Most reporters have one bucket: its tokens in every window it
+		// reaches, and its rate over its part of each.
+		sg := segs[0]
+		for k := max(0, int((sg.From-p.base)/w)); k < len(need); k++ {
+			ks, ke := p.base+int64(k)*w, p.base+int64(k+1)*w
+			if ks >= sg.Until {
+				break
+			}
+			if a, b := max(ks, sg.From), min(ke, sg.Until); b > a {
+				need[k] += sg.Burst + sg.Rate*float64(b-a)/1e9
+			}
+		}
+		return
+	}
 	end := int64(math.MinInt64)
 	for _, sg := range segs {
 		end = max(end, sg.Until)

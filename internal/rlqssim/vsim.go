@@ -198,10 +198,10 @@ func (s *vsim) newReplica(i int) (*vreplica, error) {
 			}
 			s.trace("replica %d plans: held %v short=%v over=%v reserve %d release %d", i, held, out.Short, out.Overcommitted, len(out.Reserve), len(out.Release))
 			for k, r := range in.Reporters {
-				s.trace("  r%d live=%v claim=%.1f/%v bursty=%.2f cur=%v segs=%d", k, r.Live, r.Claim.Rate, r.Claim.Known, r.Bursty, fromAlloc(r.Cur), len(r.Segs))
+				s.trace("  replica %d r%d live=%v claim=%.1f/%v bursty=%.2f cur=%v segs=%d", i, k, r.Live, r.Claim.Rate, r.Claim.Known, r.Bursty, fromAlloc(r.Cur), len(r.Segs))
 			}
 			for _, c := range out.Changes {
-				s.trace("  -> r%d %v replace=%v", c.R, fromAlloc(c.Strat), c.Replace)
+				s.trace("  -> replica %d r%d %v replace=%v ttl %v", i, c.R, fromAlloc(c.Strat), c.Replace, c.TTL)
 			}
 		}
 	}
