@@ -17,7 +17,7 @@
 //   DURATION      default 60s
 //   MAX_429_RATE  threshold on the share of 429 answers, default 0.01
 //
-// Written against the documented API (spec/odata-api.md, odata-compat.md):
+// Written against the documented API (docs/odata.md, "What it serves"):
 // x-api-key header, JSON pages with "value" and "@odata.nextLink" (absolute,
 // carrying every query option), 429 with Retry-After.
 import http from 'k6/http';
