@@ -5,6 +5,11 @@
 //
 //   k6 run -e ODATA_URL=http://127.0.0.1:8000/v1/odata/v4 -e ODATA_KEYS=key1,key2 loadtest/k6/odata.js
 //
+// To load the server, not the per-key limit (2 requests/s, one in flight),
+// use many keys: one VU per key. bin/loadtest/with-odata -keys 50 -- … starts
+// a server with 50 keys and passes them in ODATA_KEYS; several VUs on one
+// key mostly get 429s (docs/benchmarks.md, "The OData API: many keys").
+//
 // Settings (-e NAME=value):
 //   ODATA_URL     service root, default http://127.0.0.1:8000/v1/odata/v4
 //   ODATA_KEYS    comma-separated API keys, one VU per key (required)
