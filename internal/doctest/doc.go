@@ -14,4 +14,7 @@
 // and one that needs more than the default minute by
 //
 //	<!-- doc-test: timeout 120s -->
+//
+// Every file path those docs and the k6 scripts cite (a path with a
+// directory) must be a file of the repository.
 package doctest
