@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/sluice
 RUNDIR  := var/run
 
-.PHONY: build run test test-deps test-npm h2spec test-stress bench bench-full bench-readme lint clean image image-bin
+.PHONY: build run test test-deps test-npm h2spec helm test-stress bench bench-full bench-readme lint clean image image-bin
 
 # A static binary (CGO_ENABLED=0: nothing needs cgo, and it runs on scratch).
 build:
@@ -67,6 +67,16 @@ $(shell $(GO) env GOPATH)/bin/h2spec:
 
 h2spec: $(H2SPEC)
 
+# helm, for the chart in deploy/helm/sluice: `make test` lints it and decodes
+# `helm template`'s output strictly (deploy/kubernetes/helm_test.go).
+# Installed once, when missing; scripts/helm/go.mod pins it.
+HELM ?= $(shell command -v helm 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/helm)
+
+$(shell $(GO) env GOPATH)/bin/helm:
+	cd scripts/helm && GOFLAGS= GOBIN= $(GO) install tool
+
+helm: $(HELM)
+
 # Every test, with the race detector, against real servers (a missing server
 # fails instead of skipping). RACEFLAGS leaves modernc.org's pure-Go SQLite
 # (C translated to Go) out of the race detector's instrumentation: it runs
@@ -76,9 +86,10 @@ h2spec: $(H2SPEC)
 # own code, and every other dependency, is still instrumented.
 RACEFLAGS ?= -race -gcflags=modernc.org/...=-race=false
 export RACEFLAGS
-test: test-deps test-npm h2spec
+test: test-deps test-npm h2spec helm
 	SLUICE_REQUIRE_SERVERS=1 $(GO) test $(RACEFLAGS) -timeout 30m ./...
-	cd deploy/kubernetes && $(GO) test -race ./...
+	$(HELM) lint --strict deploy/helm/sluice --set image.repository=registry.example.com/sluice
+	cd deploy/kubernetes && HELM=$(HELM) SLUICE_REQUIRE_SERVERS=1 $(GO) test -race ./...
 
 # The suite, each test twice (-count=2), while busy loops (10 per CPU, each
 # ended after STRESS_MAX_SECONDS at the latest) oversubscribe the machine ten

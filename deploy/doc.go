@@ -7,6 +7,9 @@
 // build the image with `make image` where buildah or podman can run, and
 // reload the Kubernetes ConfigMap's rules the way the kubelet updates them.
 //
-// The Kubernetes manifests are decoded into the API types in their own module
-// (deploy/kubernetes), so the main module does not depend on k8s.io/api.
+// The Kubernetes manifests, the kustomize builds (the base in
+// deploy/kubernetes, the overlay in deploy/kustomize) and the Helm chart's
+// renders (deploy/helm/sluice) are decoded into the API types in their own
+// module (deploy/kubernetes), so the main module does not depend on
+// k8s.io/api, kustomize or helm.
 package deploy

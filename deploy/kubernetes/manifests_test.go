@@ -75,44 +75,65 @@ type manifests struct {
 	redisSv *corev1.Service
 }
 
-func load(t *testing.T) manifests {
+// classify sorts decoded objects into manifests: the redis Deployment and
+// Service by name, the rest by kind. Each kind at most once.
+func classify(t *testing.T, objs []runtime.Object) manifests {
 	t.Helper()
 	var m manifests
+	once := func(kind string, set bool) {
+		if set {
+			t.Fatalf("more than one %s", kind)
+		}
+	}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.ConfigMap:
+			once("ConfigMap", m.rules != nil)
+			m.rules = o
+		case *appsv1.Deployment:
+			if o.Name == "redis" {
+				m.redis = o
+			} else {
+				once("Deployment", m.deploy != nil)
+				m.deploy = o
+			}
+		case *corev1.Service:
+			if o.Name == "redis" {
+				m.redisSv = o
+			} else {
+				once("Service", m.svc != nil)
+				m.svc = o
+			}
+		case *policyv1.PodDisruptionBudget:
+			m.pdb = o
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			m.hpa = o
+		default:
+			t.Fatalf("unexpected %T", o)
+		}
+	}
+	if m.rules == nil || m.deploy == nil || m.svc == nil {
+		t.Fatalf("missing objects: %+v", m)
+	}
+	return m
+}
+
+func load(t *testing.T) manifests {
+	t.Helper()
+	var objs []runtime.Object
 	for _, file := range []string{"sluice.yaml", "redis.yaml"} {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := decodeAll(data)
+		o, err := decodeAll(data)
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		for _, o := range objs {
-			switch o := o.(type) {
-			case *corev1.ConfigMap:
-				m.rules = o
-			case *appsv1.Deployment:
-				if file == "redis.yaml" {
-					m.redis = o
-				} else {
-					m.deploy = o
-				}
-			case *corev1.Service:
-				if file == "redis.yaml" {
-					m.redisSv = o
-				} else {
-					m.svc = o
-				}
-			case *policyv1.PodDisruptionBudget:
-				m.pdb = o
-			case *autoscalingv2.HorizontalPodAutoscaler:
-				m.hpa = o
-			default:
-				t.Fatalf("%s: unexpected %T", file, o)
-			}
-		}
+		objs = append(objs, o...)
 	}
-	if m.rules == nil || m.deploy == nil || m.svc == nil || m.pdb == nil || m.hpa == nil || m.redis == nil || m.redisSv == nil {
+	m := classify(t, objs)
+	if m.pdb == nil || m.hpa == nil || m.redis == nil || m.redisSv == nil {
 		t.Fatalf("missing objects: %+v", m)
 	}
 	return m
@@ -180,7 +201,14 @@ func matches(selector, labels map[string]string) bool {
 }
 
 func TestManifestsFitTogether(t *testing.T) {
-	m := load(t)
+	checkFit(t, load(t), true)
+}
+
+// checkFit checks that the objects refer to each other correctly and that
+// the sluice container is set up as docs/deploy.md says. preStop: whether
+// the preStop sleep is expected.
+func checkFit(t *testing.T, m manifests, preStop bool) {
+	t.Helper()
 	c := container(t, m.deploy)
 	e := env(c)
 	podLabels := m.deploy.Spec.Template.Labels
@@ -200,9 +228,15 @@ func TestManifestsFitTogether(t *testing.T) {
 
 	// SIGTERM drain: preStop, then sluice's graceful stop, within the grace period.
 	var pre time.Duration
-	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+	switch {
+	case c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil:
 		pre = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
-	} else {
+		if !preStop {
+			t.Error("a preStop sleep where the cluster has no sleep action")
+		}
+	case c.Lifecycle != nil:
+		t.Errorf("lifecycle %+v: the image has no shell; only a sleep action can work", c.Lifecycle)
+	case preStop:
 		t.Error("no preStop sleep: endpoints may still send traffic after the listeners close")
 	}
 	grace := m.deploy.Spec.Template.Spec.TerminationGracePeriodSeconds
@@ -216,18 +250,8 @@ func TestManifestsFitTogether(t *testing.T) {
 	if !matches(m.svc.Spec.Selector, podLabels) {
 		t.Error("the Service does not select sluice's pods")
 	}
-	if !matches(m.pdb.Spec.Selector.MatchLabels, podLabels) || m.pdb.Spec.MinAvailable == nil {
-		t.Error("the PodDisruptionBudget does not protect sluice's pods")
-	}
-	if r := m.deploy.Spec.Replicas; r == nil || m.pdb.Spec.MinAvailable.IntValue() >= int(*r) {
-		t.Error("the PodDisruptionBudget allows no voluntary disruption at the Deployment's replica count")
-	}
-	if ref := m.hpa.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != m.deploy.Name || ref.APIVersion != "apps/v1" {
-		t.Errorf("the HPA scales %+v, not the Deployment", ref)
-	}
-	if m.hpa.Spec.MinReplicas == nil || *m.hpa.Spec.MinReplicas < 2 || c.Resources.Requests.Cpu().IsZero() {
-		t.Error("the HPA needs minReplicas >= 2 and a CPU request to scale on")
-	}
+	checkScaling(t, m, c)
+	checkDebugPrivate(t, c, e)
 
 	want := map[string]int32{"grpc": envPort(t, e, "GRPC_PORT", 8081), "http": httpPort}
 	if e["USE_PROMETHEUS"] == "true" {
@@ -249,6 +273,18 @@ func TestManifestsFitTogether(t *testing.T) {
 		t.Errorf("the Service does not expose %v", want)
 	}
 
+	// Runs as the image's unprivileged user, with nothing to write.
+	sc := m.deploy.Spec.Template.Spec.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
+		t.Error("the pod does not run as the image's non-root user 65532")
+	}
+	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("the root filesystem is writable")
+	}
+	checkRulesMount(t, m, c)
+	if m.redis == nil {
+		return
+	}
 	// Redis: REDIS_URL is the redis Service, whose port reaches the server.
 	host, p, _ := strings.Cut(e["REDIS_URL"], ":")
 	if host != m.redisSv.Name || len(m.redisSv.Spec.Ports) != 1 || fmt.Sprint(m.redisSv.Spec.Ports[0].Port) != p {
@@ -259,15 +295,6 @@ func TestManifestsFitTogether(t *testing.T) {
 	}
 	if port(t, container(t, m.redis), m.redisSv.Spec.Ports[0].TargetPort) != 6379 {
 		t.Error("the redis Service does not reach port 6379")
-	}
-
-	// Runs as the image's unprivileged user, with nothing to write.
-	sc := m.deploy.Spec.Template.Spec.SecurityContext
-	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
-		t.Error("the pod does not run as the image's non-root user 65532")
-	}
-	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
-		t.Error("the root filesystem is writable")
 	}
 }
 

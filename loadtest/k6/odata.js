@@ -5,6 +5,11 @@
 //
 //   k6 run -e ODATA_URL=http://127.0.0.1:8000/v1/odata/v4 -e ODATA_KEYS=key1,key2 loadtest/k6/odata.js
 //
+// To load the server, not the per-key limit (2 requests/s, one in flight),
+// use many keys: one VU per key. bin/loadtest/with-odata -keys 50 -- … starts
+// a server with 50 keys and passes them in ODATA_KEYS; several VUs on one
+// key mostly get 429s (docs/benchmarks.md, "The OData API: many keys").
+//
 // Settings (-e NAME=value):
 //   ODATA_URL     service root, default http://127.0.0.1:8000/v1/odata/v4
 //   ODATA_KEYS    comma-separated API keys, one VU per key (required)
@@ -17,7 +22,7 @@
 //   DURATION      default 60s
 //   MAX_429_RATE  threshold on the share of 429 answers, default 0.01
 //
-// Written against the documented API (spec/odata-api.md, odata-compat.md):
+// Written against the documented API (docs/odata.md, "What it serves"):
 // x-api-key header, JSON pages with "value" and "@odata.nextLink" (absolute,
 // carrying every query option), 429 with Retry-After.
 import http from 'k6/http';
