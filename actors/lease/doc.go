@@ -38,7 +38,11 @@
 //     this replica (a share of the limit at most) plus the hits waiting,
 //     all capped by a share of the headroom left (a key's first one is
 //     the hits waiting: a cold key costs what it costs in exact mode, and
-//     holds nothing); when that leaves, every waiter tries again. A reservation is also started ahead
+//     holds nothing); when that leaves, every waiter tries again. The
+//     reservations one batch of decisions starts (the calls one read of a
+//     gRPC connection brought) leave together in one call, which takes the
+//     open batch as an exact batch's call does: a burst of cold keys costs
+//     the store calls of exact mode, not one per key. A reservation is also started ahead
 //     of need, when what is owned falls below half a block, so a steady key
 //     never waits.
 //

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,6 +341,17 @@ func TestColdKeyFirstDecision(t *testing.T) {
 		}
 	}
 
+	// One batch of 200 cold keys (the calls one read of a gRPC connection
+	// brings) costs one store call in both modes: the reservations leave
+	// together, in the call that takes the open batch (lease mode sent
+	// one call per key, 200, and closed the batch at once).
+	for _, mode := range []string{"exact", "lease"} {
+		calls, closed := coldBatch(t, start, mode, keys)
+		if calls != 1 || !closed {
+			t.Errorf("%s: a batch of %d cold keys took %d store calls (want 1); batch closed: %v", mode, keys, calls, closed)
+		}
+	}
+
 	// The same key, 300 decisions at 100/s: blocks grow with its rate.
 	clk := &clock{t: start}
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
@@ -457,3 +469,31 @@ func TestKilledReplicaStrandsLittle(t *testing.T) {
 		})
 	}
 }
+
+// coldBatch decides one batch of n decisions, each on a key never seen,
+// and returns the store calls it took and whether the batch was closed.
+func coldBatch(t *testing.T, start time.Time, mode string, n int) (int, bool) {
+	clk := &clock{t: start}
+	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
+	svc, stop, _ := edgeReplicaStats(t, s, clk, edgeRules, mode)
+	items := make([]engine.BatchItem, n)
+	for i := range items {
+		items[i].Req = &engine.Request{Domain: "d",
+			Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "c", Value: fmt.Sprintf("burst%d", i)}}}}}
+	}
+	b := &closeCount{}
+	svc.ShouldRateLimitBatch(context.Background(), b, items)
+	for i, it := range items {
+		if it.Err != nil || it.Resp.OverallCode != engine.CodeOK {
+			t.Fatalf("%s: item %d: %v %v", mode, i, it.Resp, it.Err)
+		}
+	}
+	stop()
+	calls, _, _ := s.counts()
+	return calls, b.n.Load() > 0
+}
+
+// closeCount is an engine.Batch that counts its closes.
+type closeCount struct{ n atomic.Int32 }
+
+func (b *closeCount) Close() { b.n.Add(1) }

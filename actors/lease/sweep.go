@@ -71,15 +71,20 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 		st.credit--
 		return op, true
 	}
+	// A give-back is a write: sent only from the writes this key saved, so
+	// that its writes never outnumber its decisions (what is not given
+	// back lapses with its window: at most the block reserved last). Most
+	// states of a large key space hold nothing: they are passed over
+	// before the rate's exponential (a sweep reviews every state).
+	have := st.avail(now)
+	if have == 0 || st.credit < 1 {
+		return engine.CounterOp{}, false
+	}
 	keep := st.demand(now, c.o.Horizon)
 	if all || now-st.lastUse >= c.o.IdleAfter.Microseconds() {
 		keep = 0
 	}
-	have := st.avail(now)
-	// A give-back is a write: sent only from the writes this key saved, so
-	// that its writes never outnumber its decisions (what is not given
-	// back lapses with its window: at most the block reserved last).
-	if have == 0 || have <= 2*keep || st.credit < 1 {
+	if have <= 2*keep {
 		return engine.CounterOp{}, false
 	}
 	st.credit--
