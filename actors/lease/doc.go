@@ -58,7 +58,9 @@
 //  4. A sweeper, every Options.Sweep, updates rates, gives back (OpRelease,
 //     all keys in one call) what a key holds beyond twice its demand over
 //     the horizon (everything once idle; only from credit), and forgets
-//     states whose window is over. Nothing is sent for a window that ended.
+//     states whose window is over, idle ones, and those of keys answered
+//     once that hold nothing after a second (a burst of new keys is not
+//     kept and reviewed for the idle time). Nothing is sent for a window that ended.
 //
 // Why it is never over the limit: a window's reservation grants only the
 // counts at or below the limit of the value the store returned, and every

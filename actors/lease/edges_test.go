@@ -497,3 +497,46 @@ func coldBatch(t *testing.T, start time.Time, mode string, n int) (int, bool) {
 type closeCount struct{ n atomic.Int32 }
 
 func (b *closeCount) Close() { b.n.Add(1) }
+
+// A key answered once that holds nothing is forgotten once unused for a
+// second, a key with a rate is kept: a burst of new keys is not reviewed
+// at every sweep, nor kept for the collector, for the 5 s of IdleAfter
+// (they were: the sweeper's review topped a cold burst's profile).
+func TestColdKeysForgotten(t *testing.T) {
+	start := time.Unix(1795313400+1, 0)
+	clk := &clock{t: start}
+	s := newEdgeStore(clk, 0, edgeUnits)
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(edgeRules)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lease.New(engine.DirectCounter{Backend: s}, lease.Options{Clock: clk.Now, Sweep: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	o := engine.DefaultOptions()
+	o.Clock, o.Counter, o.Counting = clk.Now, lc, engine.CountLease
+	svc, err := engine.NewService(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	for i := range 100 {
+		req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "c", Value: fmt.Sprintf("cold%d", i)}}}}}
+		if resp, err := svc.ShouldRateLimit(context.Background(), req); err != nil || resp.OverallCode != engine.CodeOK {
+			t.Fatalf("cold%d: %v %v", i, resp, err)
+		}
+	}
+	for i := range 3 {
+		clk.at(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		if decide(t, svc, "big") != engine.CodeOK {
+			t.Fatal("big: refused")
+		}
+	}
+	if n := lc.Tracked(); n != 101 {
+		t.Fatalf("%d keys tracked after 101 decided, want 101", n)
+	}
+	clk.at(start.Add(1500 * time.Millisecond))
+	testenv.Eventually(t, "the keys answered once to be forgotten", func() bool { return lc.Tracked() == 1 })
+}

@@ -213,7 +213,14 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 	if len(waiters) == 0 {
 		return nil
 	}
-	c.launch(rs, batch)
+	// This goroutine waits for the reservations anyway: it makes the call
+	// itself, rather than hand it to another and wait to be woken (on a
+	// busy machine each hand-off waits for a core).
+	if len(rs) > 0 {
+		c.call(rs, batch)
+	} else if batch != nil {
+		batch.Close()
+	}
 	rs, batch = nil, nil
 	return c.wait(ctx, waiters)
 }

@@ -2,10 +2,16 @@ package lease
 
 import (
 	"context"
+	"time"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/tick"
 )
+
+// coldIdle is how long a key answered once is kept while it holds
+// nothing: longer than a key with a rate worth reserving ahead for waits
+// between its first two decisions.
+const coldIdle = time.Second
 
 // sweep runs until Close: every Options.Sweep it forgets what is over and
 // gives back what keys hold beyond their demand.
@@ -28,7 +34,13 @@ func (c *Counter) giveBack(now int64, all bool) {
 			if op, ok := c.review(st, now, all); ok {
 				ops = append(ops, op)
 			}
-			idle := now-st.lastUse >= c.o.IdleAfter.Microseconds()
+			unused := now - st.lastUse
+			// A key answered once and not again within coldIdle is a
+			// cold key of a large key space: forgotten once it holds
+			// nothing, so that a burst of new keys is not reviewed at
+			// every sweep and kept for the collector for IdleAfter. Seen
+			// again, it costs what its first decision cost: exact mode's.
+			idle := unused >= c.o.IdleAfter.Microseconds() || (st.decided <= 1 && unused >= min(coldIdle, c.o.IdleAfter).Microseconds())
 			ended := st.windowEnd > 0 && now >= st.windowEnd
 			if !st.pending && len(st.waiters) == 0 && (ended || (idle && st.avail(now) == 0 && st.overUntil <= now)) {
 				delete(s.m, k)
