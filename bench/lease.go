@@ -47,6 +47,7 @@ func benchLease(ctx context.Context, tb *testenv.ProgramTB, f flags, work, runti
 	// that for every system alike; the table measures the steady state.
 	warmup = max(warmup, leaseWarmup)
 	var rows []leaseRow
+	var edges []edgeRow
 	var exact []leaseExact
 	for _, rtt := range leaseRTTs {
 		if ctx.Err() != nil {
@@ -62,10 +63,16 @@ func benchLease(ctx context.Context, tb *testenv.ProgramTB, f flags, work, runti
 		}
 		rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
 		rs, err := leaseAt(f, work, runtimeRoot, peerRoot, far.Addr, rc, w, warmup, driveFn)
+		if err != nil {
+			rc.Close()
+			return "", err
+		}
+		es, err := leaseEdges(f, work, runtimeRoot, far.Addr, rc, rtt, f.duration)
 		rc.Close()
 		if err != nil {
 			return "", err
 		}
+		edges = append(edges, es...)
 		for _, r := range rs {
 			r.rtt = rtt
 			rows = append(rows, r)
@@ -76,7 +83,7 @@ func benchLease(ctx context.Context, tb *testenv.ProgramTB, f flags, work, runti
 			}
 		}
 	}
-	return renderLease(rows, exact), nil
+	return renderLease(rows, exact) + renderEdges(edges), nil
 }
 
 // leaseAt measures every system with the store behind far, f.rounds times

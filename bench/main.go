@@ -35,6 +35,7 @@ type flags struct {
 	noopDebug string
 	readme    string
 	odata     bool
+	main      bool
 	scaleOut  bool
 	lease     bool
 	rlqs      bool
@@ -54,6 +55,7 @@ func main() {
 	flag.StringVar(&f.peerCmd, "peer-cmd", "", "command that starts another rate limit service; it gets REDIS_URL, GRPC_PORT and the rules via RUNTIME_* in its environment")
 	flag.StringVar(&f.peerEnv, "peer-env", "", "extra environment for -peer-cmd, k=v,k2=v2")
 	flag.DurationVar(&f.duration, "duration", 0, "measured time per run (default 2s quick, 10s full)")
+	flag.BoolVar(&f.main, "main", true, "measure the main table: the engine alone and every workload on every system (-main=false: only the sections asked for)")
 	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
 	flag.BoolVar(&f.scaleOut, "scale-out", true, "also measure replicas sharing one Redis and a Redis Cluster, and their exactness")
 	flag.BoolVar(&f.lease, "lease", true, "also measure quota leases with the store 1 ms and 10 ms away (a latency proxy in front of Redis), beside exact counting, the memory backend and any -peer-cmd")

@@ -9,6 +9,11 @@ import (
 func render(rows []row, eng *engineResult, took time.Duration, driver string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Rate limit benchmark\n\n")
+	if len(rows) == 0 {
+		fmt.Fprintf(&b, "Machine: %s · commit %s · %s · whole run %s · the main table not measured (-main=false)\n",
+			machine(), gitCommit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "Machine: %s · commit %s · %s · %s per run · whole run %s\n\n",
 		machine(), gitCommit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), fmtDur(rows[0].res.Elapsed), took.Round(time.Second))
 	fmt.Fprintf(&b, "Each row is the median (by decisions/s) of %d runs; the systems took turns on each workload, the no-op first, and × no-op divides by the no-op's median.\n\n", rows[0].rounds)

@@ -31,6 +31,8 @@ descriptors:
 // extension (a peer's strict loader would reject them).
 const rules = referenceRules + `  - {key: sw0, rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}}
   - {key: tb0, rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}}
+  - {key: cold, rate_limit: {unit: minute, requests_per_unit: 1000000}}
+  - {key: edge, rate_limit: {unit: second, requests_per_unit: 500}}
 `
 
 // row is one line of the result table.
@@ -83,7 +85,7 @@ func run(ctx context.Context, f flags) error {
 	start := time.Now()
 
 	var eng *engineResult
-	if f.only == "" {
+	if f.only == "" && f.main {
 		log.Printf("engine alone (memory backend, in process)")
 		eng = new(engineResult)
 		if *eng, err = benchEngine(f.duration); err != nil {
@@ -98,10 +100,12 @@ func run(ctx context.Context, f flags) error {
 	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
 	defer rc.Close()
 
-	targets := benchTargets(f, work, runtimeRoot, peerRoot, redis.Addr)
-	rows, err := measureTargets(ctx, f, targets, workloads, rc, warmup, driveFn)
-	if err != nil {
-		return err
+	var rows []row
+	if f.main {
+		targets := benchTargets(f, work, runtimeRoot, peerRoot, redis.Addr)
+		if rows, err = measureTargets(ctx, f, targets, workloads, rc, warmup, driveFn); err != nil {
+			return err
+		}
 	}
 	sharedTables, err := sharedStores(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn)
 	if err != nil {

@@ -3,7 +3,10 @@ package odata
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // stallListener wraps accepted connections so that a write that makes no
@@ -18,7 +21,7 @@ func (l *stallListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &stallConn{Conn: c, s: l.s}
+	sc := &stallConn{Conn: c, s: l.s, state: fasthttp.StateNew, since: time.Now()}
 	l.s.connsMu.Lock()
 	l.s.conns[sc] = struct{}{}
 	l.s.connsMu.Unlock()
@@ -30,6 +33,23 @@ type stallConn struct {
 	s     *Server
 	once  sync.Once
 	clock writeClock // for the data slot of the response being written
+
+	// reads counts reads of one byte or more, so that a drain can tell a
+	// connection fasthttp calls idle from one it is reading a request from.
+	reads atomic.Int64
+	// The state fasthttp last reported, when, and reads at that moment.
+	stateMu sync.Mutex
+	state   fasthttp.ConnState
+	since   time.Time
+	readsAt int64
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.reads.Add(1)
+	}
+	return n, err
 }
 
 func (c *stallConn) Write(p []byte) (int, error) {

@@ -58,6 +58,9 @@ type Server struct {
 	connsMu sync.Mutex
 	conns   map[*stallConn]struct{}
 	closed  bool
+	ln      net.Listener // the listener Serve accepts from, closed by a drain
+
+	draining atomic.Bool // answers carry Connection: close (drain.go)
 }
 
 // NewServer checks opts and builds a server over store. keys checks API
@@ -105,7 +108,8 @@ func NewServer(opts Options, store Store, keys KeyStore, limiter RateLimiter) (*
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.http = &fasthttp.Server{
-		Handler:                      s.handleLogged,
+		Handler:                      s.handleDraining,
+		ConnState:                    s.trackState,
 		Name:                         "sluice",
 		ReadTimeout:                  30 * time.Second,
 		IdleTimeout:                  90 * time.Second,
@@ -160,7 +164,16 @@ func (s *Server) Serve(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	err = s.http.Serve(&stallListener{Listener: guarded, s: s})
+	sl := &onceCloser{Listener: &stallListener{Listener: guarded, s: s}}
+	s.connsMu.Lock()
+	if s.closed {
+		s.connsMu.Unlock()
+		_ = sl.Close()
+		return nil
+	}
+	s.ln = sl
+	s.connsMu.Unlock()
+	err = s.http.Serve(sl)
 	if err != nil && s.isClosed() {
 		return nil
 	}
@@ -168,7 +181,9 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting connections and waits for responses in progress
-// to finish. When ctx ends first, their database work is canceled and their
+// to finish, closing keep-alive connections only once they have been idle
+// for a second (drain.go), so that no request a client has sent is lost.
+// When ctx ends first, their database work is canceled and their
 // connections are closed; Shutdown returns once every response has ended.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.connsMu.Lock()
@@ -177,7 +192,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Requests waiting for their turn are answered now (503, Retry-After,
 	// Connection: close) rather than at the end of their wait.
 	s.turns.close()
-	err := s.http.ShutdownWithContext(ctx)
+	err := s.drain(ctx)
 	if err != nil {
 		s.cancel()
 		s.connsMu.Lock()

@@ -385,6 +385,7 @@ func statsFromEnv(e *Env) metrics.Settings {
 		PullAddr:               e.String("PROMETHEUS_ADDR", d.PullAddr),
 		PullPath:               e.String("PROMETHEUS_PATH", d.PullPath),
 		PullMapperFile:         e.String("PROMETHEUS_MAPPER_YAML", ""),
+		PullMaxConnections:     e.Int("SLUICE_METRICS_MAX_CONNECTIONS", 0),
 		PullResponseTimeMillis: e.Bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false),
 		ExtraTags:              e.Map("EXTRA_TAGS"),
 		FlushInterval:          e.Duration("STATS_FLUSH_INTERVAL", d.FlushInterval),

@@ -38,7 +38,11 @@
 //     this replica (a share of the limit at most) plus the hits waiting,
 //     all capped by a share of the headroom left (a key's first one is
 //     the hits waiting: a cold key costs what it costs in exact mode, and
-//     holds nothing); when that leaves, every waiter tries again. A reservation is also started ahead
+//     holds nothing); when that leaves, every waiter tries again. The
+//     reservations one batch of decisions starts (the calls one read of a
+//     gRPC connection brought) leave together in one call, which takes the
+//     open batch as an exact batch's call does: a burst of cold keys costs
+//     the store calls of exact mode, not one per key. A reservation is also started ahead
 //     of need, when what is owned falls below half a block, so a steady key
 //     never waits.
 //
@@ -54,7 +58,9 @@
 //  4. A sweeper, every Options.Sweep, updates rates, gives back (OpRelease,
 //     all keys in one call) what a key holds beyond twice its demand over
 //     the horizon (everything once idle; only from credit), and forgets
-//     states whose window is over. Nothing is sent for a window that ended.
+//     states whose window is over, idle ones, and those of keys answered
+//     once that hold nothing after a second (a burst of new keys is not
+//     kept and reviewed for the idle time). Nothing is sent for a window that ended.
 //
 // Why it is never over the limit: a window's reservation grants only the
 // counts at or below the limit of the value the store returned, and every

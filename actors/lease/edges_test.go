@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,6 +341,17 @@ func TestColdKeyFirstDecision(t *testing.T) {
 		}
 	}
 
+	// One batch of 200 cold keys (the calls one read of a gRPC connection
+	// brings) costs one store call in both modes: the reservations leave
+	// together, in the call that takes the open batch (lease mode sent
+	// one call per key, 200, and closed the batch at once).
+	for _, mode := range []string{"exact", "lease"} {
+		calls, closed := coldBatch(t, start, mode, keys)
+		if calls != 1 || !closed {
+			t.Errorf("%s: a batch of %d cold keys took %d store calls (want 1); batch closed: %v", mode, keys, calls, closed)
+		}
+	}
+
 	// The same key, 300 decisions at 100/s: blocks grow with its rate.
 	clk := &clock{t: start}
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
@@ -456,4 +468,75 @@ func TestKilledReplicaStrandsLittle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// coldBatch decides one batch of n decisions, each on a key never seen,
+// and returns the store calls it took and whether the batch was closed.
+func coldBatch(t *testing.T, start time.Time, mode string, n int) (int, bool) {
+	clk := &clock{t: start}
+	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
+	svc, stop, _ := edgeReplicaStats(t, s, clk, edgeRules, mode)
+	items := make([]engine.BatchItem, n)
+	for i := range items {
+		items[i].Req = &engine.Request{Domain: "d",
+			Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "c", Value: fmt.Sprintf("burst%d", i)}}}}}
+	}
+	b := &closeCount{}
+	svc.ShouldRateLimitBatch(context.Background(), b, items)
+	for i, it := range items {
+		if it.Err != nil || it.Resp.OverallCode != engine.CodeOK {
+			t.Fatalf("%s: item %d: %v %v", mode, i, it.Resp, it.Err)
+		}
+	}
+	stop()
+	calls, _, _ := s.counts()
+	return calls, b.n.Load() > 0
+}
+
+// closeCount is an engine.Batch that counts its closes.
+type closeCount struct{ n atomic.Int32 }
+
+func (b *closeCount) Close() { b.n.Add(1) }
+
+// A key answered once that holds nothing is forgotten once unused for a
+// second, a key with a rate is kept: a burst of new keys is not reviewed
+// at every sweep, nor kept for the collector, for the 5 s of IdleAfter
+// (they were: the sweeper's review topped a cold burst's profile).
+func TestColdKeysForgotten(t *testing.T) {
+	start := time.Unix(1795313400+1, 0)
+	clk := &clock{t: start}
+	s := newEdgeStore(clk, 0, edgeUnits)
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(edgeRules)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lease.New(engine.DirectCounter{Backend: s}, lease.Options{Clock: clk.Now, Sweep: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	o := engine.DefaultOptions()
+	o.Clock, o.Counter, o.Counting = clk.Now, lc, engine.CountLease
+	svc, err := engine.NewService(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	for i := range 100 {
+		req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "c", Value: fmt.Sprintf("cold%d", i)}}}}}
+		if resp, err := svc.ShouldRateLimit(context.Background(), req); err != nil || resp.OverallCode != engine.CodeOK {
+			t.Fatalf("cold%d: %v %v", i, resp, err)
+		}
+	}
+	for i := range 3 {
+		clk.at(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		if decide(t, svc, "big") != engine.CodeOK {
+			t.Fatal("big: refused")
+		}
+	}
+	if n := lc.Tracked(); n != 101 {
+		t.Fatalf("%d keys tracked after 101 decided, want 101", n)
+	}
+	clk.at(start.Add(1500 * time.Millisecond))
+	testenv.Eventually(t, "the keys answered once to be forgotten", func() bool { return lc.Tracked() == 1 })
 }

@@ -9,23 +9,35 @@ import (
 )
 
 // reserve starts st's reservation, sized for the hits its waiters want
-// and the demand st has seen (under st's stripe lock).
-func (c *Counter) reserve(st *state, now int64) {
-	c.send(st, c.size(st, int64(min(st.waiting(), 1<<62)), now), now)
+// and the demand st has seen (under st's stripe lock); see send for out.
+func (c *Counter) reserve(st *state, now int64, out *[]resv) {
+	c.send(st, c.size(st, int64(min(st.waiting(), 1<<62)), now), now, out)
 }
 
 // flush adds a sliding window's refused hits to its counter now (a
 // reservation of no hits that carries them), for a window that ends
 // before the sweeper would add them.
-func (c *Counter) flush(st *state, now int64) {
+func (c *Counter) flush(st *state, now int64, out *[]resv) {
 	if st.refused > 0 && !st.pending && now < st.windowEnd && st.windowEnd-now <= c.o.Sweep.Microseconds()+4*c.rtt.Load() {
-		c.send(st, 0, now)
+		c.send(st, 0, now, out)
 	}
 }
 
+// resv is a reservation started and not yet sent: its key's state and
+// its operations.
+type resv struct {
+	st  *state
+	ops []engine.CounterOp
+}
+
 // send starts st's reservation of n hits (with the refused hits it
-// carries), under st's stripe lock.
-func (c *Counter) send(st *state, n, now int64) {
+// carries), under st's stripe lock. With out, the reservation is added
+// there, for the caller to send with the others of its batch in one call
+// (launch): a burst of cold keys then costs the calls exact mode's batch
+// costs, not a call, a goroutine and a timer per key. The first one added
+// counts the call in flight here, under the lock, so that Close waits for
+// it.
+func (c *Counter) send(st *state, n, now int64, out *[]resv) {
 	if n > 0 {
 		st.size = n
 	}
@@ -43,8 +55,28 @@ func (c *Counter) send(st *state, n, now int64) {
 		}
 	}
 	c.st.reservations.Inc()
+	if out != nil {
+		if len(*out) == 0 {
+			c.calls.Add(1)
+		}
+		*out = append(*out, resv{st, ops})
+		return
+	}
 	c.calls.Add(1)
-	go c.call(st, ops)
+	go c.call([]resv{{st, ops}}, nil)
+}
+
+// launch sends the reservations collected in rs (counted in flight by
+// send) in one call, which closes batch as it sends; with none, batch is
+// closed here.
+func (c *Counter) launch(rs []resv, batch engine.Batch) {
+	if len(rs) == 0 {
+		if batch != nil {
+			batch.Close()
+		}
+		return
+	}
+	go c.call(rs, batch)
 }
 
 // size is the next reservation's size. What is reserved ahead of need is
@@ -95,17 +127,39 @@ func (c *Counter) size(st *state, need int64, now int64) int64 {
 	return n
 }
 
-// call runs one reservation and files what it got into st.
-func (c *Counter) call(st *state, ops []engine.CounterOp) {
+// call runs reservations in one call to the next Counter (which closes
+// batch, if any, as it sends them) and files what each got into its state.
+func (c *Counter) call(rs []resv, batch engine.Batch) {
 	defer c.calls.Done()
+	ops := rs[0].ops
+	if len(rs) > 1 {
+		ops = make([]engine.CounterOp, 0, 2*len(rs))
+		for _, r := range rs {
+			ops = append(ops, r.ops...)
+		}
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.o.CallTimeout)
 	began := time.Now()
-	err := c.next.Apply(ctx, ops, nil)
+	err := c.next.Apply(ctx, ops, batch)
 	cancel()
 	if err == nil {
 		took := time.Since(began).Microseconds()
 		c.rtt.Store((3*c.rtt.Load() + took) / 4)
 	}
+	if len(rs) > 1 {
+		i := 0
+		for _, r := range rs {
+			i += copy(r.ops, ops[i:i+len(r.ops)])
+		}
+	}
+	for _, r := range rs {
+		c.filed(r.st, r.ops, err)
+	}
+}
+
+// filed takes one reservation's answer (or err) into st and serves its
+// waiters.
+func (c *Counter) filed(st *state, ops []engine.CounterOp, err error) {
 	s := c.stripe(st.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,11 +182,11 @@ func (c *Counter) call(st *state, ops []engine.CounterOp) {
 		// and never take the answer-at-once path that reserves ahead:
 		// reserve ahead here too, or a key whose decisions come in bursts
 		// waits a round trip every time.
-		c.ahead(st, now)
+		c.ahead(st, now, nil)
 	case c.ctx.Err() != nil:
 		st.serve(now, ErrClosed)
 	default:
-		c.reserve(st, now)
+		c.reserve(st, now, nil)
 	}
 }
 

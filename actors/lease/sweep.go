@@ -2,10 +2,16 @@ package lease
 
 import (
 	"context"
+	"time"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/tick"
 )
+
+// coldIdle is how long a key answered once is kept while it holds
+// nothing: longer than a key with a rate worth reserving ahead for waits
+// between its first two decisions.
+const coldIdle = time.Second
 
 // sweep runs until Close: every Options.Sweep it forgets what is over and
 // gives back what keys hold beyond their demand.
@@ -28,7 +34,13 @@ func (c *Counter) giveBack(now int64, all bool) {
 			if op, ok := c.review(st, now, all); ok {
 				ops = append(ops, op)
 			}
-			idle := now-st.lastUse >= c.o.IdleAfter.Microseconds()
+			unused := now - st.lastUse
+			// A key answered once and not again within coldIdle is a
+			// cold key of a large key space: forgotten once it holds
+			// nothing, so that a burst of new keys is not reviewed at
+			// every sweep and kept for the collector for IdleAfter. Seen
+			// again, it costs what its first decision cost: exact mode's.
+			idle := unused >= c.o.IdleAfter.Microseconds() || (st.decided <= 1 && unused >= min(coldIdle, c.o.IdleAfter).Microseconds())
 			ended := st.windowEnd > 0 && now >= st.windowEnd
 			if !st.pending && len(st.waiters) == 0 && (ended || (idle && st.avail(now) == 0 && st.overUntil <= now)) {
 				delete(s.m, k)
@@ -71,15 +83,20 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 		st.credit--
 		return op, true
 	}
+	// A give-back is a write: sent only from the writes this key saved, so
+	// that its writes never outnumber its decisions (what is not given
+	// back lapses with its window: at most the block reserved last). Most
+	// states of a large key space hold nothing: they are passed over
+	// before the rate's exponential (a sweep reviews every state).
+	have := st.avail(now)
+	if have == 0 || st.credit < 1 {
+		return engine.CounterOp{}, false
+	}
 	keep := st.demand(now, c.o.Horizon)
 	if all || now-st.lastUse >= c.o.IdleAfter.Microseconds() {
 		keep = 0
 	}
-	have := st.avail(now)
-	// A give-back is a write: sent only from the writes this key saved, so
-	// that its writes never outnumber its decisions (what is not given
-	// back lapses with its window: at most the block reserved last).
-	if have == 0 || have <= 2*keep || st.credit < 1 {
+	if have <= 2*keep {
 		return engine.CounterOp{}, false
 	}
 	st.credit--

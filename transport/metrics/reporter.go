@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/netx"
 	"github.com/sluicehq/sluice/internal/tick"
 )
 
@@ -145,9 +146,16 @@ func (r *Reporter) Start() error {
 		return errors.New("metrics: reporter already started or closed")
 	}
 	if r.pull != nil {
-		ln, err := net.Listen("tcp", r.s.PullAddr)
+		raw, err := net.Listen("tcp", r.s.PullAddr)
 		if err != nil {
 			return fmt.Errorf("pull metrics: listening on %s: %w", r.s.PullAddr, err)
+		}
+		// As every other port: accept failures (out of file descriptors)
+		// waited out, connections beyond the cap refused with a 503.
+		ln, err := netx.Listen(raw, netx.Config{Max: r.s.pullCap(), Refuse: netx.RefuseHTTP, Name: "metrics", Log: r.log})
+		if err != nil {
+			raw.Close()
+			return fmt.Errorf("pull metrics: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle(r.s.PullPath, r.pull.handler(r.Flush))

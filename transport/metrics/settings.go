@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/netx"
 )
 
 // Settings choose and configure the statistics sink.
@@ -25,6 +27,11 @@ type Settings struct {
 	UsePull  bool
 	PullAddr string
 	PullPath string
+	// PullMaxConnections caps the connections open at once on the pull
+	// metrics port (SLUICE_METRICS_MAX_CONNECTIONS); one beyond it is
+	// answered 503 with Retry-After and closed. 0 takes PullFileShare % of
+	// the process's open-file limit, negative sets no cap.
+	PullMaxConnections int
 	// PullMapperFile replaces the embedded statsd_exporter mapping (PROMETHEUS_MAPPER_YAML).
 	PullMapperFile string
 	// PullResponseTimeMillis keeps ratelimit_service_response_time_seconds in
@@ -45,6 +52,22 @@ type Mogrifier struct {
 	Pattern string
 	NewName string
 	Tags    map[string]string
+}
+
+// PullFileShare is the share of the open-file limit, in percent, the pull
+// metrics port's connection cap takes by default: a scraper holds one or
+// two connections, and the rest of the limit belongs to the serving ports.
+const PullFileShare = 2
+
+// pullCap is the pull metrics port's connection cap in effect (0: none).
+func (s Settings) pullCap() int {
+	switch {
+	case s.PullMaxConnections == 0:
+		return netx.ShareOfFiles(PullFileShare)
+	case s.PullMaxConnections < 0:
+		return 0
+	}
+	return s.PullMaxConnections
 }
 
 // DefaultSettings are the reference's defaults: statsd over TCP to localhost:8125, flushed every 10s.

@@ -1,0 +1,12 @@
+package lease
+
+// Tracked is how many keys' states the counter keeps.
+func (c *Counter) Tracked() int {
+	n := 0
+	for i := range c.stripes {
+		c.stripes[i].mu.Lock()
+		n += len(c.stripes[i].m)
+		c.stripes[i].mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// SIGTERM under keep-alive OData load, 20 times, with the CPUs kept busy
+// by spinning goroutines: every request a client has written is answered,
+// or its connection closed before it was written (a request the client can
+// send again); none is written and then lost. fasthttp's own shutdown
+// closed every keep-alive connection idle at that instant, and a client
+// that had just been answered and was writing its next request lost it.
+func TestODataShutdownUnderKeepAliveLoadBusy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 runs")
+	}
+	var stop atomic.Bool
+	var spin sync.WaitGroup
+	for range 2 * runtime.NumCPU() {
+		spin.Add(1)
+		go func() {
+			defer spin.Done()
+			for x := 0; !stop.Load(); x++ {
+				if x%1_000_000 == 0 {
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	defer func() { stop.Store(true); spin.Wait() }()
+	var answered, notSent int64
+	for i := range 20 {
+		t.Run(fmt.Sprint("run ", i+1), func(t *testing.T) {
+			a, n := odataKeepAliveShutdown(t)
+			answered += a
+			notSent += n
+		})
+	}
+	t.Logf("20 runs under CPU load: %d answered, %d not sent, 0 lost", answered, notSent)
+}
+
+// odataKeepAliveShutdown runs 8 keep-alive clients against `sluice odata`,
+// ends its context (SIGTERM's path) while they run, and fails if a request
+// written was not answered. A GET is one net/http's client sends again
+// when a reused connection closes under it; that retry is counted as the
+// loss it stands for.
+func odataKeepAliveShutdown(t *testing.T) (int64, int64) {
+	fs := flag.NewFlagSet("odata", flag.ContinueOnError)
+	c := odataFlags(fs)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "o.sqlite")
+	if err := fs.Parse([]string{"-db", db, "-odata-addr", "127.0.0.1:0", "-demo-rows", "50",
+		"-requests-per-second", "0", "-sequential=false", "-access-log=false", "-odata-shutdown-timeout", "30s"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := startOData(ctx, c, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.run(ctx, c.drain, log) }()
+	url := "http://" + s.ln.Addr().String() + c.opts.Root + "/Locations?$top=1"
+
+	const (
+		clients    = 8
+		maxPerLoop = 100000 // bound on each client's loop
+	)
+	var (
+		answered, lost, notSent atomic.Int64
+		lostErrs                sync.Map
+		wg                      sync.WaitGroup
+	)
+	warm := make(chan struct{}, clients)
+	deadline := time.Now().Add(60 * time.Second)
+	for cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+			refused := 0
+			for i := 0; i < maxPerLoop && time.Now().Before(deadline); i++ {
+				var wrote, retried atomic.Bool
+				req, err := http.NewRequest(http.MethodGet, url, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Header.Set("x-api-key", s.demoKey)
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					GotConn: func(httptrace.GotConnInfo) {
+						if wrote.Load() {
+							retried.Store(true) // written once already: that one was lost
+						}
+					},
+					WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+				}))
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if retried.Load() {
+					lost.Add(1)
+					lostErrs.Store(fmt.Sprintf("client %d: a written request was sent again (err %v)", cl, err), true)
+				}
+				if err == nil {
+					answered.Add(1)
+					if i == 50 {
+						warm <- struct{}{}
+					}
+					continue
+				}
+				if wrote.Load() {
+					if !retried.Load() {
+						lost.Add(1)
+						lostErrs.Store(fmt.Sprintf("client %d: %v", cl, err), true)
+					}
+					continue
+				}
+				notSent.Add(1)
+				if refused++; refused >= 3 {
+					return
+				}
+			}
+		}()
+	}
+	for range clients {
+		select {
+		case <-warm:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the clients did not get going")
+		}
+	}
+	cancel() // SIGTERM
+	wg.Wait()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after SIGTERM: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("run did not return")
+	}
+	if n := lost.Load(); n > 0 {
+		var msgs []string
+		lostErrs.Range(func(k, _ any) bool { msgs = append(msgs, k.(string)); return len(msgs) < 10 })
+		t.Fatalf("%d requests written and never answered (%d answered, %d not sent): %v", n, answered.Load(), notSent.Load(), msgs)
+	}
+	return answered.Load(), notSent.Load()
+}
