@@ -39,11 +39,14 @@ type flags struct {
 	scaleOut  bool
 	lease     bool
 	rlqs      bool
-	compare   string
-	only      string
-	rounds    int
-	driver    string
-	load      string
+	// rlqsProfile: save the server's CPU profile of each RLQS run to
+	// <rlqsProfile>-<server>.pprof.
+	rlqsProfile string
+	compare     string
+	only        string
+	rounds      int
+	driver      string
+	load        string
 }
 
 func main() {
@@ -59,6 +62,7 @@ func main() {
 	flag.BoolVar(&f.odata, "odata", true, "also measure the OData API on PostgreSQL")
 	flag.BoolVar(&f.scaleOut, "scale-out", true, "also measure replicas sharing one Redis and a Redis Cluster, and their exactness")
 	flag.BoolVar(&f.lease, "lease", true, "also measure quota leases with the store 1 ms and 10 ms away (a latency proxy in front of Redis), beside exact counting, the memory backend and any -peer-cmd")
+	flag.StringVar(&f.rlqsProfile, "rlqs-profile", "", "save the server's CPU profile of each RLQS run (subscription included) to <this>-<grpc server>.pprof")
 	flag.BoolVar(&f.rlqs, "rlqs", true, "also measure the Rate Limit Quota Service: 50 Envoys × 1,000 buckets reporting every 5 s (Envoy's global client)")
 	flag.StringVar(&f.compare, "compare", "", "a second sluice binary measured in the same run (A/B), rows labelled sluice@<file name>")
 	flag.IntVar(&f.rounds, "rounds", 0, "measure every workload on every system this many times, interleaved, and report the medians (default 3 quick, 2 full)")

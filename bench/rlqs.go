@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,7 +92,20 @@ func benchQuotaOn(ctx context.Context, f flags, work, root, server string, fl qu
 	}
 	defer p.stop()
 	log.Printf("rlqs: %d Envoys × %d buckets, every %v, %s server", fl.envoys, fl.buckets, fl.interval, server)
+	var prof sync.WaitGroup
+	if f.rlqsProfile != "" {
+		// The server's CPU profile over the whole fleet run, subscription
+		// included, from its debug port.
+		secs := int(fl.interval.Seconds()) * (1 + fl.warm + fl.intervals)
+		out := f.rlqsProfile + "-" + server + ".pprof"
+		prof.Go(func() {
+			if err := fetchProfile(ctx, p.debug, secs, out); err != nil {
+				log.Printf("rlqs: profile: %v", err)
+			}
+		})
+	}
 	res, err := driveQuota(ctx, p, fl)
+	prof.Wait()
 	res.server = server
 	return res, err
 }
@@ -349,4 +364,27 @@ func renderQuota(rs []quotaResult) string {
 		"RSS per reporter is (end − idle) ÷ (Envoys × buckets). Driver CPU is this program's own, building, sending and reading the messages.\n\n",
 		fl.envoys, fl.buckets, fl.interval, fl.warm, fl.intervals)
 	return b.String()
+}
+
+// fetchProfile saves the CPU profile of secs seconds from the debug
+// address debug to path.
+func fetchProfile(ctx context.Context, debug string, secs int, path string) error {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debug, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return os.WriteFile(path, b, 0o644)
 }

@@ -1,7 +1,6 @@
 package alloc
 
 import (
-	"math"
 	"slices"
 	"time"
 )
@@ -100,45 +99,50 @@ func (p *Planner) addNeed(need []float64, segs []Seg) {
 		}
 		return
 	}
-	end := int64(math.MinInt64)
+	// Every Seg's tokens in each window it reaches.
+	lo, hi := p.base, p.base+int64(len(need))*w
 	for _, sg := range segs {
-		end = max(end, sg.Until)
-	}
-	for k := range need {
-		ks, ke := p.base+int64(k)*w, p.base+int64(k+1)*w
-		if ks >= end {
-			break
-		}
-		burst := 0.0
-		cuts := p.cuts[:0]
-		for _, sg := range segs {
-			if a, b := max(ks, sg.From), min(ke, sg.Until); b > a {
-				burst += sg.Burst
-				cuts = append(cuts, a, b)
+		for k := max(0, int((sg.From-p.base)/w)); k < len(need); k++ {
+			ks := p.base + int64(k)*w
+			if ks >= sg.Until {
+				break
+			}
+			if min(ks+w, sg.Until) > max(ks, sg.From) {
+				need[k] += sg.Burst
 			}
 		}
-		p.cuts = cuts
-		if len(cuts) == 0 {
+	}
+	// The fastest rate at each moment: between consecutive ends of Segs,
+	// the same Segs cover every moment.
+	pts := p.cuts[:0]
+	for _, sg := range segs {
+		pts = append(pts, min(max(sg.From, lo), hi), min(max(sg.Until, lo), hi))
+	}
+	slices.Sort(pts)
+	p.cuts = pts
+	for i := 1; i < len(pts); i++ {
+		a, b := pts[i-1], pts[i]
+		if b <= a {
 			continue
 		}
-		if len(cuts) > 2 {
-			slices.Sort(cuts)
-		}
-		spent := burst
-		for i := 1; i < len(cuts); i++ {
-			a, b := cuts[i-1], cuts[i]
-			if b <= a {
-				continue
+		rate := 0.0
+		for _, sg := range segs {
+			if sg.From <= a && sg.Until >= b {
+				rate = max(rate, sg.Rate)
 			}
-			rate := 0.0
-			for _, sg := range segs {
-				if sg.From <= a && sg.Until >= b {
-					rate = max(rate, sg.Rate)
-				}
-			}
-			spent += rate * float64(b-a) / 1e9
 		}
-		need[k] += spent
+		if rate == 0 {
+			continue
+		}
+		for k := int((a - p.base) / w); k < len(need); k++ {
+			ks := p.base + int64(k)*w
+			if ks >= b {
+				break
+			}
+			if x, y := max(a, ks), min(b, ks+w); y > x {
+				need[k] += rate * float64(y-x) / 1e9
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package alloc
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -24,6 +25,70 @@ func TestAddNeedOneSeg(t *testing.T) {
 		for k := range one {
 			if math.Abs(one[k]-two[k]) > 1e-6 {
 				t.Fatalf("iteration %d window %d: one Seg %+v needs %v, the general path %v", it, k, sg, one[k], two[k])
+			}
+		}
+	}
+}
+
+// addNeedByWindow is addNeed as first written, window by window: the
+// oracle the faster sweep is checked against.
+func (p *Planner) addNeedByWindow(need []float64, segs []Seg) {
+	if len(segs) == 0 {
+		return
+	}
+	w := p.in.Window
+	for k := range need {
+		ks, ke := p.base+int64(k)*w, p.base+int64(k+1)*w
+		burst := 0.0
+		var cuts []int64
+		for _, sg := range segs {
+			if a, b := max(ks, sg.From), min(ke, sg.Until); b > a {
+				burst += sg.Burst
+				cuts = append(cuts, a, b)
+			}
+		}
+		if len(cuts) == 0 {
+			continue
+		}
+		slices.Sort(cuts)
+		spent := burst
+		for i := 1; i < len(cuts); i++ {
+			a, b := cuts[i-1], cuts[i]
+			if b <= a {
+				continue
+			}
+			rate := 0.0
+			for _, sg := range segs {
+				if sg.From <= a && sg.Until >= b {
+					rate = max(rate, sg.Rate)
+				}
+			}
+			spent += rate * float64(b-a) / 1e9
+		}
+		need[k] += spent
+	}
+}
+
+// TestAddNeedSweep checks addNeed against the window-by-window oracle on
+// random overlapping Segs, before, across and after the windows.
+func TestAddNeedSweep(t *testing.T) {
+	const w = int64(time.Second)
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := &Planner{in: &Input{Window: w}}
+	for it := range 5000 {
+		p.base = 1_700_000_000 * w
+		segs := make([]Seg, 1+rng.IntN(5))
+		for i := range segs {
+			from := p.base + rng.Int64N(14*w) - 3*w
+			segs[i] = Seg{From: from, Until: from + 1 + rng.Int64N(9*w), Rate: rng.Float64() * 500, Burst: float64(rng.IntN(20))}
+		}
+		n := 1 + rng.IntN(12)
+		got, want := make([]float64, n), make([]float64, n)
+		p.addNeed(got, segs)
+		p.addNeedByWindow(want, segs)
+		for k := range got {
+			if math.Abs(got[k]-want[k]) > 1e-6 {
+				t.Fatalf("iteration %d window %d of %d: Segs %+v need %v, the oracle %v", it, k, n, segs, got[k], want[k])
 			}
 		}
 	}
