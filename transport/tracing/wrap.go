@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -114,9 +115,24 @@ func requestString(req *engine.Request) string {
 
 // Counter wraps c with a span per request's counter round trip, named for
 // the backend kind, child of the decision span.
+// A counter that answers within a bound of its own (engine.WaitBounder)
+// keeps saying so through the wrapper: the engine then sets no timer of
+// its own per decision.
 func (t *Tracing) Counter(c engine.Counter, backend string) engine.Counter {
-	return &counter{t: t, c: c, name: CounterSpanName(backend)}
+	tc := &counter{t: t, c: c, name: CounterSpanName(backend)}
+	if wb, ok := c.(engine.WaitBounder); ok {
+		return &boundedCounter{counter: tc, wb: wb}
+	}
+	return tc
 }
+
+// boundedCounter is a traced counter whose callee is an engine.WaitBounder.
+type boundedCounter struct {
+	*counter
+	wb engine.WaitBounder
+}
+
+func (c *boundedCounter) WaitBound() time.Duration { return c.wb.WaitBound() }
 
 type counter struct {
 	t    *Tracing

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -117,3 +118,40 @@ func TestDeciderBatchPassesOn(t *testing.T) {
 		}
 	}
 }
+
+type bounded struct {
+	failing
+	d time.Duration
+}
+
+func (b bounded) WaitBound() time.Duration { return b.d }
+
+// TestWrappersKeepOptionalInterfaces lists the optional interfaces a
+// wrapped value may implement, and checks each wrapper says what its
+// callee says: no more, no less.
+func TestWrappersKeepOptionalInterfaces(t *testing.T) {
+	tr, err := New(DefaultSettings(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.tp.Shutdown(context.Background())
+	// engine.WaitBounder, on a Counter.
+	if wb, ok := tr.Counter(bounded{d: 3 * time.Second}, "redis").(engine.WaitBounder); !ok || wb.WaitBound() != 3*time.Second {
+		t.Errorf("a traced WaitBounder counter: WaitBounder %v, bound %v; want true, 3s", ok, wb)
+	}
+	if _, ok := tr.Counter(failing{}, "redis").(engine.WaitBounder); ok {
+		t.Error("a traced counter without a bound claims one")
+	}
+	// Inline, on a Backend.
+	type inliner interface{ Inline() bool }
+	if ib, ok := tr.Backend(inline{}, "memory").(inliner); !ok || !ib.Inline() {
+		t.Error("a traced inline backend is not inline")
+	}
+	if ib, ok := tr.Backend(failing{}, "redis").(inliner); ok && ib.Inline() {
+		t.Error("a traced backend that is not inline says it is")
+	}
+}
+
+type inline struct{ failing }
+
+func (inline) Inline() bool { return true }
