@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/internal/netx"
 )
 
 // drainIdle is how long a keep-alive connection must have been idle before
@@ -90,7 +92,7 @@ func (s *Server) closeIdle(now time.Time) int {
 		st, since, readsAt := c.state, c.since, c.readsAt
 		c.stateMu.Unlock()
 		if (st == fasthttp.StateIdle || st == fasthttp.StateNew) && now.Sub(since) >= drainIdle &&
-			c.reads.Load() == readsAt && !pending(c.Conn) {
+			c.reads.Load() == readsAt && !netx.Pending(c.Conn) {
 			_ = c.Close()
 			continue
 		}

@@ -48,23 +48,3 @@ func watchPeerClose(c net.Conn) (gone <-chan struct{}, stop func()) {
 		<-done
 	}
 }
-
-// pending says whether bytes wait to be read in c's socket: a peek that
-// neither waits nor disturbs fasthttp's blocked read.
-func pending(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var waiting bool
-	_ = raw.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		waiting = err == nil && n > 0
-	})
-	return waiting
-}

@@ -7,7 +7,3 @@ import "net"
 // watchPeerClose cannot tell a closed peer here: a waiting request whose
 // client went away waits out its bound instead.
 func watchPeerClose(net.Conn) (<-chan struct{}, func()) { return nil, func() {} }
-
-// pending cannot peek here: a drain closes a connection idle for its idle
-// time without knowing whether a request waits in the socket.
-func pending(net.Conn) bool { return false }

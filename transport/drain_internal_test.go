@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/netx"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -49,7 +50,7 @@ func TestDrainKeepsUnreadRequests(t *testing.T) {
 		}
 	}
 	testenv.Eventually(t, "the requests to arrive", func() bool {
-		return pending(unread.(*drainConn).Conn) && pending(partial.(*drainConn).Conn)
+		return netx.Pending(unread.(*drainConn).Conn) && netx.Pending(partial.(*drainConn).Conn)
 	})
 	var b [10]byte
 	if _, err := partial.Read(b[:]); err != nil {

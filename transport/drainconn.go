@@ -3,7 +3,8 @@ package transport
 import (
 	"net"
 	"sync/atomic"
-	"syscall"
+
+	"github.com/sluicehq/sluice/internal/netx"
 )
 
 // drainListener counts what its connections read, so that a drain can
@@ -53,25 +54,5 @@ func holdsRequest(c net.Conn, s connState) bool {
 	if dc.reads.Load() != s.reads {
 		return true
 	}
-	return pending(dc.Conn)
-}
-
-// pending says whether bytes wait to be read in c's socket: a peek that
-// neither waits nor takes the lock net/http's blocked read holds.
-func pending(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var waiting bool
-	_ = raw.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		waiting = err == nil && n > 0
-	})
-	return waiting
+	return netx.Pending(dc.Conn)
 }
