@@ -50,9 +50,21 @@ type odataConfig struct {
 // parseODataFlags parses the flags of a command that serves the OData API
 // (odata, serve).
 func parseODataFlags(command string, args []string) (*odataConfig, error) {
-	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	env := [][]envVar{storeEnv}
+	synopsis := "odata [-db DSN] [flags]   (the OData API alone)"
+	if command == "serve" {
+		env = [][]envVar{rateLimitEnv, storeEnv}
+		synopsis = "serve [-db DSN] [flags]   (the rate limit service, configured by the environment, and the OData API, by flags)"
+	}
+	fs := newFlagSet(command, synopsis, env...)
 	c := odataFlags(fs)
-	return c, parseWithDB(fs, args, &c.db)
+	if err := parseWithDB(fs, args, &c.db); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, usagef("%s takes no arguments, got %q", command, fs.Args())
+	}
+	return c, nil
 }
 
 // odataFlags registers the OData API's flags on fs, with the documented
