@@ -57,10 +57,18 @@ type rateLimit struct {
 	memoryMax int64
 }
 
-// startRateLimit builds the rate limit service from the environment. With
-// od (sluice serve), the OData API's metrics join the pull metrics
-// endpoint when it is on, and its costliest keys are on the debug port.
-func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od *odata.Metrics) (*rateLimit, error) {
+// rateLimitPlan is the rate limit service's settings and logger, read
+// before anything is built, so that `serve` can start the OData API while
+// the service waits for its backend.
+type rateLimitPlan struct {
+	settings transport.Settings
+	log      *slog.Logger
+	// pulled says the pull metrics endpoint is on.
+	pulled bool
+}
+
+// planRateLimit reads the settings from the environment.
+func planRateLimit(lookup func(string) (string, bool)) (*rateLimitPlan, error) {
 	settings, err := transport.SettingsFromEnv(lookup)
 	if err != nil {
 		return nil, err
@@ -69,8 +77,24 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od 
 	if err != nil {
 		return nil, err
 	}
+	return &rateLimitPlan{settings: settings, log: log, pulled: settings.Stats.UsePull && !settings.Stats.Disabled}, nil
+}
+
+// startRateLimit builds the rate limit service from the environment.
+func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od *odata.Metrics) (*rateLimit, error) {
+	p, err := planRateLimit(lookup)
+	if err != nil {
+		return nil, err
+	}
+	return p.start(ctx, od)
+}
+
+// start builds the service (waiting for its backend, as the reference). With
+// od (sluice serve), the OData API's metrics join the pull metrics
+// endpoint when it is on, and its costliest keys are on the debug port.
+func (p *rateLimitPlan) start(ctx context.Context, od *odata.Metrics) (*rateLimit, error) {
+	settings, log, pulled := p.settings, p.log, p.pulled
 	opts := transport.Options{Settings: settings, Logger: log}
-	pulled := settings.Stats.UsePull && !settings.Stats.Disabled
 	if od != nil {
 		if pulled {
 			opts.MetricsCollectors = []prometheus.Collector{od}
