@@ -462,6 +462,7 @@ func runOData(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	warnEnv(log)
 	s, err := startOData(ctx, c, log)
 	if err != nil {
 		return err

@@ -77,7 +77,20 @@ func planRateLimit(lookup func(string) (string, bool)) (*rateLimitPlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	warnEnv(log)
 	return &rateLimitPlan{settings: settings, log: log, pulled: settings.Stats.UsePull && !settings.Stats.Disabled}, nil
+}
+
+// commandEnv are the variables the commands read themselves, beside the
+// rate limit service's settings.
+var commandEnv = []string{"SLUICE_DB", "SLUICE_DB_FILE", "SLUICE_TEST_MAIN"}
+
+// warnEnv warns of each variable that looks meant for sluice but is not
+// read (a misspelt setting would otherwise be silently ignored).
+func warnEnv(log *slog.Logger) {
+	for _, w := range transport.EnvWarnings(os.Environ(), commandEnv...) {
+		log.Warn(w)
+	}
 }
 
 // startRateLimit builds the rate limit service from the environment.

@@ -137,6 +137,7 @@ func TestServeWithAnUnreachableBackend(t *testing.T) {
 	delete(env, "BACKEND_TYPE")
 	env["REDIS_URL"] = filepath.Join(t.TempDir(), "ratelimit.sock")
 	env["LOG_LEVEL"] = "warn"
+	env["BACKEND_TPYE"] = "memory" // the misspelling a user made: warned of, and Redis is tried
 	c := startServeChild(t, env, "-demo-rows", "300")
 	testenv.Eventually(t, "the OData API to answer with the backend unreachable", func() bool {
 		code, _, _ := c.odataAnswer()
@@ -150,7 +151,8 @@ func TestServeWithAnUnreachableBackend(t *testing.T) {
 		t.Errorf("the unreachable backend was logged %d times, want once", n)
 	}
 	log := c.proc.LogTail(200)
-	for _, want := range []string{env["REDIS_URL"], "REDIS_SOCKET_TYPE=unix", "BACKEND_TYPE=memory", "REDIS_URL=host:6379", "retrying quietly"} {
+	for _, want := range []string{env["REDIS_URL"], "REDIS_SOCKET_TYPE=unix", "BACKEND_TYPE=memory", "REDIS_URL=host:6379", "retrying quietly",
+		"BACKEND_TPYE is not a setting sluice reads; did you mean BACKEND_TYPE?"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log lacks %q:\n%s", want, log)
 		}
