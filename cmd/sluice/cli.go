@@ -40,7 +40,7 @@ var rateLimitEnv = []envVar{
 	{"RUNTIME_ROOT", "/srv/runtime_data/current", "rule files root"},
 	{"RUNTIME_SUBDIRECTORY", "", "rule files are in RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config"},
 	{"RUNTIME_WATCH_ROOT", "true", "reload on a symlink swap of the root (false: on any change)"},
-	{"SLUICE_REQUIRE_RULES", "false", "true: /healthcheck fails while no rule file is loaded"},
+	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", "true: /healthcheck fails while no rules (no domain) are loaded"},
 	{"PORT, GRPC_PORT, DEBUG_PORT", "8080, 8081, 6070", "HTTP (/json, /healthcheck), gRPC and debug ports"},
 	{"HOST, GRPC_HOST, DEBUG_HOST", "0.0.0.0", "their listen addresses"},
 	{"USE_STATSD", "true", "send statistics to STATSD_HOST:STATSD_PORT (false: print them)"},
