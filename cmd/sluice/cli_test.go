@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,4 +165,31 @@ func TestParseFlagsInterleaved(t *testing.T) {
 			t.Errorf("%v: db %q args %q", tc.args, *db, fs.Args())
 		}
 	}
+}
+
+// FuzzParseFlags: any command line parses without a panic, and every
+// positional argument it returns was an argument given.
+func FuzzParseFlags(f *testing.F) {
+	f.Add("keys\x00revoke\x00tester\x00-db\x00x")
+	f.Add("-db=y\x00--\x00-db")
+	f.Add("-h")
+	f.Fuzz(func(t *testing.T, line string) {
+		args := strings.Split(line, "\x00")
+		fs := newFlagSet("t", "t")
+		fs.String("db", "d", "")
+		fs.Bool("v", false, "")
+		fs.SetOutput(io.Discard)
+		if err := parseFlags(fs, args); err != nil {
+			return
+		}
+		given := map[string]bool{}
+		for _, a := range args {
+			given[a] = true
+		}
+		for _, a := range fs.Args() {
+			if !given[a] {
+				t.Fatalf("%q: positional %q was not given", args, a)
+			}
+		}
+	})
 }
