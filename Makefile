@@ -6,8 +6,11 @@ RUNDIR  := var/run
 .PHONY: build run test test-deps test-npm h2spec helm test-stress bench bench-full bench-readme lint clean image image-bin
 
 # A static binary (CGO_ENABLED=0: nothing needs cgo, and it runs on scratch).
+# VERSION is what `sluice version` prints beside the toolchain's build
+# information (which lacks the commit in a git worktree).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 build:
-	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) $(LDFLAGS)" $(BUILDFLAGS) -o $(BIN) ./cmd/sluice
 
 # ---- container image (Dockerfile; docs/deploy.md) ------------------------------
 # image-bin: the linux binary and CA roots the Dockerfile copies in (also what
@@ -18,7 +21,7 @@ CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
 
 image-bin:
 	@mkdir -p bin/image
-	$(MAKE) --no-print-directory build BIN=bin/image/sluice BUILDFLAGS="-ldflags=-s\ -w" GOOS=linux
+	$(MAKE) --no-print-directory build BIN=bin/image/sluice LDFLAGS="-s -w" GOOS=linux
 	cp $(CA_CERTS) bin/image/ca-certificates.crt
 
 image: image-bin

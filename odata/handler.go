@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 	t, ok := s.route(ctx.Path())
 	rec.coll = t.label()
 	origin, browser := s.cors(ctx)
+	if why := s.notReady.Load(); why != nil {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(unavailableRetry))
+		s.fail(ctx, fasthttp.StatusServiceUnavailable, *why)
+		return
+	}
 	if !ok {
 		s.fail(ctx, fasthttp.StatusNotFound, "no such resource; collections are "+s.opts.Root+"/Metadata, /Locations, /Observations and /Records")
 		return
@@ -177,6 +183,21 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, rec *accessRecord) {
 	}
 
 	streaming = s.answer(ctx, t, params, g, rec)
+}
+
+// unavailableRetry is the Retry-After, in seconds, while the server is
+// unavailable.
+const unavailableRetry = 5
+
+// SetUnavailable makes every request answered 503 with Retry-After and the
+// message why, from now on until it is called with "". The port can so be
+// open (and say what is going on) before the store is ready.
+func (s *Server) SetUnavailable(why string) {
+	if why == "" {
+		s.notReady.Store(nil)
+		return
+	}
+	s.notReady.Store(&why)
 }
 
 // answer serves a request that holds its turn: the documents, an entity,

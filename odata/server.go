@@ -48,6 +48,9 @@ type Server struct {
 	// slots are held by requests doing database work; nil: no cap.
 	slots       *dataSlots
 	limiterDown atomic.Bool // the limiter's last answer was an error
+	// notReady, when set, is why every request is answered 503 (the
+	// store is still being filled: SetUnavailable).
+	notReady atomic.Pointer[string]
 
 	// base is canceled by a forced shutdown: it ends database work still
 	// running for responses that did not finish in time.

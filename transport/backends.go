@@ -98,7 +98,9 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 		// go-redis logs pool trouble through a global logger; send it to ours.
 		goredis.SetLogger(redisLogger{log})
 		// One client per instance, shared by every shard: go-redis pools connections.
-		main, err := redis.New(ctx, s.Backend.Redis.Options)
+		ro := s.Backend.Redis.Options
+		ro.OnStartupFailure = unreachable(log, "REDIS_", ro)
+		main, err := redis.New(ctx, ro)
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +110,9 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 		b.main = func(int) engine.Backend { return main }
 		b.health = append(b.health, main)
 		if s.Backend.PerSecond {
-			sec, err := redis.New(ctx, s.Backend.RedisPerSecond.Options)
+			so := s.Backend.RedisPerSecond.Options
+			so.OnStartupFailure = unreachable(log, "REDIS_PERSECOND_", so)
+			sec, err := redis.New(ctx, so)
 			if err != nil {
 				b.Close()
 				return nil, fmt.Errorf("per-second redis: %w", err)
@@ -143,6 +147,19 @@ func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *s
 	}
 	//lint:ignore ST1005 the reference's exact message, which operators grep for and tests pin
 	return nil, fmt.Errorf("Invalid setting for BackendType: %s", s.Backend.Type)
+}
+
+// unreachable logs, once, that the Redis the settings name (prefix: the
+// variables') did not answer at start: what was tried and how to choose
+// another backend. The default (a unix socket of twemproxy) is the
+// reference's and rarely what a newcomer has.
+func unreachable(log *slog.Logger, prefix string, o redis.Options) func(addr string, err error) {
+	return func(addr string, err error) {
+		log.Error(fmt.Sprintf("cannot reach Redis at %s (%sSOCKET_TYPE=%s, %sURL=%s): %v; retrying quietly until it answers (the gRPC, HTTP and debug ports open once it does). "+
+			"Without Redis, set BACKEND_TYPE=memory (counters in this process); for another Redis, set %sSOCKET_TYPE=tcp %sURL=host:6379",
+			addr, prefix, o.SocketType, prefix, addr, err, prefix, prefix),
+			"backend", "redis", "addr", addr, "error", err)
+	}
 }
 
 // counters are the stores and the shard actors in front of them: what a

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/transport/h2grpc"
@@ -148,6 +149,7 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	g.RegisterService(guardedDesc(rls.serviceDesc(), stall), rls)
 	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall), s.ghs)
 	g.RegisterService(guardedDesc(&rlqsv3.RateLimitQuotaService_ServiceDesc, stall), s.quota)
+	reflection.Register(g) // grpc.reflection.v1 and v1alpha (reflection.go)
 	return g
 }
 

@@ -60,6 +60,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	// batch is read until its operations are sent, the counters hold their
 	// backend calls for it (when they make any), so that batches other
 	// connections sent meanwhile share one.
+	nativeReflection(&o)
 	l.GRPCLimits.native(&o)
 	var open func() engine.Batch
 	policy := actors.DefaultBatchPolicy()

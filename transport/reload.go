@@ -27,7 +27,11 @@ type loader struct {
 	mergeDomains bool
 
 	loadSuccess, loadError *stats.Counter
-	runtimeStats           *runtimeStats // nil unless CONFIG_TYPE=FILE
+	// loadEmpty counts the loads that left no domain (sluice only); where
+	// says where the rules were looked for, in the warning of each.
+	loadEmpty    *stats.Counter
+	where        string
+	runtimeStats *runtimeStats // nil unless CONFIG_TYPE=FILE
 
 	// parse is svc.LoadConfig (a test's stand-in may block); parses are
 	// the ones running, abandoned or not (see applyWithin).
@@ -59,9 +63,12 @@ func newLoader(s Settings, o Options, src ConfigSource, svc *engine.Service, h *
 	l := &loader{source: src, svc: svc, health: h, log: o.Logger, mergeDomains: s.Config.MergeDomains,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
+		loadEmpty:   o.Stats.Counter("ratelimit.service.config_load_empty"),
 		parse:       svc.LoadConfig,
+		where:       "the xDS management server's configuration",
 	}
 	if s.Config.Type == "FILE" {
+		l.where = "the rules directory " + (&FileSource{s: s.Config}).dir() + " (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY)"
 		// The reference's file runtime (goruntime) counts its loads under
 		// the "runtime" scope.
 		l.runtimeStats = &runtimeStats{
@@ -134,13 +141,32 @@ func (l *loader) load(ev ConfigEvent, cfg *engine.Config) error {
 	if err != nil {
 		l.loadError.Inc()
 		l.log.Error("Error loading new configuration: " + err.Error())
+		if c := l.svc.Config(); c == nil || len(c.Domains()) == 0 {
+			l.noRules("could not be read")
+		}
 		return err
 	}
 	l.svc.SetConfig(cfg)
 	l.loadSuccess.Inc()
 	l.health.Set(ComponentConfig, len(cfg.Domains()) > 0)
+	if len(cfg.Domains()) == 0 {
+		what := "is missing or has no rule file"
+		if len(ev.Files) > 0 {
+			what = fmt.Sprintf("has %d file(s) but no domain", len(ev.Files))
+		}
+		l.noRules(what)
+	}
 	l.log.Info("Successfully loaded new configuration")
 	return nil
+}
+
+// noRules warns, at every load that leaves no domain, that every request
+// will be answered OK: as the reference, the service does not refuse to
+// run without rules (a missing directory is no error), but it says so.
+func (l *loader) noRules(what string) {
+	l.loadEmpty.Inc()
+	l.log.Warn(fmt.Sprintf("NO RATE LIMIT RULES: %s %s; every request is answered OK until rules are loaded. "+
+		"Set HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true to fail /healthcheck meanwhile", l.where, what))
 }
 
 // xdsConfigSource turns the xDS client's deliveries into configuration events.

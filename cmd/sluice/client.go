@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -54,7 +53,7 @@ func (d *descriptorsFlag) Set(s string) error {
 // standard output ("Flag: --name=value" for every flag, then "response: …",
 // or "error connecting: …" / "request error: …" and exit status 1).
 func runClient(args []string) error {
-	fs := flag.NewFlagSet("client", flag.ContinueOnError)
+	fs := newFlagSet("client", "client -dial_string HOST:PORT -domain DOMAIN -descriptors KEY=VALUE[,KEY=VALUE...]")
 	dial := fs.String("dial_string", "localhost:8081", "url of ratelimit server in <host>:<port> form")
 	domain := fs.String("domain", "", "rate limit configuration domain to query")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer (sluice only)")
@@ -65,11 +64,8 @@ func runClient(args []string) error {
 	useTLS := fs.Bool("grpc-use-tls", false, "Use TLS for connection to server")
 	certFile := fs.String("grpc-cert-file", "", "path to the client cert file for TLS connection")
 	keyFile := fs.String("grpc-key-file", "", "path to the client key for TLS connection")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return exitCode(2) // the flag package has said what is wrong, as the reference's does
+	if err := parseFlags(fs, args); err != nil {
+		return err // a bad flag exits 2: the flag package has said what is wrong, as the reference's does
 	}
 	fs.VisitAll(func(f *flag.Flag) { fmt.Printf("Flag: --%s=%q\n", f.Name, f.Value) })
 

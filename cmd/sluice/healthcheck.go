@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,14 +14,14 @@ import (
 // HEALTHCHECK runs the binary itself. Without -url it asks the service in the
 // same container, on the port the same environment gives it (PORT, HOST).
 func runHealthcheck(args []string) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs := newFlagSet("healthcheck", "healthcheck [-url URL] [-timeout D]", []envVar{{"HOST, PORT", "0.0.0.0, 8080", "the service whose /healthcheck is asked without -url"}})
 	url := fs.String("url", defaultHealthURL(os.LookupEnv), "health endpoint to ask")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	return checkHealth(*url, *timeout)
 }

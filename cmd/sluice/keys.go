@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,8 +20,12 @@ commands:
   list              list keys: id, name, creation and revocation times (never secrets)
   revoke ID|NAME    revoke the active keys with that id or name (403 from then on)
 
-flags:
+flags (before or after the arguments):
   -db DSN           store: "postgres://user@host/db" or "sqlite:/path/file.sqlite" (default ` + defaultODataDB + `)
+
+environment:
+  SLUICE_DB         the store when -db is not given
+  SLUICE_DB_FILE    a file holding the store's URL (a mounted secret)
 `
 
 func runKeys(args []string) error {
@@ -32,7 +35,7 @@ func runKeys(args []string) error {
 func runKeysTo(out io.Writer, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, keysUsage)
-		return errors.New("no keys command given (add, list, revoke)")
+		return usagef("no keys command given (add, list, revoke)")
 	}
 	sub := args[0]
 	switch sub {
@@ -42,6 +45,11 @@ func runKeysTo(out io.Writer, args []string) error {
 	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), keysUsage) }
+	switch sub {
+	case "add", "list", "revoke":
+	default:
+		return usagef("unknown keys command %q (add, list, revoke; see sluice keys --help)", sub)
+	}
 	db := dbFlag(fs)
 	if err := parseWithDB(fs, args[1:], db); err != nil {
 		return err
@@ -51,7 +59,7 @@ func runKeysTo(out io.Writer, args []string) error {
 	switch sub {
 	case "add":
 		if fs.NArg() != 1 {
-			return errors.New("usage: sluice keys add [-db DSN] NAME")
+			return usagef("usage: sluice keys add [-db DSN] NAME")
 		}
 		run = func(ctx context.Context, store *sqlstore.DB) error {
 			secret, k, err := store.AddKey(ctx, fs.Arg(0))
@@ -62,10 +70,15 @@ func runKeysTo(out io.Writer, args []string) error {
 			return nil
 		}
 	case "list":
-		run = func(ctx context.Context, store *sqlstore.DB) error { return listKeys(ctx, out, store) }
+		if fs.NArg() != 0 {
+			return usagef("usage: sluice keys list [-db DSN]")
+		}
+		// Listing only reads: a store that does not exist is an error,
+		// never created.
+		return withStoreReadOnly(*db, func(ctx context.Context, store *sqlstore.DB) error { return listKeys(ctx, out, store) })
 	case "revoke":
 		if fs.NArg() != 1 {
-			return errors.New("usage: sluice keys revoke [-db DSN] ID|NAME")
+			return usagef("usage: sluice keys revoke [-db DSN] ID|NAME")
 		}
 		run = func(ctx context.Context, store *sqlstore.DB) error {
 			n, err := store.RevokeKey(ctx, fs.Arg(0))
@@ -78,8 +91,6 @@ func runKeysTo(out io.Writer, args []string) error {
 			fmt.Fprintf(out, "revoked %d key(s)\n", n)
 			return nil
 		}
-	default:
-		return fmt.Errorf("unknown keys command %q (add, list, revoke; see sluice keys --help)", sub)
 	}
 	return withStore(*db, run)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -28,6 +29,8 @@ func commands() []command {
 		{"import", "load DataStream CSV files (+ a metadata JSON per dataset) into an OData store", runImport},
 		{"generate", "fill an OData store with realistic generated data: sluice generate -rows N", runGenerate},
 		{"keys", "manage OData API keys: sluice keys add NAME | list | revoke ID|NAME", runKeys},
+		{"proto", "write the rate limit services' .proto files (or a protoset) for ghz, grpcurl and k6", runProto},
+		{"version", "print the version and build information (also: sluice --version)", runVersion},
 	}
 }
 
@@ -40,40 +43,61 @@ func lookup(name string) (command, bool) {
 	return command{}, false
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sluice <command> [flags]\n\ncommands:")
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice <command> [flags] [arguments]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-14s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintln(w, "\nsluice <command> -h lists the command's flags and environment variables.")
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+	os.Exit(runMain(os.Args))
+}
+
+// runMain runs the command args name and returns the exit status: 0, 1 for
+// a failure, 2 for a command line that cannot run.
+func runMain(args []string) int {
+	if len(args) < 2 {
+		usage(os.Stderr)
+		return 2
 	}
-	name := os.Args[1]
-	if name == "-h" || name == "--help" || name == "help" {
-		usage()
-		return
+	name := args[1]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		usage(os.Stdout)
+		return 0
+	case "-version", "--version":
+		fmt.Println(versionLine())
+		return 0
 	}
 	cmd, ok := lookup(name)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", name)
-		usage()
-		os.Exit(2)
+		usage(os.Stderr)
+		return 2
 	}
-	if err := cmd.run(os.Args[2:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		var code exitCode
-		if errors.As(err, &code) {
-			os.Exit(int(code)) // the command has printed its own message
-		}
-		fmt.Fprintf(os.Stderr, "sluice %s: %v\n", name, err)
-		os.Exit(1)
+	return exitStatus(name, cmd.run(args[2:]))
+}
+
+// exitStatus reports err as the command's end and returns the exit status.
+func exitStatus(name string, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code) // the command has printed its own message
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		if !ue.printed {
+			fmt.Fprintf(os.Stderr, "sluice %s: %v\n", name, err)
+		}
+		return 2
+	}
+	fmt.Fprintf(os.Stderr, "sluice %s: %v\n", name, err)
+	return 1
 }
 
 // exitCode ends the program with that status and no further message: the

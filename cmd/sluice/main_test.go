@@ -52,7 +52,7 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatalf("counting: %v %q", err, out)
 	}
 	_, err = captureStdout(t, func() error { return runConfigCheck([]string{good, bad}) })
-	if err == nil || err.Error() != bad+": invalid rate limit unit 'eon'" {
+	if err == nil || err.Error() != "1 of 2 file(s) broken" {
 		t.Fatalf("bad: %v", err)
 	}
 	if err := runConfigCheck(nil); err == nil {
@@ -108,7 +108,7 @@ func TestClientAgainstAServer(t *testing.T) {
 	if err != exitCode(1) || !strings.Contains(out, "request error: rpc error: code = InvalidArgument desc = rate limit descriptor list must not be empty\n") {
 		t.Errorf("no descriptors: %v\n%s", err, out)
 	}
-	if err := runClient([]string{"-domain", "d", "-descriptors", "novalue"}); err != exitCode(2) {
+	if err := runClient([]string{"-domain", "d", "-descriptors", "novalue"}); exitStatus("client", err) != 2 {
 		t.Errorf("a malformed descriptor: %v, want exit status 2", err)
 	}
 	// A request the server refuses: "request error: ..." and status 1.
@@ -136,7 +136,7 @@ func TestClientExitCodes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := captureStdout(t, func() error { return runClient(tc.args) })
-			if err != tc.code || !strings.Contains(out, tc.out) {
+			if exitStatus("client", err) != int(tc.code) || !strings.Contains(out, tc.out) {
 				t.Fatalf("err %v, output %q; want exit status %d and %q", err, out, tc.code, tc.out)
 			}
 		})
@@ -178,22 +178,22 @@ func TestConfigCheckDir(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		code error
+		code int
 		out  string
 	}{
-		{"merged", []string{"-config_dir", good, "-merge_domain_configs"}, nil,
+		{"merged", []string{"-config_dir", good, "-merge_domain_configs"}, 0,
 			"checking rate limit configs...\nloading config directory: " + good + "\nopening config file: " + ga + "\nopening config file: " + gb + "\nall rate limit configs ok\n"},
-		{"duplicate domain without merge", []string{"-config_dir", good}, exitCode(1),
+		{"duplicate domain without merge", []string{"-config_dir", good}, 1,
 			"checking rate limit configs...\nloading config directory: " + good + "\nopening config file: " + ga + "\nopening config file: " + gb + "\nerror loading rate limit configs: " + gb + ": duplicate domain 'd' in config file\n"},
-		{"bad file", []string{"-config_dir", bad}, exitCode(1),
+		{"bad file", []string{"-config_dir", bad}, 1,
 			"checking rate limit configs...\nloading config directory: " + bad + "\nopening config file: " + ba + "\nerror loading rate limit configs: " + ba + ": invalid rate limit unit 'eon'\n"},
-		{"missing directory", []string{"-config_dir", filepath.Join(good, "nope")}, exitCode(1),
+		{"missing directory", []string{"-config_dir", filepath.Join(good, "nope")}, 1,
 			"checking rate limit configs...\nloading config directory: " + filepath.Join(good, "nope") + "\nerror opening directory " + filepath.Join(good, "nope") + ": open " + filepath.Join(good, "nope") + ": no such file or directory\n"},
-		{"unknown flag", []string{"-config_dirr", good}, exitCode(2), ""},
+		{"unknown flag", []string{"-config_dirr", good}, 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := captureStdout(t, func() error { return runConfigCheck(tc.args) })
-			if err != tc.code || out != tc.out {
+			if exitStatus("config_check", err) != tc.code || out != tc.out {
 				t.Fatalf("err %v, output:\n%s\nwant %v and:\n%s", err, out, tc.code, tc.out)
 			}
 		})

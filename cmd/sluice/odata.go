@@ -50,9 +50,21 @@ type odataConfig struct {
 // parseODataFlags parses the flags of a command that serves the OData API
 // (odata, serve).
 func parseODataFlags(command string, args []string) (*odataConfig, error) {
-	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	env := [][]envVar{storeEnv}
+	synopsis := "odata [-db DSN] [flags]   (the OData API alone)"
+	if command == "serve" {
+		env = [][]envVar{rateLimitEnv, storeEnv}
+		synopsis = "serve [-db DSN] [flags]   (the rate limit service, configured by the environment, and the OData API, by flags)"
+	}
+	fs := newFlagSet(command, synopsis, env...)
 	c := odataFlags(fs)
-	return c, parseWithDB(fs, args, &c.db)
+	if err := parseWithDB(fs, args, &c.db); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, usagef("%s takes no arguments, got %q", command, fs.Args())
+	}
+	return c, nil
 }
 
 // odataFlags registers the OData API's flags on fs, with the documented
@@ -106,6 +118,9 @@ type odataService struct {
 	extra   interface{ Close() error } // the fallback limiter, if any
 	tracing *tracing.Tracing           // nil without TRACING_ENABLED
 	demoKey string                     // set when demo data and key were prepared
+	// generate fills an empty store with demo data; run runs it in the
+	// background while the API answers 503 (nil: nothing to generate).
+	generate func(ctx context.Context) error
 }
 
 // startOData opens the store (generating demo data into an empty one), builds
@@ -131,6 +146,14 @@ func startOData(ctx context.Context, c *odataConfig, log *slog.Logger) (_ *odata
 	}()
 	if err := s.prepareDemo(ctx, c); err != nil {
 		return nil, err
+	}
+	if s.generate != nil {
+		// Meanwhile the API answers 503: its metrics say nothing yet.
+		defer func() {
+			if err == nil {
+				s.srv.SetUnavailable(fmt.Sprintf("demo data is being generated (%d observations, about a minute on a small machine); retry in a few seconds", c.demoRows))
+			}
+		}()
 	}
 	if c.tracing.Enabled {
 		if s.tracing, err = tracing.New(c.tracing, tracing.Options{Logger: log}); err != nil {
@@ -215,11 +238,17 @@ func (s *odataService) prepareDemo(ctx context.Context, c *odataConfig) error {
 		return err
 	}
 	if empty {
-		fmt.Fprintf(os.Stderr, "The OData store %s is empty: generating %d demo observations.\n", redact.String(c.db), c.demoRows)
-		bar := newProgressBar(os.Stderr, "generate", "rows")
-		s.demoKey, err = odata.EnsureDemo(ctx, s.db, c.demoRows, bar.update)
-		bar.finish()
-		return err
+		// Generated in the background (run): every port answers at once,
+		// the OData API with 503 and a message until the data is there.
+		s.generate = func(ctx context.Context) error {
+			fmt.Fprintf(os.Stderr, "The OData store %s is empty: generating %d demo observations in the background; the API answers 503 until they are in.\n", redact.String(c.db), c.demoRows)
+			bar := newProgressBar(os.Stderr, "generate", "rows")
+			key, err := odata.EnsureDemo(ctx, s.db, c.demoRows, bar.update)
+			bar.finish()
+			s.demoKey = key
+			return err
+		}
+		return nil
 	}
 	if c.db == defaultODataDB {
 		// The embedded demo store: a fresh key each start, so the printed
@@ -282,24 +311,69 @@ func (s *odataService) limiterDialOptions() []grpc.DialOption {
 // run serves until ctx ends, then shuts down (giving responses in progress
 // drain to finish) and closes the store. A shutdown that had to cut
 // responses at the deadline is still the clean end that was asked for: it
-// is logged, and run returns nil (exit status 0).
-func (s *odataService) run(ctx context.Context, drain time.Duration, log *slog.Logger) error {
+// is logged, and run returns nil (exit status 0). ready is called once the
+// API answers with data: at once, or when the demo data is generated.
+// Failing to generate it stops the API.
+func (s *odataService) run(ctx context.Context, drain time.Duration, log *slog.Logger, ready func()) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.ln) }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), drain)
-		serr := s.srv.Shutdown(sctx)
-		cancel()
-		if serr != nil {
-			log.Warn("odata: responses still streaming at the shutdown deadline were cut", "deadline", drain, "err", serr)
-		}
-		err = <-errc
+	gen, stopGen := s.startGenerate(ctx)
+	defer stopGen()
+	if gen == nil {
+		ready()
 	}
+	var err error
+	for done := false; !done; {
+		select {
+		case err = <-errc:
+			done = true
+		case gerr := <-gen:
+			gen = nil
+			if gerr == nil {
+				s.srv.SetUnavailable("")
+				ready()
+				continue
+			}
+			err = fmt.Errorf("odata: %w", gerr)
+			s.shutdown(drain, log)
+			<-errc
+			done = true
+		case <-ctx.Done():
+			s.shutdown(drain, log)
+			err = <-errc
+			done = true
+		}
+	}
+	stopGen()
 	s.close()
 	return err
+}
+
+// startGenerate runs s.generate in the background; its result comes on the
+// channel (nil when there is nothing to generate). stop ends the
+// generation and waits for it.
+func (s *odataService) startGenerate(ctx context.Context) (<-chan error, func()) {
+	if s.generate == nil {
+		return nil, func() {}
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		res <- s.generate(gctx)
+	}()
+	return res, func() { cancel(); <-finished }
+}
+
+// shutdown stops the server, giving responses in progress drain to finish.
+func (s *odataService) shutdown(drain time.Duration, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	serr := s.srv.Shutdown(sctx)
+	cancel()
+	if serr != nil {
+		log.Warn("odata: responses still streaming at the shutdown deadline were cut", "deadline", drain, "err", serr)
+	}
 }
 
 func (s *odataService) close() {
@@ -388,12 +462,12 @@ func runOData(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	warnEnv(log)
 	s, err := startOData(ctx, c, log)
 	if err != nil {
 		return err
 	}
-	s.printTryLines(os.Stdout, c.opts.Root, c.db)
-	return s.run(ctx, c.drain, log)
+	return s.run(ctx, c.drain, log, func() { s.printTryLines(os.Stdout, c.opts.Root, c.db) })
 }
 
 // parsePrefix reads a CIDR, or an address as the prefix of itself alone.

@@ -34,21 +34,28 @@ func servePair(t *testing.T, env map[string]string, args ...string) (*rateLimit,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c.opts.Metrics = odata.NewMetrics()
-	rl, err := startRateLimit(ctx, transport.FromMap(serverEnv(t, env, "")), c.opts.Metrics)
+	plan, err := planRateLimit(transport.FromMap(serverEnv(t, env, "")))
 	if err != nil {
 		stop()
 		t.Fatal(err)
 	}
-	c.joinRateLimit(rl)
+	rl, err := plan.start(ctx, c.opts.Metrics)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	c.joinRateLimit(plan)
 	od, err := startOData(ctx, c, rl.log)
 	if err != nil {
 		stop()
 		t.Fatal(err)
 	}
 	ready, rlDone, odDone := make(chan struct{}), make(chan error, 1), make(chan error, 1)
+	generated := make(chan struct{})
 	go func() { rlDone <- rl.run(ctx, ready) }()
-	go func() { odDone <- od.run(ctx, c.drain, rl.log) }()
+	go func() { odDone <- od.run(ctx, c.drain, rl.log, func() { close(generated) }) }()
 	waitStarted(t, ready, rlDone)
+	waitStarted(t, generated, odDone)
 	t.Cleanup(func() {
 		stop()
 		if err := <-rlDone; err != nil {

@@ -44,8 +44,13 @@ func TestODataShutdownWhileStreaming(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan error, 1)
-			go func() { done <- s.run(ctx, c.drain, log) }()
+			done, generated := make(chan error, 1), make(chan struct{})
+			go func() { done <- s.run(ctx, c.drain, log, func() { close(generated) }) }()
+			select {
+			case <-generated:
+			case err := <-done:
+				t.Fatalf("stopped before the demo data was generated: %v", err)
+			}
 
 			conn, err := net.Dial("tcp", s.ln.Addr().String())
 			if err != nil {

@@ -28,7 +28,7 @@ func dbFlag(fs *flag.FlagSet) *string {
 // parseWithDB parses the command's arguments, then fills in the store from
 // the environment when -db was not given (dbFromEnv).
 func parseWithDB(fs *flag.FlagSet, args []string, db *string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return dbFromEnv(fs, db, os.LookupEnv)
@@ -40,6 +40,29 @@ func withStore(dsn string, fn func(ctx context.Context, store *sqlstore.DB) erro
 	ctx, stop := signalContext()
 	defer stop()
 	store, err := openODataStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return fn(ctx, store)
+}
+
+// withStoreReadOnly is withStore for a command that only reads: an SQLite
+// file is opened read-only and must exist (nothing is created, not even
+// its directory); the schema is not migrated.
+func withStoreReadOnly(dsn string, fn func(ctx context.Context, store *sqlstore.DB) error) error {
+	ctx, stop := signalContext()
+	defer stop()
+	if err := sqlstore.CheckDSN(dsn); err != nil {
+		return err
+	}
+	if !sqlstore.IsPostgres(dsn) {
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("the store %s cannot be read (nothing was created): %w", redact.String(dsn), err)
+		}
+	}
+	store, err := sqlstore.OpenWith(ctx, dsn, sqlstore.Config{ReadOnly: true})
 	if err != nil {
 		return err
 	}
@@ -104,19 +127,14 @@ func openODataStore(ctx context.Context, dsn string, cfgs ...sqlstore.Config) (*
 }
 
 func runImport(args []string) error {
-	fs := flag.NewFlagSet("import", flag.ContinueOnError)
+	fs := newFlagSet("import", "import [-db DSN] [-metadata FILE.json] FILE.csv...", storeEnv)
 	db := dbFlag(fs)
 	meta := fs.String("metadata", "", "metadata JSON of the dataset the CSV files belong to (default: each CSV's <name>.json)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sluice import [-db DSN] [-metadata FILE.json] FILE.csv...")
-		fs.PrintDefaults()
-	}
 	if err := parseWithDB(fs, args, db); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("no CSV file given")
+		return usagef("no CSV file given: sluice import [-db DSN] [-metadata FILE.json] FILE.csv...")
 	}
 	// Group the files by dataset, in the order given.
 	var sets []csvimport.Dataset
@@ -147,7 +165,7 @@ func runImport(args []string) error {
 }
 
 func runGenerate(args []string) error {
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs := newFlagSet("generate", "generate [-db DSN] [-rows N] [-seed N]", storeEnv)
 	db := dbFlag(fs)
 	rows := fs.Int64("rows", odata.DemoRows, "observations to generate")
 	seed := fs.Uint64("seed", 1, "random seed (the same seed gives the same data; use another to add more)")
@@ -155,6 +173,9 @@ func runGenerate(args []string) error {
 	locations := fs.Int("locations", 0, "locations (default: grows with -rows, up to thousands)")
 	if err := parseWithDB(fs, args, db); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("generate takes no arguments, got %q", fs.Args())
 	}
 	cfg := gen.Config{Rows: *rows, Datasets: *datasets, Locations: *locations, Seed: *seed}
 	if err := cfg.Validate(); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -23,9 +22,12 @@ import (
 )
 
 func runRateLimit(args []string) error {
-	fs := flag.NewFlagSet("ratelimit", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet("ratelimit", "ratelimit   (every setting comes from the environment)", rateLimitEnv)
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("ratelimit takes no arguments, got %q", fs.Args())
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -55,10 +57,18 @@ type rateLimit struct {
 	memoryMax int64
 }
 
-// startRateLimit builds the rate limit service from the environment. With
-// od (sluice serve), the OData API's metrics join the pull metrics
-// endpoint when it is on, and its costliest keys are on the debug port.
-func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od *odata.Metrics) (*rateLimit, error) {
+// rateLimitPlan is the rate limit service's settings and logger, read
+// before anything is built, so that `serve` can start the OData API while
+// the service waits for its backend.
+type rateLimitPlan struct {
+	settings transport.Settings
+	log      *slog.Logger
+	// pulled says the pull metrics endpoint is on.
+	pulled bool
+}
+
+// planRateLimit reads the settings from the environment.
+func planRateLimit(lookup func(string) (string, bool)) (*rateLimitPlan, error) {
 	settings, err := transport.SettingsFromEnv(lookup)
 	if err != nil {
 		return nil, err
@@ -67,8 +77,37 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od 
 	if err != nil {
 		return nil, err
 	}
+	warnEnv(log)
+	return &rateLimitPlan{settings: settings, log: log, pulled: settings.Stats.UsePull && !settings.Stats.Disabled}, nil
+}
+
+// commandEnv are the variables the commands read themselves, beside the
+// rate limit service's settings.
+var commandEnv = []string{"SLUICE_DB", "SLUICE_DB_FILE", "SLUICE_TEST_MAIN"}
+
+// warnEnv warns of each variable that looks meant for sluice but is not
+// read (a misspelt setting would otherwise be silently ignored).
+func warnEnv(log *slog.Logger) {
+	for _, w := range transport.EnvWarnings(os.Environ(), commandEnv...) {
+		log.Warn(w)
+	}
+}
+
+// startRateLimit builds the rate limit service from the environment.
+func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od *odata.Metrics) (*rateLimit, error) {
+	p, err := planRateLimit(lookup)
+	if err != nil {
+		return nil, err
+	}
+	return p.start(ctx, od)
+}
+
+// start builds the service (waiting for its backend, as the reference). With
+// od (sluice serve), the OData API's metrics join the pull metrics
+// endpoint when it is on, and its costliest keys are on the debug port.
+func (p *rateLimitPlan) start(ctx context.Context, od *odata.Metrics) (*rateLimit, error) {
+	settings, log, pulled := p.settings, p.log, p.pulled
 	opts := transport.Options{Settings: settings, Logger: log}
-	pulled := settings.Stats.UsePull && !settings.Stats.Disabled
 	if od != nil {
 		if pulled {
 			opts.MetricsCollectors = []prometheus.Collector{od}
@@ -117,36 +156,25 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func runConfigCheck(args []string) error {
-	fs := flag.NewFlagSet("config-check", flag.ContinueOnError)
+	fs := newFlagSet("config-check", "config-check [-merge] <file.yaml>...\n       sluice config_check -config_dir DIR [-merge_domain_configs]")
 	merge := fs.Bool("merge", false, "allow several files to share a domain (MERGE_DOMAIN_CONFIG)")
 	dir := fs.String("config_dir", "", "path to directory containing rate limit configs (the reference's config_check)")
 	mergeDomains := fs.Bool("merge_domain_configs", false, "whether to merge configurations, referencing the same domain")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sluice config-check [-merge] <file.yaml>...\n       sluice config_check -config_dir DIR [-merge_domain_configs]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return exitCode(2) // as the reference's flag handling
+	if err := parseFlags(fs, args); err != nil {
+		return err // a bad flag exits 2, as the reference's flag handling
 	}
 	if *dir != "" || (fs.NArg() == 0 && isFlagSet(fs, "config_dir")) {
 		return configCheckDir(*dir, *merge || *mergeDomains, fs.Args())
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("no files given")
+		return usagef("no files given: sluice config-check <file.yaml>...")
 	}
-	var files []engine.ConfigFile
-	for _, path := range fs.Args() {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		files = append(files, engine.ConfigFile{Name: path, YAML: data})
+	opts := engine.ConfigOptions{MergeDomains: *merge || *mergeDomains}
+	files, err := checkEachFile(fs.Args(), opts)
+	if err != nil {
+		return err
 	}
-	cfg, err := engine.LoadConfig(files, engine.ConfigOptions{MergeDomains: *merge || *mergeDomains})
+	cfg, err := engine.LoadConfig(files, opts)
 	if err != nil {
 		return err
 	}
@@ -159,6 +187,31 @@ func runConfigCheck(args []string) error {
 		}
 	}
 	return nil
+}
+
+// checkEachFile reads and checks every file on its own, so that every
+// broken file is reported (on stderr, one line each) and not only the
+// first; what is wrong only across files (two files of one domain) is
+// left to the load of all of them together.
+func checkEachFile(paths []string, opts engine.ConfigOptions) ([]engine.ConfigFile, error) {
+	var files []engine.ConfigFile
+	broken := 0
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			f := engine.ConfigFile{Name: path, YAML: data}
+			files = append(files, f)
+			_, err = engine.LoadConfig([]engine.ConfigFile{f}, opts)
+		}
+		if err != nil {
+			broken++
+			fmt.Fprintf(os.Stderr, "%s\n", err)
+		}
+	}
+	if broken > 0 {
+		return nil, fmt.Errorf("%d of %d file(s) broken", broken, len(paths))
+	}
+	return files, nil
 }
 
 func isFlagSet(fs *flag.FlagSet, name string) bool {

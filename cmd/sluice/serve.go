@@ -20,29 +20,44 @@ func runServe(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	oc.opts.Metrics = odata.NewMetrics()
-	rl, err := startRateLimit(ctx, os.LookupEnv, oc.opts.Metrics)
+	plan, err := planRateLimit(os.LookupEnv)
 	if err != nil {
 		return err
 	}
-	oc.joinRateLimit(rl)
-	od, err := startOData(ctx, oc, rl.log)
+	oc.joinRateLimit(plan)
+	// The OData API starts first: the rate limit service may wait for its
+	// backend (as the reference), and the API does not need it.
+	od, err := startOData(ctx, oc, plan.log)
 	if err != nil {
 		return fmt.Errorf("odata: %w", err)
 	}
+	odErr := make(chan error, 1)
+	go func() {
+		err := od.run(ctx, oc.drain, plan.log, func() { od.printTryLines(os.Stdout, oc.opts.Root, oc.db) })
+		stop() // either one ending stops both, also while the other waits for its backend
+		odErr <- err
+	}()
+	rl, err := plan.start(ctx, oc.opts.Metrics)
+	if err != nil {
+		stop()
+		<-odErr
+		return err
+	}
 	ready := make(chan struct{})
 	rlErr := make(chan error, 1)
-	odErr := make(chan error, 1)
 	go func() { rlErr <- rl.run(ctx, ready) }()
-	go func() { odErr <- od.run(ctx, oc.drain, rl.log) }()
 	select {
 	case err := <-rlErr:
 		stop()
 		<-odErr
 		return err
+	case err := <-odErr:
+		stop()
+		<-rlErr
+		return err
 	case <-ready:
 	}
 	printTryLines(rl)
-	od.printTryLines(os.Stdout, oc.opts.Root, oc.db)
 	fmt.Println("\nCtrl-C stops both.")
 	select {
 	case err = <-rlErr:
@@ -63,11 +78,11 @@ func runServe(args []string) error {
 // operations settings: its metrics go to the pull metrics port when that is
 // on (one scrape has both; the OData port then serves none), and its spans
 // follow TRACING_*.
-func (c *odataConfig) joinRateLimit(rl *rateLimit) {
-	if rl.pulled {
+func (c *odataConfig) joinRateLimit(p *rateLimitPlan) {
+	if p.pulled {
 		c.metricsPath = ""
 	}
-	c.tracing = rl.tracing
+	c.tracing = p.settings.Tracing
 }
 
 // printTryLines tells a person at a terminal what to do next.

@@ -70,6 +70,9 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 			break
 		}
 		_ = client.Close()
+		if attempt == 0 && o.OnStartupFailure != nil {
+			o.OnStartupFailure(b.masked, err)
+		}
 		elapsed := time.Since(start)
 		if o.StartupMaxElapsed > 0 && elapsed >= o.StartupMaxElapsed {
 			return nil, fmt.Errorf("timed out waiting for Redis connection to %s after %s: %w", b.masked, elapsed.Round(time.Millisecond), err)

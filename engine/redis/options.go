@@ -55,6 +55,11 @@ type Options struct {
 	// StartupMaxInterval; StartupMaxElapsed 0 retries until the context ends.
 	// REDIS_STARTUP_INITIAL_INTERVAL / _MAX_INTERVAL / _MAX_ELAPSED_TIME.
 	StartupInitialInterval, StartupMaxInterval, StartupMaxElapsed time.Duration
+	// OnStartupFailure, if set, is told of the first failed PING at start
+	// (the address it tried, masked, and the error), once: the retries
+	// after it are quiet, so that whoever starts the service can say once
+	// what to do about it.
+	OnStartupFailure func(addr string, err error)
 }
 
 // DefaultOptions returns the reference implementation's defaults.

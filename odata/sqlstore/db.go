@@ -83,6 +83,10 @@ type Config struct {
 	// Rows, whose statements last as long as their client takes to read
 	// the page; 0 means StatementTimeout.
 	StreamTimeout time.Duration
+	// ReadOnly opens the store only to read: an SQLite file must exist and
+	// is opened in mode=ro, and the schema is not brought up to date (a
+	// store that needs it fails its reads).
+	ReadOnly bool
 }
 
 // Validate reports a setting that cannot work.
@@ -117,11 +121,14 @@ func OpenWith(ctx context.Context, dsn string, cfg Config) (*DB, error) {
 		}
 		db.d, db.be = postgresDialect, be
 	} else {
-		be, err := openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+		be, err := openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"), cfg.ReadOnly)
 		if err != nil {
 			return nil, err
 		}
 		db.d, db.be = sqliteDialect, be
+	}
+	if cfg.ReadOnly {
+		return db, nil
 	}
 	if err := db.migrate(ctx); err != nil {
 		db.be.close()

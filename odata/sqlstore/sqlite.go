@@ -17,7 +17,7 @@ import (
 // zero-setup store.
 type sqliteBackend struct{ db *sql.DB }
 
-func openSQLite(ctx context.Context, path string) (*sqliteBackend, error) {
+func openSQLite(ctx context.Context, path string, readOnly bool) (*sqliteBackend, error) {
 	if path == "" {
 		return nil, errors.New("sqlstore: empty SQLite path")
 	}
@@ -25,11 +25,18 @@ func openSQLite(ctx context.Context, path string) (*sqliteBackend, error) {
 		return nil, fmt.Errorf("sqlstore: SQLite path %q may not contain '?' or '#'", path)
 	}
 	dsn := "file:" + path + "?_txlock=immediate" +
-		"&_pragma=busy_timeout(30000)" +
-		"&_pragma=journal_mode(WAL)" +
+		"&_pragma=busy_timeout(30000)"
+	if readOnly {
+		// mode=ro never creates the file; setting the journal mode
+		// would write.
+		dsn += "&mode=ro"
+	} else {
+		dsn += "&_pragma=journal_mode(WAL)"
+	}
+	dsn +=
 		"&_pragma=synchronous(NORMAL)" +
-		"&_pragma=cache_size(-65536)" +
-		"&_pragma=temp_store(MEMORY)"
+			"&_pragma=cache_size(-65536)" +
+			"&_pragma=temp_store(MEMORY)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: open SQLite %s: %w", path, err)
