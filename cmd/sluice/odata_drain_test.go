@@ -71,8 +71,13 @@ func odataKeepAliveShutdown(t *testing.T) (int64, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.run(ctx, c.drain, log) }()
+	done, generated := make(chan error, 1), make(chan struct{})
+	go func() { done <- s.run(ctx, c.drain, log, func() { close(generated) }) }()
+	select {
+	case <-generated:
+	case err := <-done:
+		t.Fatalf("stopped before the demo data was generated: %v", err)
+	}
 	url := "http://" + s.ln.Addr().String() + c.opts.Root + "/Locations?$top=1"
 
 	const (
