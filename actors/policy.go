@@ -38,13 +38,14 @@ type BatchPolicy struct {
 	Pipeline, PerSecondPipeline Pipeline
 	// FramesPerRead bounds the frames the gRPC server reads before it
 	// dispatches the calls they completed, while the connection's input
-	// is still buffered (default 64): the calls of one client write form
-	// one batch, and a client that never stops writing is still served.
+	// is still buffered (0: the server's default, h2grpc.Options): the
+	// calls of one client write form one batch, and a client that never
+	// stops writing is still served.
 	FramesPerRead int
 	// WriteYieldBelow: a connection writer with less than this much
 	// output queued yields once before it writes, so that answers other
-	// workers are about to queue go out in the same write (default 4 KiB;
-	// negative: never yield).
+	// workers are about to queue go out in the same write (0: the
+	// server's default, h2grpc.Options; negative: never yield).
 	WriteYieldBelow int
 }
 
@@ -62,12 +63,6 @@ func (p *BatchPolicy) EnsureDefaults() *BatchPolicy {
 	}
 	if p.ParallelMin == 0 {
 		p.ParallelMin = 1
-	}
-	if p.FramesPerRead == 0 {
-		p.FramesPerRead = 64
-	}
-	if p.WriteYieldBelow == 0 {
-		p.WriteYieldBelow = 4 << 10
 	}
 	return p
 }

@@ -49,7 +49,7 @@ func TestNextStep(t *testing.T) {
 func TestBatchPolicyDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	p := DefaultBatchPolicy()
-	if p.Hold != 250*time.Microsecond || p.ParallelMin != 1 || p.FramesPerRead != 64 || p.WriteYieldBelow != 4<<10 || p.NoReleaseYield {
+	if p.Hold != 250*time.Microsecond || p.ParallelMin != 1 || p.FramesPerRead != 0 || p.WriteYieldBelow != 0 || p.NoReleaseYield {
 		t.Fatalf("defaults: %+v", p)
 	}
 	if err := p.Validate(); err != nil {
