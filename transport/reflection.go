@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	v1reflectiongrpc "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	v1reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	v1alphareflectiongrpc "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -70,15 +69,15 @@ type reflectionStream struct {
 	send func([]byte) error
 }
 
-func (s *reflectionStream) Recv() (*v1reflectionpb.ServerReflectionRequest, error) {
-	m := new(v1reflectionpb.ServerReflectionRequest)
+func (s *reflectionStream) Recv() (*v1reflectiongrpc.ServerReflectionRequest, error) {
+	m := new(v1reflectiongrpc.ServerReflectionRequest)
 	if err := s.RecvMsg(m); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func (s *reflectionStream) Send(m *v1reflectionpb.ServerReflectionResponse) error {
+func (s *reflectionStream) Send(m *v1reflectiongrpc.ServerReflectionResponse) error {
 	return s.SendMsg(m)
 }
 
