@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptrace"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -57,27 +54,10 @@ func TestODataShutdownUnderKeepAliveLoadBusy(t *testing.T) {
 // when a reused connection closes under it; that retry is counted as the
 // loss it stands for.
 func odataKeepAliveShutdown(t *testing.T) (int64, int64) {
-	fs := flag.NewFlagSet("odata", flag.ContinueOnError)
-	c := odataFlags(fs)
-	db := "sqlite:" + filepath.Join(t.TempDir(), "o.sqlite")
-	if err := fs.Parse([]string{"-db", db, "-odata-addr", "127.0.0.1:0", "-demo-rows", "50",
-		"-requests-per-second", "0", "-sequential=false", "-access-log=false", "-odata-shutdown-timeout", "30s"}); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := startOData(ctx, c, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, generated := make(chan error, 1), make(chan struct{})
-	go func() { done <- s.run(ctx, c.drain, log, func() { close(generated) }) }()
-	select {
-	case <-generated:
-	case err := <-done:
-		t.Fatalf("stopped before the demo data was generated: %v", err)
-	}
+	s, c, done := runODataForTest(ctx, t, "-demo-rows", "50",
+		"-requests-per-second", "0", "-sequential=false", "-access-log=false", "-odata-shutdown-timeout", "30s")
 	url := "http://" + s.ln.Addr().String() + c.opts.Root + "/Locations?$top=1"
 
 	const (

@@ -30,27 +30,10 @@ func TestODataShutdownWhileStreaming(t *testing.T) {
 		{"cut at the deadline", 200 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("odata", flag.ContinueOnError)
-			c := odataFlags(fs)
-			db := "sqlite:" + filepath.Join(t.TempDir(), "o.sqlite")
-			if err := fs.Parse([]string{"-db", db, "-odata-addr", "127.0.0.1:0", "-demo-rows", "12000",
-				"-odata-shutdown-timeout", tc.drain.String(), "-requests-per-second", "0"}); err != nil {
-				t.Fatal(err)
-			}
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			s, err := startOData(ctx, c, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done, generated := make(chan error, 1), make(chan struct{})
-			go func() { done <- s.run(ctx, c.drain, log, func() { close(generated) }) }()
-			select {
-			case <-generated:
-			case err := <-done:
-				t.Fatalf("stopped before the demo data was generated: %v", err)
-			}
+			s, c, done := runODataForTest(ctx, t, "-demo-rows", "12000",
+				"-odata-shutdown-timeout", tc.drain.String(), "-requests-per-second", "0")
 
 			conn, err := net.Dial("tcp", s.ln.Addr().String())
 			if err != nil {
@@ -86,4 +69,31 @@ func TestODataShutdownWhileStreaming(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runODataForTest runs `sluice odata` in process on a fresh SQLite file
+// with its demo data, on a free loopback port, with args after those, and
+// returns once the data is generated: the service, its configuration, and
+// the channel its run's error comes on after ctx ends.
+func runODataForTest(ctx context.Context, t *testing.T, args ...string) (*odataService, *odataConfig, <-chan error) {
+	t.Helper()
+	fs := flag.NewFlagSet("odata", flag.ContinueOnError)
+	c := odataFlags(fs)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "o.sqlite")
+	if err := fs.Parse(append([]string{"-db", db, "-odata-addr", "127.0.0.1:0"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := startOData(ctx, c, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, generated := make(chan error, 1), make(chan struct{})
+	go func() { done <- s.run(ctx, c.drain, log, func() { close(generated) }) }()
+	select {
+	case <-generated:
+	case err := <-done:
+		t.Fatalf("stopped before the demo data was generated: %v", err)
+	}
+	return s, c, done
 }
