@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,14 +39,7 @@ func TestMetricsPortCapRefusesPolitely(t *testing.T) {
 		t.Fatalf("scrape before the flood: %v", err)
 	}
 	conns, release := flood(t, metrics, 2*fdLimit)
-	refused := 0
-	for _, conn := range conns {
-		_ = conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		line, err := bufio.NewReader(conn).ReadString('\n')
-		if err == nil && strings.HasPrefix(line, "HTTP/1.1 503") {
-			refused++
-		}
-	}
+	refused := refusedHTTP(conns)
 	if refused == 0 {
 		t.Fatalf("none of %d connections to the metrics port was refused with 503", len(conns))
 	}

@@ -160,14 +160,7 @@ func TestFDExhaustionIsWaitedOut(t *testing.T) {
 func TestConnectionCapRefusesPolitely(t *testing.T) {
 	c := startFDChild(t, nil)
 	conns, _ := flood(t, c.odata, 2*fdLimit)
-	refused := 0
-	for _, conn := range conns {
-		_ = conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		line, err := bufio.NewReader(conn).ReadString('\n')
-		if err == nil && strings.HasPrefix(line, "HTTP/1.1 503") {
-			refused++
-		}
-	}
+	refused := refusedHTTP(conns)
 	if refused == 0 || refused == len(conns) {
 		t.Fatalf("%d of %d connections beyond the cap were refused with 503", refused, len(conns))
 	}
@@ -203,4 +196,18 @@ func (c *fdChild) answers2() error {
 		return fmt.Errorf("/healthcheck: %s", resp.Status)
 	}
 	return nil
+}
+
+// refusedHTTP is how many of conns were refused with an HTTP 503 (netx's
+// polite refusal) within 50 ms each.
+func refusedHTTP(conns []net.Conn) int {
+	refused := 0
+	for _, conn := range conns {
+		_ = conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err == nil && strings.HasPrefix(line, "HTTP/1.1 503") {
+			refused++
+		}
+	}
+	return refused
 }

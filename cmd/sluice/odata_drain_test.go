@@ -6,11 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // SIGTERM under keep-alive OData load, 20 times, with the CPUs kept busy
@@ -23,20 +24,7 @@ func TestODataShutdownUnderKeepAliveLoadBusy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20 runs")
 	}
-	var stop atomic.Bool
-	var spin sync.WaitGroup
-	for range 2 * runtime.NumCPU() {
-		spin.Add(1)
-		go func() {
-			defer spin.Done()
-			for x := 0; !stop.Load(); x++ {
-				if x%1_000_000 == 0 {
-					runtime.Gosched()
-				}
-			}
-		}()
-	}
-	defer func() { stop.Store(true); spin.Wait() }()
+	testenv.BusyCPUs(t)
 	var answered, notSent int64
 	for i := range 20 {
 		t.Run(fmt.Sprint("run ", i+1), func(t *testing.T) {

@@ -417,10 +417,7 @@ func (p *Planner) inflateClaims(out *Output) {
 			// is off by about √(c·λ/period): an Envoy whose claim came out
 			// low would refuse requests it asked for. It claims that much
 			// more (published to the other replicas as measured).
-			period := r.Period
-			if period <= 0 {
-				period = o.ReportPeriod
-			}
+			period := o.periodOr(r.Period)
 			bursty := r.Bursty
 			if bursty <= 0 {
 				bursty = 1

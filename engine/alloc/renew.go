@@ -5,6 +5,15 @@ import "time"
 // This file is when Envoys are renewed, and for how long: the timing that
 // keeps an assignment from lapsing on a healthy stream (see plan.go).
 
+// periodOr is an Envoy's observed report period, or Options.ReportPeriod
+// while it is not known (0).
+func (o Options) periodOr(period time.Duration) time.Duration {
+	if period <= 0 {
+		return o.ReportPeriod
+	}
+	return period
+}
+
 // MinRenew and MaxRenew bound RenewEvery.
 const (
 	MinRenew = 500 * time.Millisecond
@@ -14,10 +23,7 @@ const (
 // RenewEvery is how often a live Envoy reporting every period is renewed
 // unasked: a quarter of the period, within [MinRenew, MaxRenew].
 func (o Options) RenewEvery(period time.Duration) time.Duration {
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return min(max(period/4, MinRenew), MaxRenew)
+	return min(max(o.periodOr(period)/4, MinRenew), MaxRenew)
 }
 
 // AssignTTL is the assignment_time_to_live for an Envoy reporting every
@@ -32,10 +38,7 @@ func (o Options) AssignTTL(period time.Duration) time.Duration {
 }
 
 func (o Options) ttlWith(period, renew time.Duration) time.Duration {
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	ttl := max(o.MinTTL, period+renew+o.Delivery+o.Margin)
+	ttl := max(o.MinTTL, o.periodOr(period)+renew+o.Delivery+o.Margin)
 	return (ttl + time.Second - 1).Truncate(time.Second)
 }
 
@@ -47,11 +50,7 @@ func (o Options) RenewFor(r *Reporter) time.Duration {
 	if !r.Refill {
 		return o.RenewEvery(r.Period)
 	}
-	period := r.Period
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return min(max(period, MinRenew), 2*o.ReportPeriod)
+	return min(max(o.periodOr(r.Period), MinRenew), 2*o.ReportPeriod)
 }
 
 // TTLFor is the assignment_time_to_live for r (AssignTTL with r's renewal
@@ -91,11 +90,7 @@ func (o Options) renewLead(r *Reporter) int64 { return int64(o.RenewFor(r) / 8) 
 // cover a report period, a delivery and the margin (its period was found
 // longer since).
 func (o Options) RenewAt(r *Reporter) int64 {
-	period := r.Period
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return r.LastSend + int64(min(o.RenewFor(r), r.CurTTL-period-o.Delivery-o.Margin))
+	return min(r.LastSend+int64(o.RenewFor(r)), o.renewDeadline(r))
 }
 
 // renewDeadline is the latest moment r's renewal may go: what is left of
@@ -103,11 +98,7 @@ func (o Options) RenewAt(r *Reporter) int64 {
 // the margin. A renewal is planned from RenewAt−renewLead, and may wait
 // for a reservation until then.
 func (o Options) renewDeadline(r *Reporter) int64 {
-	period := r.Period
-	if period <= 0 {
-		period = o.ReportPeriod
-	}
-	return r.LastSend + int64(r.CurTTL-period-o.Delivery-o.Margin)
+	return r.LastSend + int64(r.CurTTL-o.periodOr(r.Period)-o.Delivery-o.Margin)
 }
 
 // nextRenewal is the earliest renewal of a live reporter once out's
