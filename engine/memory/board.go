@@ -2,6 +2,8 @@ package memory
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +59,10 @@ func (b *Board) Exchange(_ context.Context, replica string, posts []engine.Claim
 			}
 			out[i] = append(out[i], e)
 		}
+		// By replica, not in map order: a reader sums the claims as
+		// floats, and the same board should give the same sums (the
+		// quota simulator replays a seed to the same fleet).
+		slices.SortFunc(out[i], func(a, b engine.ClaimEntry) int { return strings.Compare(a.Replica, b.Replica) })
 	}
 	return out, nil
 }

@@ -43,6 +43,12 @@ type vfilter struct {
 	stream        *vstream
 	timer         time.Time // next report; zero until the first bucket
 	triedOpen     bool
+	// rng draws the delays of this filter's messages both ways. One per
+	// filter, not one for the run: the service pushes to its streams in
+	// an order of its own (map iteration, shard scheduling), and a shared
+	// generator would hand each run's delays to different Envoys, so the
+	// same seed would give a different fleet.
+	rng *rand.Rand
 }
 
 type venvoy struct {
@@ -75,6 +81,11 @@ func (q events) Len() int { return len(q) }
 func (q events) Less(i, j int) bool {
 	if !q[i].at.Equal(q[j].at) {
 		return q[i].at.Before(q[j].at)
+	}
+	// Ties between streams go by stream, not by push order, for the same
+	// reason each filter has its own generator.
+	if a, b := q[i].stream.id, q[j].stream.id; a != b {
+		return a < b
 	}
 	return q[i].seq < q[j].seq
 }
@@ -128,7 +139,8 @@ func Simulate(cfg VConfig) (*VRun, error) {
 	for _, spec := range cfg.Envoys {
 		e := &venvoy{spec: spec, acc: make([]accumulator, len(cfg.Buckets)), target: len(s.envoys) % cfg.Replicas}
 		for w := range max(spec.Workers, 1) {
-			e.filters = append(e.filters, &vfilter{envoy: len(s.envoys), worker: w, f: NewFilter(spec.Client, cfg.Behaviors)})
+			e.filters = append(e.filters, &vfilter{envoy: len(s.envoys), worker: w, f: NewFilter(spec.Client, cfg.Behaviors),
+				rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed<<16|uint64(len(s.envoys))<<8|uint64(w)))})
 		}
 		s.envoys = append(s.envoys, e)
 	}
@@ -222,12 +234,12 @@ func (s *vsim) trace(format string, args ...any) {
 	}
 }
 
-func (s *vsim) delay() time.Duration {
+func (s *vsim) delay(vf *vfilter) time.Duration {
 	d := s.cfg.Delay
 	if d <= 0 {
 		return 0
 	}
-	return d/2 + time.Duration(s.rng.Int64N(int64(d/2)+1))
+	return d/2 + time.Duration(vf.rng.Int64N(int64(d/2)+1))
 }
 
 func (s *vsim) push(e event) {
@@ -339,7 +351,7 @@ func (s *vsim) report(vf *vfilter, usages []Usage) {
 
 func (s *vsim) send(vf *vfilter, usages []Usage) {
 	s.run.Stats.Reports++
-	s.push(event{at: s.clock.now.Add(s.delay()), stream: vf.stream, usages: usages})
+	s.push(event{at: s.clock.now.Add(s.delay(vf)), stream: vf.stream, usages: usages})
 }
 
 // open opens a stream to the next replica that is up.
@@ -382,7 +394,7 @@ func (k *vsink) Push(acts []rlqs.Action) {
 		out[i] = Action{Bucket: idx, Abandon: a.Abandon, Strategy: fromAlloc(a.Strategy),
 			FillNanos: int32(a.Strategy.FillInterval % time.Second), TTL: a.TTL}
 	}
-	s.push(event{at: s.clock.now.Add(s.delay()), stream: k.vs, actions: out, toEnvoy: true, replace: replace, pushed: s.clock.now})
+	s.push(event{at: s.clock.now.Add(s.delay(k.vs.filter)), stream: k.vs, actions: out, toEnvoy: true, replace: replace, pushed: s.clock.now})
 }
 
 func fromAlloc(a alloc.Strategy) Strategy {
@@ -418,7 +430,7 @@ func (s *vsim) deliver(ev event) {
 		}
 		s.run.Stats.Ignored += vs.filter.f.Apply(ev.actions, s.clock.now)
 		if s.cfg.Acks && ev.replace {
-			s.push(event{at: s.clock.now.Add(s.delay()), stream: vs, ack: true, pushed: ev.pushed})
+			s.push(event{at: s.clock.now.Add(s.delay(vs.filter)), stream: vs, ack: true, pushed: ev.pushed})
 		}
 	default:
 		if vs.closing || s.replicas[vs.replica].down {
@@ -451,7 +463,7 @@ func (s *vsim) endStream(vs *vstream, serverNow bool) {
 		vs.st.Close()
 		return
 	}
-	s.push(event{at: s.clock.now.Add(s.delay()), stream: vs, close: true})
+	s.push(event{at: s.clock.now.Add(s.delay(vs.filter)), stream: vs, close: true})
 }
 
 func (s *vsim) fault(f Fault) {
