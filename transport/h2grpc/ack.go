@@ -70,7 +70,7 @@ func (c *conn) pingLocked() {
 	var data [8]byte
 	binary.BigEndian.PutUint64(data[:], a.seq&(1<<48-1)|uint64(ackPrefix[0])<<56|uint64(ackPrefix[1])<<48)
 	c.out = appendPingFrame(c.out, data, false)
-	c.flushAsyncLocked()
+	c.flushLocked()
 }
 
 // onAck takes the answer to an Acker PING (false: the PING was not one).

@@ -95,7 +95,7 @@ func (c *conn) onBidiData(st *stream, f *http2.DataFrame, n int) error {
 		c.resets.add(st.id, int(c.o().MaxConcurrentStreams))
 		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeProtocol)
 		c.resetLocked(st)
-		c.flushAsyncLocked()
+		c.flushLocked()
 		return nil
 	}
 	if c.buffered+int64(len(data)) > int64(c.o().MaxRequestBytes) {
@@ -212,7 +212,7 @@ func (c *conn) streamWindowLocked(st *stream, async bool) {
 	in.window += int64(in.unacked)
 	in.unacked = 0
 	if async {
-		c.flushAsyncLocked()
+		c.flushLocked()
 	}
 }
 
@@ -241,12 +241,9 @@ func (c *conn) recv(ctx context.Context, st *stream) ([]byte, error) {
 			c.mu.Unlock()
 			return nil, io.EOF
 		}
-		if c.mayWriteLocked() {
-			// What is queued (a WINDOW_UPDATE among it) goes out before
-			// the wait; mu is let go while writing: look again.
-			c.flushLocked(false)
-			continue
-		}
+		// What is queued (a WINDOW_UPDATE among it) goes out while we
+		// wait.
+		c.flushLocked()
 		in.cond.Wait()
 	}
 	msg := in.buf[in.off:]

@@ -95,7 +95,7 @@ type conn struct {
 
 	ageTimer *time.Timer
 	calls    sync.WaitGroup // methods running
-	writers  sync.WaitGroup // writes started for the reader
+	writers  sync.WaitGroup // the writer (writeLoop) and an idle drain's close
 
 	// Reader-owned.
 	fr          *http2.Framer
@@ -117,7 +117,10 @@ type conn struct {
 
 	mu   sync.Mutex
 	cond sync.Cond // output drained below MaxOutput, or the connection died
-	out  []byte    // frames to write
+	// wcond wakes the writer: there is output (flushLocked), or the
+	// connection died.
+	wcond sync.Cond
+	out   []byte // frames to write
 	// spare is the buffer the writer gives back, reused for out.
 	spare   []byte
 	writing bool
@@ -167,11 +170,14 @@ func newConn(s *Server, nc net.Conn) *conn {
 		closed:         make(chan struct{}),
 	}
 	c.cond.L = &c.mu
+	c.wcond.L = &c.mu
 	return c
 }
 
 // serve reads the connection until it ends, then waits for its methods.
 func (c *conn) serve() {
+	c.writers.Add(1)
+	go c.writeLoop()
 	err := c.read()
 	if c.sentGoAway {
 		c.linger()
@@ -195,6 +201,7 @@ func (c *conn) close(err error) {
 	}
 	c.dead = true
 	c.cond.Broadcast()
+	c.wcond.Broadcast()
 	c.failAcksLocked()
 	c.mu.Unlock()
 	c.cancel()

@@ -75,7 +75,7 @@ func (c *conn) batchDeadlines(ctx context.Context, sts []*stream) ([]*stream, co
 		run = sts
 	} else {
 		c.mu.Lock()
-		c.flushLocked(true)
+		c.flushLocked()
 		c.mu.Unlock()
 	}
 	if none {
@@ -128,7 +128,7 @@ func (e *batchExpiry) fire() {
 		}
 	}
 	if expired {
-		c.flushLocked(false)
+		c.flushLocked()
 	}
 	if !next.IsZero() && (e.end.IsZero() || next.Before(e.end.Add(-expiryTimerSlack))) {
 		e.t.Reset(next.Sub(now))

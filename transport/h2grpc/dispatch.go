@@ -27,7 +27,7 @@ func (c *conn) endOfRead() {
 	}
 	if owed {
 		c.mu.Lock()
-		c.flushAsyncLocked()
+		c.flushLocked()
 		c.mu.Unlock()
 	}
 }
@@ -157,10 +157,7 @@ func (c *conn) runBatch(sts []*stream) {
 		// Nothing is written until every answer is queued: one write
 		// carries them all, unless they pass the output bound.
 		for !c.dead && len(c.out) > c.s.o.MaxOutput {
-			if c.mayWriteLocked() {
-				c.flushLocked(true)
-				continue
-			}
+			c.flushLocked()
 			c.cond.Wait()
 		}
 		if st.answered {
@@ -182,7 +179,7 @@ func (c *conn) runBatch(sts []*stream) {
 			c.endLocked(st) // its status went out before
 		}
 	}
-	c.flushLocked(false) // every answer of the batch is queued
+	c.flushLocked() // every answer of the batch is queued
 	c.mu.Unlock()
 	for i, call := range calls {
 		if cap(call.Out) > 0 {

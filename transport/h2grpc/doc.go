@@ -16,19 +16,22 @@
 //	   │                batch, the BatchMethod called first to get it
 //	   │                ready; other calls one per worker. A
 //	   │                PING read with them is acknowledged in the next
-//	   │                write, which the first of their answers makes
+//	   │                write, which carries the first of their answers
 //	   ▼
 //	worker (pooled goroutine) ── runs the method (or the batch), then
 //	   │                         appends HEADERS, DATA and trailers to the
 //	   │                         connection's output buffer (a batch's
-//	   │                         answers all before it writes)
+//	   │                         answers all before it wakes the writer)
 //	   ▼
-//	whoever appends while no write is in progress writes the whole buffer
-//	(one syscall for every answer that piled up meanwhile); the reader
-//	starts a goroutine to write what it queues (SETTINGS and PING acks
-//	with no calls to carry them, WINDOW_UPDATE), so it keeps reading,
-//	except its first SETTINGS and a connection error's GOAWAY, which it
-//	writes itself.
+//	writer goroutine ── the only one that writes the socket: it sleeps
+//	                    until the buffer has output, then writes all of it
+//	                    (one syscall for every answer that piled up since
+//	                    the last), yielding once first while it is small so
+//	                    that answers made ready together share the write.
+//	                    The reader and workers only append under the
+//	                    connection's mutex and wake it; a worker waits while
+//	                    the buffer is over Options.MaxOutput (the peer's
+//	                    reading pace), the reader never waits for a write.
 //
 // Streaming calls take no pooled worker: a server-streaming method starts
 // on a goroutine of its own once its request is read, a bidirectional one

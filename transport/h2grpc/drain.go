@@ -15,12 +15,8 @@ func (c *conn) goAway(code http2.ErrCode, msg string) {
 	c.sentGoAway = true
 	c.mu.Lock()
 	c.out = appendGoAway(c.out, c.lastID, code, []byte(msg))
-	// A write in progress would leave the GOAWAY behind for a connection
-	// about to close: wait for it, then write what is left ourselves.
-	for c.writing && !c.dead {
-		c.cond.Wait()
-	}
-	c.flushLocked(true)
+	// The connection closes next: the GOAWAY must be written first.
+	c.flushWaitLocked()
 	c.mu.Unlock()
 }
 
@@ -72,7 +68,7 @@ func (c *conn) drain(grace time.Duration) {
 	ack := make(chan struct{})
 	c.drainAck = ack
 	c.out = appendPingFrame(c.out, drainPing, false)
-	c.flushAsyncLocked()
+	c.flushLocked()
 	c.mu.Unlock()
 	go func() {
 		defer c.s.connWG.Done()
@@ -92,7 +88,7 @@ func (c *conn) drain(grace time.Duration) {
 			c.phase2 = true
 			c.out = appendGoAway(c.out, c.lastID, http2.ErrCodeNo, nil)
 			c.drainStreamsLocked()
-			c.flushAsyncLocked()
+			c.flushLocked()
 			c.closeIfIdleLocked()
 		}
 		c.mu.Unlock()

@@ -30,7 +30,7 @@ func (c *conn) giveBackLocked(n int) {
 	if c.recvUnacked >= int(c.s.o.ConnWindow/4) {
 		c.out = appendWindowUpdate(c.out, 0, uint32(c.recvUnacked))
 		c.recvUnacked = 0
-		c.flushAsyncLocked()
+		c.flushLocked()
 	}
 }
 
@@ -82,7 +82,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	}
 	c.out = appendSettingsAck(c.out)
 	c.sendBlockedLocked()
-	c.flushAsyncLocked()
+	c.flushLocked()
 	return nil
 }
 
@@ -105,6 +105,6 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 	}
 	c.sendBlockedLocked()
-	c.flushAsyncLocked()
+	c.flushLocked()
 	return nil
 }

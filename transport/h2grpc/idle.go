@@ -88,7 +88,7 @@ func (c *conn) onTick() {
 		}
 	}
 	if stalled {
-		c.flushAsyncLocked()
+		c.flushLocked()
 	}
 	idle := false
 	if len(c.live) > 0 || w.opened != w.seen {

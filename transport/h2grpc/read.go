@@ -96,7 +96,7 @@ func (c *conn) sendSettings() {
 		{ID: http2.SettingMaxHeaderListSize, Val: o.MaxHeaderListSize},
 	})
 	c.out = appendWindowUpdate(c.out, 0, o.ConnWindow-defaultWindow)
-	c.flushLocked(true)
+	c.flushLocked()
 }
 
 // frameError answers a frame the framer could not read with the GOAWAY

@@ -165,7 +165,7 @@ func (c *conn) endStreaming(st *stream, err error) {
 	default:
 		c.endStreamLocked(st, trailers(code, msg))
 	}
-	c.flushLocked(true)
+	c.flushLocked()
 }
 
 // send writes one message of a streaming call, within the peer's windows;
@@ -185,6 +185,6 @@ func (c *conn) send(ctx context.Context, st *stream, frame []byte) error {
 	}
 	c.answers++
 	c.queueDataLocked(st, frame)
-	c.flushLocked(true)
+	c.flushLocked()
 	return nil
 }

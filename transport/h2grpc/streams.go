@@ -67,7 +67,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.mu.Lock()
 	c.resets.add(id, int(c.s.o.MaxConcurrentStreams))
 	c.out = appendRSTStream(c.out, id, code)
-	c.flushAsyncLocked()
+	c.flushLocked()
 	c.mu.Unlock()
 }
 

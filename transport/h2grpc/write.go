@@ -18,8 +18,7 @@ import (
 // finish answers st with resp (the message with its 5-byte prefix; nil for
 // a status without a message) and the status, within the peer's flow
 // control. A worker (fromReader false) waits while the connection's output
-// is over its bound and then writes if no write is in progress; the reader
-// never waits or writes.
+// is over its bound; the reader never waits.
 func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 	fromReader := !st.dispatched
 	c.mu.Lock()
@@ -30,11 +29,7 @@ func (c *conn) finish(st *stream, resp []byte, code codes.Code, msg string) {
 		}
 	}
 	c.answerLocked(st, resp, code, msg)
-	if fromReader {
-		c.flushAsyncLocked()
-	} else {
-		c.flushLocked(true)
-	}
+	c.flushLocked()
 }
 
 // answerLocked queues st's answer (see finish) without writing it.
@@ -190,18 +185,15 @@ func (c *conn) answerHTTPError(st *stream, status string, code codes.Code, msg s
 		c.queueDataLocked(st, []byte(msg+"\n"))
 		c.endStreamLocked(st, trailers(code, msg))
 	}
-	c.flushAsyncLocked()
+	c.flushLocked()
 	c.mu.Unlock()
 }
 
-// flushLocked makes the caller the writer if no write is in progress: it
-// writes until nothing is left. yield lets the answers that became ready
-// with the caller's join its first write; a caller that queued everything
-// it had passes false. Called and returns with mu held.
-func (c *conn) flushLocked(yield bool) {
+// flushLocked hands what is queued to the connection's writer. Called
+// and returns with mu held; nothing is written before it returns.
+func (c *conn) flushLocked() {
 	if c.mayWriteLocked() {
-		c.writing = true
-		c.writeLocked(yield)
+		c.wcond.Signal()
 	}
 }
 
@@ -211,26 +203,40 @@ func (c *conn) mayWriteLocked() bool {
 	return !c.writing && !c.dead && !c.lingering && len(c.out) > 0
 }
 
-// flushAsyncLocked has a goroutine of its own do the writing, for the
-// reader, which must keep reading.
-func (c *conn) flushAsyncLocked() {
-	if !c.mayWriteLocked() {
-		return
+// writeLoop is the connection's writer, its only one: it sleeps until
+// there is output (flushLocked) and writes it until the connection dies.
+// The reader, methods and timers only append to out under mu; one
+// goroutine owns the socket's write side, as grpc-go's loopyWriter does.
+func (c *conn) writeLoop() {
+	defer c.writers.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		for !c.dead && !c.mayWriteLocked() {
+			c.wcond.Wait()
+		}
+		if c.dead {
+			return
+		}
+		c.writing = true
+		c.writeLocked()
 	}
-	c.writing = true
-	c.writers.Add(1)
-	go func() {
-		defer c.writers.Done()
-		c.mu.Lock()
-		c.writeLocked(true)
-		c.mu.Unlock()
-	}()
 }
 
-// writeLocked is the writer's loop: swap the buffers, write without the
-// lock, repeat while more piled up; with yield, yield once first while the
-// output is small.
-func (c *conn) writeLocked(yield bool) {
+// flushWaitLocked hands the output to the writer and waits until it is
+// written (or the connection died).
+func (c *conn) flushWaitLocked() {
+	c.flushLocked()
+	for !c.dead && (c.writing || (len(c.out) > 0 && !c.lingering)) {
+		c.cond.Wait()
+	}
+}
+
+// writeLocked is one turn of the writer: swap the buffers, write without
+// the lock, repeat while more piled up; yield once first while the output
+// is small.
+func (c *conn) writeLocked() {
+	yield := true
 	for len(c.out) > 0 && !c.dead {
 		if yield && len(c.out) < c.s.o.WriteYieldBelow {
 			// Answers of one backend call become ready together: let the
@@ -284,7 +290,7 @@ func (c *conn) waitOutput() {
 	// peer, nor what the reader queued unwritten be what it waits for.
 	c.endOfRead()
 	c.mu.Lock()
-	c.flushAsyncLocked()
+	c.flushLocked()
 	for !c.dead && len(c.out) > c.s.o.MaxOutput {
 		c.cond.Wait()
 	}
