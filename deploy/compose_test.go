@@ -35,6 +35,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -378,7 +379,7 @@ func startComposeSluice(t *testing.T) *sluice {
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "PROMETHEUS_ADDR": "127.0.0.1:0"} {
 		env[k] = v
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
+	settings, err := settings.FromEnv(settings.FromMap(env))
 	if err != nil {
 		t.Fatalf("the compose environment: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -187,7 +188,7 @@ func TestKubernetesConfigMapUpdateReloadsRules(t *testing.T) {
 	if env["RUNTIME_WATCH_ROOT"] != "true" {
 		t.Fatalf("RUNTIME_WATCH_ROOT=%q: the manifests rely on the symlink swap", env["RUNTIME_WATCH_ROOT"])
 	}
-	if _, err := transport.SettingsFromEnv(transport.FromMap(env)); err != nil {
+	if _, err := settings.FromEnv(settings.FromMap(env)); err != nil {
 		t.Fatalf("sluice refuses the Deployment's environment: %v", err)
 	}
 	dir := t.TempDir()
@@ -196,7 +197,7 @@ func TestKubernetesConfigMapUpdateReloadsRules(t *testing.T) {
 		t.Fatalf("RUNTIME_ROOT %s is not inside the rules mount %s", env["RUNTIME_ROOT"], mount)
 	}
 	env["RUNTIME_ROOT"] = filepath.Join(dir, rel)
-	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
+	settings, err := settings.FromEnv(settings.FromMap(env))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestKubernetesHealthFollowsRedis(t *testing.T) {
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "PROMETHEUS_ADDR": "127.0.0.1:0"} {
 		env[k] = v
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
+	settings, err := settings.FromEnv(settings.FromMap(env))
 	if err != nil {
 		t.Fatalf("the Deployment's environment: %v", err)
 	}

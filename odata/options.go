@@ -143,7 +143,7 @@ type Options struct {
 
 // ODataFileShare is the percentage of the process's file limit a derived
 // MaxConnections takes: the rate limit service's ports take 45 % more
-// (transport.DefaultMaxConnections), the rest is left to files, the store
+// (settings.DefaultMaxConnections), the rest is left to files, the store
 // and the backends.
 const ODataFileShare = 40
 

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/metrics"
 )
 
@@ -79,7 +80,7 @@ func (b *backends) Close() error {
 }
 
 // newBackends builds the stores BACKEND_TYPE names.
-func newBackends(ctx context.Context, s Settings, clock func() time.Time, log *slog.Logger) (*backends, error) {
+func newBackends(ctx context.Context, s settings.Settings, clock func() time.Time, log *slog.Logger) (*backends, error) {
 	b := &backends{budget: memory.NewBudget(s.Backend.Memory.MaxBytes)}
 	switch s.Backend.Type {
 	case "memory":
@@ -178,7 +179,7 @@ type counters struct {
 // newCounters builds the stores (waiting for them to answer, as the reference
 // does before opening any listener) and the shards. trace wraps each store
 // the shards call (tracing spans); nil leaves them as they are.
-func newCounters(ctx context.Context, s Settings, o Options, trace func(engine.Backend) engine.Backend) (_ *counters, err error) {
+func newCounters(ctx context.Context, s settings.Settings, o Options, trace func(engine.Backend) engine.Backend) (_ *counters, err error) {
 	back, err := newBackends(ctx, s, o.Clock, o.Logger)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/fswatch"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // ConfigEvent is one attempt to load configuration: the files read, or the
@@ -41,19 +42,19 @@ type ConfigEvent struct {
 // RUNTIME_APPDIRECTORY are rules, named by their relative path, and any write,
 // create, chmod or remove there reloads them.
 type FileSource struct {
-	s   ConfigSettings
+	s   settings.ConfigSettings
 	log *slog.Logger
 }
 
 // NewFileSource checks nothing on disk yet: a missing directory is a load
 // error reported on the channel, as in the reference.
 // Zero MaxBytes and ReadTimeout take their defaults.
-func NewFileSource(s ConfigSettings, log *slog.Logger) *FileSource {
+func NewFileSource(s settings.ConfigSettings, log *slog.Logger) *FileSource {
 	if s.MaxBytes <= 0 {
-		s.MaxBytes = DefaultConfigMaxBytes
+		s.MaxBytes = settings.DefaultConfigMaxBytes
 	}
 	if s.ReadTimeout <= 0 {
-		s.ReadTimeout = DefaultConfigReadTimeout
+		s.ReadTimeout = settings.DefaultConfigReadTimeout
 	}
 	return &FileSource{s: s, log: log}
 }

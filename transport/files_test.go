@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -34,7 +35,7 @@ func TestFileSourceRecreatedDirectory(t *testing.T) {
 			if tc.remove != "" {
 				write(t, dir, "a.yaml", "domain: first\n")
 			}
-			src := transport.NewFileSource(transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+			src := transport.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
 				slog.New(slog.NewTextHandler(io.Discard, nil)))
 			ctx, cancel := context.WithCancel(context.Background())
 			events := make(chan transport.ConfigEvent)
@@ -106,7 +107,7 @@ func TestFileSourceFileMovedOut(t *testing.T) {
 	dir := filepath.Join(root, "app", "config")
 	write(t, dir, "a.yaml", "domain: a\n")
 	write(t, dir, "b.yaml", "domain: b\n")
-	src := transport.NewFileSource(transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+	src := transport.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	events := make(chan transport.ConfigEvent)
@@ -156,7 +157,7 @@ func TestFileSourceSkipsFIFO(t *testing.T) {
 		t.Skipf("mkfifo: %v", err)
 	}
 	var log strings.Builder
-	src := transport.NewFileSource(transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+	src := transport.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
 		slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil)))
 	type loaded struct {
 		files []engine.ConfigFile
@@ -190,7 +191,7 @@ func TestFileSourceSizeCap(t *testing.T) {
 	write(t, dir, "a.yaml", body)
 	write(t, dir, "b.yaml", strings.Replace(body, "domain: d", "domain: e", 1))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := transport.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config", MaxBytes: int64(2 * len(body))}
+	cfg := settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config", MaxBytes: int64(2 * len(body))}
 	if files, err := transport.NewFileSource(cfg, quiet).Load(); err != nil || len(files) != 2 {
 		t.Fatalf("at the cap: %v, %d files", err, len(files))
 	}

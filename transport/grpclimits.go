@@ -2,9 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"math"
 	"net"
 	"time"
 
@@ -14,53 +11,18 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
-// GRPCLimits bound what one client may hold of the gRPC port, with either
-// server (SLUICE_GRPC_SERVER): the same limits, the same answers.
-type GRPCLimits struct {
-	// MaxConcurrentStreams is the calls one connection may have open
-	// (SLUICE_GRPC_MAX_CONCURRENT_STREAMS); more are refused.
-	MaxConcurrentStreams int
-	// IdleTimeout closes a connection that has had no call for this long
-	// (SLUICE_GRPC_IDLE_TIMEOUT; GOAWAY first, so clients reconnect
-	// quietly).
-	IdleTimeout time.Duration
-	// StallTimeout answers DEADLINE_EXCEEDED a call whose request message
-	// has not come this long after its headers; for a streaming call, its
-	// first message (SLUICE_GRPC_STALL_TIMEOUT).
-	StallTimeout time.Duration
-}
-
-// DefaultGRPCLimits: the native server's stream limit; a gateway's
-// connection idle for five minutes is rare and cheap to open again; a
-// request message comes with its headers, in the same write, unless the
-// client is stuck or hostile.
-func DefaultGRPCLimits() GRPCLimits {
-	return GRPCLimits{MaxConcurrentStreams: 1024, IdleTimeout: 5 * time.Minute, StallTimeout: 30 * time.Second}
-}
-
-// Validate reports a limit that would turn itself off.
-func (l GRPCLimits) Validate() error {
-	var errs []error
-	if l.MaxConcurrentStreams < 1 || l.MaxConcurrentStreams > math.MaxInt32/2 {
-		errs = append(errs, fmt.Errorf("SLUICE_GRPC_MAX_CONCURRENT_STREAMS (%d) must be between 1 and %d", l.MaxConcurrentStreams, math.MaxInt32/2))
-	}
-	if l.IdleTimeout <= 0 || l.StallTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("SLUICE_GRPC_IDLE_TIMEOUT (%v) and SLUICE_GRPC_STALL_TIMEOUT (%v) must be positive", l.IdleTimeout, l.StallTimeout))
-	}
-	return errors.Join(errs...)
-}
-
 // native sets the limits in the native server's options.
-func (l GRPCLimits) native(o *h2grpc.Options) {
+func nativeLimits(l settings.GRPCLimits, o *h2grpc.Options) {
 	o.MaxConcurrentStreams = uint32(l.MaxConcurrentStreams)
 	o.IdleTimeout, o.StallTimeout = l.IdleTimeout, l.StallTimeout
 }
 
 // guard is what the guard of grpc-go's connections keeps (h2grpc.Guard).
-func (l GRPCLimits) guard() h2grpc.GuardOptions {
+func guardLimits(l settings.GRPCLimits) h2grpc.GuardOptions {
 	return h2grpc.GuardOptions{MaxOpenStreams: 2 * l.MaxConcurrentStreams}
 }
 
@@ -77,7 +39,7 @@ const (
 // server takes them (a second apart; a flood is cut off after three).
 // Write buffers are released while a connection is quiet (grpc-go's
 // default since SharedWriteBuffer was deprecated).
-func (l GRPCLimits) grpcGo(age, grace time.Duration) []grpc.ServerOption {
+func grpcGoLimits(l settings.GRPCLimits, age, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     l.IdleTimeout,

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 const (
@@ -420,14 +420,14 @@ func TestGRPCLimitSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.Listen.GRPCLimits, transport.DefaultGRPCLimits(); got != want {
+	if got, want := s.Listen.GRPCLimits, settings.DefaultGRPCLimits(); got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
 	s, err = settingsFor(map[string]string{"SLUICE_GRPC_MAX_CONCURRENT_STREAMS": "10", "SLUICE_GRPC_IDLE_TIMEOUT": "1m", "SLUICE_GRPC_STALL_TIMEOUT": "2s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (transport.GRPCLimits{MaxConcurrentStreams: 10, IdleTimeout: time.Minute, StallTimeout: 2 * time.Second}); s.Listen.GRPCLimits != want {
+	if want := (settings.GRPCLimits{MaxConcurrentStreams: 10, IdleTimeout: time.Minute, StallTimeout: 2 * time.Second}); s.Listen.GRPCLimits != want {
 		t.Errorf("read %+v, want %+v", s.Listen.GRPCLimits, want)
 	}
 	for env, want := range map[string]string{

@@ -5,13 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"net"
 	"net/http"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
@@ -28,7 +30,7 @@ type Addrs struct{ GRPC, HTTP, Debug net.Addr }
 
 // listeners are the gRPC, HTTP and debug servers of one Run.
 type listeners struct {
-	settings ListenSettings
+	settings settings.ListenSettings
 	// grpcOpts are added to the gRPC server's own: the caller's, then TLS
 	// and tracing.
 	grpcOpts []grpc.ServerOption
@@ -66,7 +68,7 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.settings.GRPCServer != GRPCServerGRPCGo && n.nativeOK {
+	if n.settings.GRPCServer != settings.GRPCServerGRPCGo && n.nativeOK {
 		if n.nativeTLS != nil {
 			lns[0] = tls.NewListener(lns[0], h2grpc.TLSConfig(n.nativeTLS))
 		}
@@ -81,7 +83,7 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	} else {
 		if n.nativeTLS == nil {
 			// With TLS, the credentials guard the connections.
-			lns[0] = h2grpc.GuardListener(lns[0], n.settings.GRPCLimits.guard())
+			lns[0] = h2grpc.GuardListener(lns[0], guardLimits(n.settings.GRPCLimits))
 		}
 		n.grpc = n.newGRPCServer(s)
 	}
@@ -130,7 +132,7 @@ func (n *listeners) shutdown() {
 
 func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	l := n.settings
-	opts := append(l.GRPCLimits.grpcGo(l.MaxConnectionAge, l.MaxConnectionAgeGrace),
+	opts := append(grpcGoLimits(l.GRPCLimits, l.MaxConnectionAge, l.MaxConnectionAgeGrace),
 		grpc.ChainUnaryInterceptor(n.statsInterceptor),
 		// RLS messages are coded by hand (wire.go); the rest by protobuf.
 		grpc.ForceServerCodecV2(newRLSCodec()),
@@ -141,7 +143,7 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	opts = append(opts, n.grpcOpts...)
 	if n.nativeTLS != nil {
 		// After the TLS option of grpcOpts, which it replaces.
-		opts = append(opts, grpc.Creds(guardedCreds{credentials.NewTLS(n.nativeTLS), l.GRPCLimits.guard()}))
+		opts = append(opts, grpc.Creds(guardedCreds{credentials.NewTLS(n.nativeTLS), guardLimits(l.GRPCLimits)}))
 	}
 	g := grpc.NewServer(opts...)
 	rls := newRLSServer(s.decider(), s.log, s.errs)

@@ -1,33 +1,19 @@
 package transport
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"time"
-)
 
-// parseLevel reads the reference's (logrus) level names.
-func parseLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "trace", "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn", "warning", "":
-		return slog.LevelWarn, nil
-	case "error", "fatal", "panic":
-		return slog.LevelError, nil
-	}
-	return 0, fmt.Errorf("LOG_LEVEL %q is not a level (debug, info, warn, error)", s)
-}
+	"github.com/sluicehq/sluice/settings"
+)
 
 // NewLogger builds the service logger. Text lines carry time, level and msg;
 // JSON lines carry @timestamp, @message and level, as the reference's logrus
 // formats do, so log pipelines keep their parsers.
-func NewLogger(w io.Writer, s LogSettings) (*slog.Logger, error) {
-	level, err := parseLevel(s.Level)
+func NewLogger(w io.Writer, s settings.LogSettings) (*slog.Logger, error) {
+	level, err := settings.ParseLevel(s.Level)
 	if err != nil {
 		return nil, err
 	}

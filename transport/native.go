@@ -61,7 +61,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	// backend calls for it (when they make any), so that batches other
 	// connections sent meanwhile share one.
 	nativeReflection(&o)
-	l.GRPCLimits.native(&o)
+	nativeLimits(l.GRPCLimits, &o)
 	var open func() engine.Batch
 	policy := actors.DefaultBatchPolicy()
 	if s.counters != nil {

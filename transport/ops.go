@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -36,7 +37,7 @@ type ops struct {
 // newOps builds the statistics sink, gRPC TLS, tracing and, unless the caller
 // brings its own configuration source, the xDS client. refresh is called
 // before each statistics flush.
-func newOps(s Settings, o Options, st *stats.Store, refresh func()) (ops, error) {
+func newOps(s settings.Settings, o Options, st *stats.Store, refresh func()) (ops, error) {
 	p := ops{log: o.Logger, backendKind: s.Backend.Type}
 	var err error
 	// With every sink off the statistics are printed as the reference's

@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // pipeRules limit every value of m per minute (main store) and of s per
@@ -183,7 +183,7 @@ func TestPipelineSettings(t *testing.T) {
 		{env: map[string]string{"REDIS_PERSECOND_PIPELINE_LIMIT": "-1"}, err: "REDIS_PERSECOND_PIPELINE_LIMIT must not be negative"},
 		{env: map[string]string{"REDIS_PERSECOND_PIPELINE_WINDOW": "-1s"}, err: "REDIS_PERSECOND_PIPELINE_WINDOW must not be negative"},
 	} {
-		s, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
+		s, err := settings.FromEnv(settings.FromMap(tc.env))
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%v: got %v, want %q", tc.env, err, tc.err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/xds"
 )
 
@@ -47,7 +48,7 @@ type runtimeStats struct {
 }
 
 // configSource is the caller's source, else the one CONFIG_TYPE names.
-func configSource(s Settings, o Options, x *xds.Source) (ConfigSource, error) {
+func configSource(s settings.Settings, o Options, x *xds.Source) (ConfigSource, error) {
 	switch {
 	case o.ConfigSource != nil:
 		return o.ConfigSource, nil
@@ -59,7 +60,7 @@ func configSource(s Settings, o Options, x *xds.Source) (ConfigSource, error) {
 	return nil, fmt.Errorf("no configuration source for CONFIG_TYPE=%s", s.Config.Type)
 }
 
-func newLoader(s Settings, o Options, src ConfigSource, svc *engine.Service, h *Health) *loader {
+func newLoader(s settings.Settings, o Options, src ConfigSource, svc *engine.Service, h *Health) *loader {
 	l := &loader{source: src, svc: svc, health: h, log: o.Logger, mergeDomains: s.Config.MergeDomains,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),

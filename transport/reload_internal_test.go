@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // SIGTERM (Run's context ending) while a rule set is being parsed: Run
@@ -24,7 +25,7 @@ func TestShutdownNeverWaitsForAParse(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte("domain: d\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := SettingsFromEnv(FromMap(map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1",
+	s, err := settings.FromEnv(settings.FromMap(map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1",
 		"GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "BACKEND_TYPE": "memory", "USE_STATSD": "false",
 		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app", "RUNTIME_WATCH_ROOT": "false"}))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // The server's parts live by concern: backends.go (stores and shards),
@@ -24,7 +25,7 @@ import (
 
 // Options assemble a Server. Only Settings is required.
 type Options struct {
-	Settings Settings
+	Settings settings.Settings
 	Logger   *slog.Logger
 	Stats    *stats.Store
 	Clock    func() time.Time
@@ -44,7 +45,7 @@ type Options struct {
 // Server is the rate limit service: engine, shards, backends and listeners.
 // NewServer builds every part; Run starts them and stops them again.
 type Server struct {
-	settings Settings
+	settings settings.Settings
 	log      *slog.Logger
 	stats    *stats.Store
 	errs     *errorLog // failed decisions, one line per interval and kind

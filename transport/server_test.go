@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -82,7 +83,7 @@ func startClock(t *testing.T, env map[string]string, files map[string]string, no
 	for k, v := range env {
 		vars[k] = v
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(vars))
+	settings, err := settings.FromEnv(settings.FromMap(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,14 +174,14 @@ func jsonEqual(t *testing.T, got, want string) bool {
 	return reflect.DeepEqual(g, w)
 }
 
-func settingsFor(env map[string]string) (transport.Settings, error) {
+func settingsFor(env map[string]string) (settings.Settings, error) {
 	vars := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
 	for k, v := range env {
 		vars[k] = v
 	}
-	return transport.SettingsFromEnv(transport.FromMap(vars))
+	return settings.FromEnv(settings.FromMap(vars))
 }
 
-func newServer(s transport.Settings) (*transport.Server, error) {
+func newServer(s settings.Settings) (*transport.Server, error) {
 	return transport.NewServer(context.Background(), transport.Options{Settings: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }

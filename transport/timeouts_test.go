@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Slow and idle clients of the /json and debug ports are cut off after the
@@ -62,10 +62,10 @@ func TestHTTPTimeoutSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.Listen.HTTPTimeouts, transport.DefaultHTTPTimeouts(); got != want {
+	if got, want := s.Listen.HTTPTimeouts, settings.DefaultHTTPTimeouts(); got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
-	if want := (transport.HTTPTimeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Idle: 90 * time.Second}); transport.DefaultHTTPTimeouts() != want {
+	if want := (settings.HTTPTimeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Idle: 90 * time.Second}); settings.DefaultHTTPTimeouts() != want {
 		t.Errorf("defaults are not the OData port's %+v", want)
 	}
 	for _, tc := range []struct {

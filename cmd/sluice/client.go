@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/sluicehq/sluice/internal/tlsclient"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // descriptorsFlag collects repeated -descriptors k=v,k2=v2.
@@ -75,7 +75,7 @@ func runClient(args []string) error {
 			fmt.Printf("Invalid otlptrace client protocol: %s", *oltp)
 			return exitCode(2) // the reference panics here
 		}
-		ts, err := transport.SettingsFromEnv(os.LookupEnv)
+		ts, err := settings.FromEnv(os.LookupEnv)
 		if err != nil {
 			return err
 		}

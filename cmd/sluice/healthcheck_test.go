@@ -10,13 +10,14 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
 // runServer runs a memory-backed service on loopback ports until the test ends.
 func runServer(t *testing.T, env map[string]string, rules string) *transport.Server {
 	t.Helper()
-	settings, err := transport.SettingsFromEnv(transport.FromMap(serverEnv(t, env, rules)))
+	settings, err := settings.FromEnv(settings.FromMap(serverEnv(t, env, rules)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestDefaultHealthURL(t *testing.T) {
 		{map[string]string{"HOST": "10.1.2.3", "PORT": "81"}, "http://10.1.2.3:81/healthcheck"},
 		{map[string]string{"HOST": "fd00::1"}, "http://[fd00::1]:8080/healthcheck"},
 	} {
-		if got := defaultHealthURL(transport.FromMap(tc.env)); got != tc.want {
+		if got := defaultHealthURL(settings.FromMap(tc.env)); got != tc.want {
 			t.Errorf("%v: %s, want %s", tc.env, got, tc.want)
 		}
 	}

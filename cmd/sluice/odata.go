@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/sqlstore"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
@@ -207,7 +208,7 @@ func (c *odataConfig) complete(log *slog.Logger) error {
 	if c.accessLog {
 		// Its own logger at info level: the access log is not silenced by
 		// LOG_LEVEL=warn, only by -access-log=false.
-		al, err := transport.NewLogger(os.Stderr, transport.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
+		al, err := transport.NewLogger(os.Stderr, settings.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
 		if err != nil {
 			return err
 		}
@@ -453,7 +454,7 @@ func runOData(args []string) error {
 		return err
 	}
 	// The API alone reads the rate limit service's tracing variables too.
-	settings, err := transport.SettingsFromEnv(os.LookupEnv)
+	settings, err := settings.FromEnv(os.LookupEnv)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // servePair starts what `sluice serve` starts, with env for the rate limit
@@ -34,7 +34,7 @@ func servePair(t *testing.T, env map[string]string, args ...string) (*rateLimit,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c.opts.Metrics = odata.NewMetrics()
-	plan, err := planRateLimit(transport.FromMap(serverEnv(t, env, "")))
+	plan, err := planRateLimit(settings.FromMap(serverEnv(t, env, "")))
 	if err != nil {
 		stop()
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/internal/gcfloor"
 	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
@@ -61,7 +62,7 @@ type rateLimit struct {
 // before anything is built, so that `serve` can start the OData API while
 // the service waits for its backend.
 type rateLimitPlan struct {
-	settings transport.Settings
+	settings settings.Settings
 	log      *slog.Logger
 	// pulled says the pull metrics endpoint is on.
 	pulled bool
@@ -69,7 +70,7 @@ type rateLimitPlan struct {
 
 // planRateLimit reads the settings from the environment.
 func planRateLimit(lookup func(string) (string, bool)) (*rateLimitPlan, error) {
-	settings, err := transport.SettingsFromEnv(lookup)
+	settings, err := settings.FromEnv(lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ var commandEnv = []string{"SLUICE_DB", "SLUICE_DB_FILE", "SLUICE_TEST_MAIN"}
 // warnEnv warns of each variable that looks meant for sluice but is not
 // read (a misspelt setting would otherwise be silently ignored).
 func warnEnv(log *slog.Logger) {
-	for _, w := range transport.EnvWarnings(os.Environ(), commandEnv...) {
+	for _, w := range settings.EnvWarnings(os.Environ(), commandEnv...) {
 		log.Warn(w)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/gcfloor"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // TestRateLimitAppliesGCHeapFloor: the command applies
@@ -15,7 +15,7 @@ func TestRateLimitAppliesGCHeapFloor(t *testing.T) {
 		"domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rl, err := startRateLimit(ctx, transport.FromMap(env), nil)
+	rl, err := startRateLimit(ctx, settings.FromMap(env), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

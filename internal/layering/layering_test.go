@@ -18,8 +18,15 @@ func TestDependencyDirection(t *testing.T) {
 		pkg       string
 		forbidden []string
 	}{
-		{"engine/...", []string{"actors", "transport", "odata", "cmd"}},
-		{"actors/...", []string{"transport", "odata", "cmd"}},
+		{"engine/...", []string{"actors", "transport", "odata", "cmd", "settings"}},
+		{"actors/...", []string{"transport", "odata", "cmd", "settings"}},
+		// The environment is read at the edge: settings builds the typed
+		// options of the packages below it, and only the assembly
+		// (transport, cmd) reads settings.
+		// It may import transport's sinks (metrics, tracing, xds,
+		// tlsreload) for their options, not transport itself ("=": that
+		// package alone).
+		{"settings", []string{"=transport", "odata", "cmd"}},
 		{"odata/...", []string{"transport", "cmd"}},
 		{"transport/...", []string{"odata", "cmd"}},
 	}
@@ -33,6 +40,12 @@ func TestDependencyDirection(t *testing.T) {
 		}
 		for _, dep := range strings.Fields(string(out)) {
 			for _, f := range r.forbidden {
+				if exact, ok := strings.CutPrefix(f, "="); ok {
+					if dep == module+"/"+exact {
+						t.Errorf("%s depends on %s", r.pkg, dep)
+					}
+					continue
+				}
 				if dep == module+"/"+f || strings.HasPrefix(dep, module+"/"+f+"/") {
 					t.Errorf("%s depends on %s", r.pkg, dep)
 				}

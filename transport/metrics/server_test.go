@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -72,7 +73,7 @@ func startServer(t *testing.T, env map[string]string, stdout io.Writer) *server 
 	for k, v := range env {
 		vars[k] = v
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(vars))
+	settings, err := settings.FromEnv(settings.FromMap(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,11 +274,11 @@ func TestServiceStatsd(t *testing.T) {
 
 // Two sinks at once is the reference's startup error.
 func TestServiceSeveralSinks(t *testing.T) {
-	_, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"USE_PROMETHEUS": "true", "BACKEND_TYPE": "memory"}))
+	_, err := settings.FromEnv(settings.FromMap(map[string]string{"USE_PROMETHEUS": "true", "BACKEND_TYPE": "memory"}))
 	if err == nil || !strings.Contains(err.Error(), "unable to use more than one stats sink at the same time") {
 		t.Fatalf("USE_PROMETHEUS with the default USE_STATSD: %v", err)
 	}
-	_, err = transport.SettingsFromEnv(transport.FromMap(map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true", "BACKEND_TYPE": "memory"}))
+	_, err = settings.FromEnv(settings.FromMap(map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true", "BACKEND_TYPE": "memory"}))
 	if err != nil {
 		t.Fatalf("DISABLE_STATS wins: %v", err)
 	}
@@ -287,9 +288,9 @@ func TestStatsSettingsFromEnv(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		env   map[string]string
-		check func(t *testing.T, s transport.Settings)
+		check func(t *testing.T, s settings.Settings)
 	}{
-		{"defaults", nil, func(t *testing.T, s transport.Settings) {
+		{"defaults", nil, func(t *testing.T, s settings.Settings) {
 			st := s.Stats
 			if !st.UseStatsd || st.StatsdHost != "localhost" || st.StatsdPort != 8125 || st.FlushInterval != 10*time.Second ||
 				st.UsePull || st.UseTagged || st.Disabled || st.PullAddr != ":9090" || st.PullPath != "/metrics" {
@@ -297,7 +298,7 @@ func TestStatsSettingsFromEnv(t *testing.T) {
 			}
 		}},
 		{"neutral pull names", map[string]string{"USE_STATSD": "false", "USE_PULLMETRICS": "true", "PULLMETRICS_ADDR": ":9191",
-			"PULLMETRICS_PATH": "/m", "PULLMETRICS_MAPPER_YAML": "/x.yaml", "STATS_FLUSH_INTERVAL": "2s"}, func(t *testing.T, s transport.Settings) {
+			"PULLMETRICS_PATH": "/m", "PULLMETRICS_MAPPER_YAML": "/x.yaml", "STATS_FLUSH_INTERVAL": "2s"}, func(t *testing.T, s settings.Settings) {
 			st := s.Stats
 			if !st.UsePull || st.PullAddr != ":9191" || st.PullPath != "/m" || st.PullMapperFile != "/x.yaml" || st.FlushInterval != 2*time.Second {
 				t.Errorf("%+v", st)
@@ -305,7 +306,7 @@ func TestStatsSettingsFromEnv(t *testing.T) {
 		}},
 		{"tagged statsd with mogrifiers, upstream names", map[string]string{"USE_STATSD": "false", "USE_DOG_STATSD": "true",
 			"USE_DOG_STATSD_MOGRIFIERS": "A,B", "DOG_STATSD_MOGRIFIER_A_PATTERN": `^a\.(.*)$`, "DOG_STATSD_MOGRIFIER_A_NAME": "a",
-			"DOG_STATSD_MOGRIFIER_A_TAGS": "rest:$1,x:y", "DOG_STATSD_MOGRIFIER_B_PATTERN": "^b"}, func(t *testing.T, s transport.Settings) {
+			"DOG_STATSD_MOGRIFIER_A_TAGS": "rest:$1,x:y", "DOG_STATSD_MOGRIFIER_B_PATTERN": "^b"}, func(t *testing.T, s settings.Settings) {
 			m := s.Stats.Mogrifiers
 			if !s.Stats.UseTagged || len(m) != 2 || m[0].Pattern != `^a\.(.*)$` || m[0].NewName != "a" || m[0].Tags["rest"] != "$1" ||
 				m[0].Tags["x"] != "y" || m[1].Label != "B" || m[1].Pattern != "^b" {
@@ -313,13 +314,13 @@ func TestStatsSettingsFromEnv(t *testing.T) {
 			}
 		}},
 		{"tagged statsd, neutral names", map[string]string{"USE_STATSD": "false", "USE_TAGGED_STATSD": "true",
-			"TAGGED_STATSD_MOGRIFIERS": "T", "TAGGED_STATSD_MOGRIFIERS_T_PATTERN": "^t", "TAGGED_STATSD_MOGRIFIERS_T_NAME": "n"}, func(t *testing.T, s transport.Settings) {
+			"TAGGED_STATSD_MOGRIFIERS": "T", "TAGGED_STATSD_MOGRIFIERS_T_PATTERN": "^t", "TAGGED_STATSD_MOGRIFIERS_T_NAME": "n"}, func(t *testing.T, s settings.Settings) {
 			m := s.Stats.Mogrifiers
 			if !s.Stats.UseTagged || len(m) != 1 || m[0].Pattern != "^t" || m[0].NewName != "n" {
 				t.Errorf("%+v", s.Stats)
 			}
 		}},
-		{"extra tags", map[string]string{"EXTRA_TAGS": "a:1, b:2"}, func(t *testing.T, s transport.Settings) {
+		{"extra tags", map[string]string{"EXTRA_TAGS": "a:1, b:2"}, func(t *testing.T, s settings.Settings) {
 			if len(s.Stats.ExtraTags) != 2 || s.Stats.ExtraTags["a"] != "1" || s.Stats.ExtraTags["b"] != "2" {
 				t.Errorf("%v", s.Stats.ExtraTags)
 			}
@@ -330,7 +331,7 @@ func TestStatsSettingsFromEnv(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			s, err := transport.SettingsFromEnv(transport.FromMap(env))
+			s, err := settings.FromEnv(settings.FromMap(env))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,7 +345,7 @@ func TestStatsSettingsFromEnv(t *testing.T) {
 		{"USE_PROMETHEUS": "true", "USE_PULLMETRICS": "false"},
 	} {
 		env["BACKEND_TYPE"] = "memory"
-		if _, err := transport.SettingsFromEnv(transport.FromMap(env)); err == nil {
+		if _, err := settings.FromEnv(settings.FromMap(env)); err == nil {
 			t.Errorf("%v: no error", env)
 		}
 	}

@@ -16,13 +16,14 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
 // The service with GRPC_SERVER_USE_TLS and mutual TLS: a client with the
 // certificate gets decisions, one without does not, HTTP stays plain.
 func TestServiceMutualTLS(t *testing.T) {
-	for _, name := range []string{transport.GRPCServerNative, transport.GRPCServerGRPCGo} {
+	for _, name := range []string{settings.GRPCServerNative, settings.GRPCServerGRPCGo} {
 		t.Run(name, func(t *testing.T) { serviceMutualTLS(t, name) })
 	}
 }
@@ -45,11 +46,11 @@ func serviceMutualTLS(t *testing.T, grpcServer string) {
 		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key,
 		"GRPC_CLIENT_TLS_CACERT": ca, "GRPC_CLIENT_TLS_SAN": "client.mesh", "SLUICE_GRPC_SERVER": grpcServer,
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(env))
+	set, err := settings.FromEnv(settings.FromMap(env))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := rlsserver.Start(t, transport.Options{Settings: settings})
+	srv := rlsserver.Start(t, transport.Options{Settings: set})
 
 	call := func(cfg *tls.Config) error {
 		conn, err := grpc.NewClient(srv.Addrs().GRPC.String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
@@ -80,7 +81,7 @@ func serviceMutualTLS(t *testing.T, grpcServer string) {
 
 	// A broken certificate at startup is a startup error.
 	env["GRPC_SERVER_TLS_CERT"] = ca + ".missing"
-	bad, err := transport.SettingsFromEnv(transport.FromMap(env))
+	bad, err := settings.FromEnv(settings.FromMap(env))
 	if err != nil {
 		t.Fatal(err)
 	}

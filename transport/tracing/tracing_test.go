@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
@@ -117,7 +118,7 @@ func startService(t *testing.T, env map[string]string) (*transport.Server, func(
 	for k, v := range env {
 		vars[k] = v
 	}
-	settings, err := transport.SettingsFromEnv(transport.FromMap(vars))
+	settings, err := settings.FromEnv(settings.FromMap(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,14 +290,14 @@ func TestSamplingFollowsParent(t *testing.T) {
 }
 
 func TestSettingsFromEnv(t *testing.T) {
-	s, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"BACKEND_TYPE": "memory"}))
+	s, err := settings.FromEnv(settings.FromMap(map[string]string{"BACKEND_TYPE": "memory"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tr := s.Tracing; tr.Enabled || tr.Protocol != "http" || tr.ServiceName != "RateLimit" || tr.SamplingRate != 1 {
 		t.Errorf("defaults %+v", tr)
 	}
-	s, err = transport.SettingsFromEnv(transport.FromMap(map[string]string{"BACKEND_TYPE": "memory",
+	s, err = settings.FromEnv(settings.FromMap(map[string]string{"BACKEND_TYPE": "memory",
 		"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "GRPC", "OTEL_EXPORTER_OTLP_INSECURE": "true",
 		"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1500", "OTEL_EXPORTER_OTLP_TIMEOUT": "99", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}))
 	if err != nil {
@@ -305,7 +306,7 @@ func TestSettingsFromEnv(t *testing.T) {
 	if tr := s.Tracing; tr.Protocol != "grpc" || !tr.Insecure || tr.Timeout != 1500*time.Millisecond || tr.Compression != "gzip" {
 		t.Errorf("%+v", tr)
 	}
-	_, err = transport.SettingsFromEnv(transport.FromMap(map[string]string{"BACKEND_TYPE": "memory",
+	_, err = settings.FromEnv(settings.FromMap(map[string]string{"BACKEND_TYPE": "memory",
 		"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "thrift"}))
 	if err == nil || !strings.Contains(err.Error(), "Invalid otlptrace client protocol: thrift") {
 		t.Errorf("bad protocol: %v", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -26,7 +27,7 @@ func TestServiceFromManagementServer(t *testing.T) {
 	setSnapshot(t, cache, "sluice-test", "v1", rule("rules", "d", 2))
 	mg := startMgmt(t, "127.0.0.1:0", cache)
 
-	settings, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{
+	settings, err := settings.FromEnv(settings.FromMap(map[string]string{
 		"BACKEND_TYPE": "memory", "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "DISABLE_STATS": "true",
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": mg.addr, "CONFIG_GRPC_XDS_NODE_ID": "sluice-test",

@@ -1,4 +1,4 @@
-package transport
+package settings
 
 import (
 	"fmt"
@@ -164,8 +164,8 @@ func (e *Env) List(name string) []string {
 	return out
 }
 
-// SettingsFromEnv reads every setting, with the reference's defaults.
-func SettingsFromEnv(lookup func(string) (string, bool)) (Settings, error) {
+// FromEnv reads every setting, with the reference's defaults.
+func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	e := NewEnv(lookup)
 	var s Settings
 	s.Listen = ListenSettings{

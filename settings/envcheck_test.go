@@ -1,10 +1,10 @@
-package transport_test
+package settings_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/settings"
 )
 
 func TestEnvWarnings(t *testing.T) {
@@ -30,7 +30,7 @@ func TestEnvWarnings(t *testing.T) {
 		{"LC_ALL=C", ""},
 		{"TMPDIR=/tmp", ""},
 	} {
-		got := strings.Join(transport.EnvWarnings([]string{tc.env}, "SLUICE_DB"), "\n")
+		got := strings.Join(settings.EnvWarnings([]string{tc.env}, "SLUICE_DB"), "\n")
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: warned %q, want %q", tc.env, got, tc.want)
 		}

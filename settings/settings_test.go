@@ -1,4 +1,4 @@
-package transport_test
+package settings_test
 
 import (
 	"bytes"
@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport"
 )
 
 func TestSettingsDefaults(t *testing.T) {
-	s, err := transport.SettingsFromEnv(transport.FromMap(nil))
+	s, err := settings.FromEnv(settings.FromMap(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +38,12 @@ func TestGCHeapFloorSetting(t *testing.T) {
 		env  map[string]string
 		want int
 	}{
-		{nil, transport.DefaultGCHeapFloorMiB},
+		{nil, settings.DefaultGCHeapFloorMiB},
 		{map[string]string{"GOGC": "200"}, 0},
 		{map[string]string{"GOGC": "200", "SLUICE_GC_HEAP_FLOOR_MIB": "128"}, 128},
 		{map[string]string{"SLUICE_GC_HEAP_FLOOR_MIB": "0"}, 0},
 	} {
-		s, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
+		s, err := settings.FromEnv(settings.FromMap(tc.env))
 		if err != nil {
 			t.Fatalf("%v: %v", tc.env, err)
 		}
@@ -80,7 +81,7 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"SLUICE_RLQS_MAX_REPORTERS": "-1"}, "SLUICE_RLQS_*: rlqs: max reporters -1 must be at least 1"},
 	}
 	for _, tc := range cases {
-		_, err := transport.SettingsFromEnv(transport.FromMap(tc.env))
+		_, err := settings.FromEnv(settings.FromMap(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.env, err, tc.want)
 		}
@@ -89,7 +90,7 @@ func TestSettingsErrors(t *testing.T) {
 
 // TestQuotaSettings: SLUICE_RLQS_* reach the quota service's options.
 func TestQuotaSettings(t *testing.T) {
-	s, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{
+	s, err := settings.FromEnv(settings.FromMap(map[string]string{
 		"SLUICE_RLQS_NO_MATCH": "deny_all", "SLUICE_RLQS_KEY_ORDER": "api=path, method;web=user",
 		"SLUICE_RLQS_SPARE": "0.25", "SLUICE_RLQS_REPORT_PERIOD": "2s", "SLUICE_RLQS_IDLE": "1m",
 		"SLUICE_RLQS_REFUSED": "allow_all", "SLUICE_RLQS_MAX_REPORTERS": "500", "SLUICE_RLQS_SHARDS": "3"}))
@@ -119,7 +120,7 @@ func TestEnvAliases(t *testing.T) {
 		{map[string]string{"TAGGED_STATSD_MOGRIFIERS": "a"}, "USE_DOG_STATSD_MOGRIFIERS", "a"},
 		{map[string]string{"TAGGED_STATSD_MOGRIFIERS_A_PATTERN": "p"}, "DOG_STATSD_MOGRIFIER_A_PATTERN", "p"},
 	} {
-		e := transport.NewEnv(transport.FromMap(tc.env))
+		e := settings.NewEnv(settings.FromMap(tc.env))
 		if got := e.String(tc.name, ""); got != tc.want || e.Err() != nil {
 			t.Errorf("%v: %s = %q (%v), want %q", tc.env, tc.name, got, e.Err(), tc.want)
 		}
@@ -128,7 +129,7 @@ func TestEnvAliases(t *testing.T) {
 
 func TestLogFormats(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := transport.NewLogger(&buf, transport.LogSettings{Level: "debug", Format: "json"})
+	log, err := transport.NewLogger(&buf, settings.LogSettings{Level: "debug", Format: "json"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestLogFormats(t *testing.T) {
 		t.Errorf("json line %v", line)
 	}
 	buf.Reset()
-	log, _ = transport.NewLogger(&buf, transport.LogSettings{Level: "warn", Format: "text"})
+	log, _ = transport.NewLogger(&buf, settings.LogSettings{Level: "warn", Format: "text"})
 	log.Info("hidden")
 	log.Error("shown")
 	if got := buf.String(); strings.Contains(got, "hidden") || !strings.Contains(got, `level=error msg=shown`) || !strings.HasPrefix(got, "time=") {
@@ -150,11 +151,11 @@ func TestLogFormats(t *testing.T) {
 }
 
 // TestNearLimitRatioRejected: a ratio that is not a number in [0, 1] fails
-// SettingsFromEnv with one error that names the variable (the engine's check,
+// FromEnv with one error that names the variable (the engine's check,
 // made once: NaN must not pass the settings and fail only in NewServer).
 func TestNearLimitRatioRejected(t *testing.T) {
 	for _, v := range []string{"NaN", "nan", "Inf", "+Inf", "-Inf", "-0.1", "1.01"} {
-		_, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v}))
+		_, err := settings.FromEnv(settings.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v}))
 		if err == nil {
 			t.Errorf("NEAR_LIMIT_RATIO=%s accepted", v)
 			continue
@@ -164,7 +165,7 @@ func TestNearLimitRatioRejected(t *testing.T) {
 		}
 	}
 	for _, v := range []string{"0", "0.5", "1"} {
-		if _, err := transport.SettingsFromEnv(transport.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v})); err != nil {
+		if _, err := settings.FromEnv(settings.FromMap(map[string]string{"NEAR_LIMIT_RATIO": v})); err != nil {
 			t.Errorf("NEAR_LIMIT_RATIO=%s: %v", v, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package transport
+package settings
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ import (
 )
 
 // Settings is everything the rate limit service reads from the environment,
-// grouped by the part that uses it. Read it once with SettingsFromEnv.
+// grouped by the part that uses it. Read it once with FromEnv.
 type Settings struct {
 	Listen  ListenSettings
 	Log     LogSettings
@@ -319,7 +319,7 @@ func (s Settings) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("LOG_FORMAT must be text or json, got %q", s.Log.Format))
 	}
-	if _, err := parseLevel(s.Log.Level); err != nil {
+	if _, err := ParseLevel(s.Log.Level); err != nil {
 		errs = append(errs, err)
 	}
 	for name, p := range map[string]int{"PORT": s.Listen.Port, "DEBUG_PORT": s.Listen.DebugPort, "GRPC_PORT": s.Listen.GRPCPort} {

@@ -1,4 +1,4 @@
-package transport
+package settings
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // EnvWarnings returns one warning per variable of environ ("NAME=value"
 // lines, as os.Environ) that looks meant for sluice but is not read: every
 // SLUICE_* variable sluice does not know, and any other variable within a
-// typo of a known one. The known names are those SettingsFromEnv reads,
+// typo of a known one. The known names are those FromEnv reads,
 // plus extra (the commands' own, like SLUICE_DB).
 func EnvWarnings(environ []string, extra ...string) []string {
 	set := map[string]string{}
@@ -34,8 +34,8 @@ func EnvWarnings(environ []string, extra ...string) []string {
 	}
 	// Once with nothing set (every default read) and once as configured
 	// (what only some settings read); a settings error is reported elsewhere.
-	_, _ = SettingsFromEnv(record(nil))
-	_, _ = SettingsFromEnv(record(set))
+	_, _ = FromEnv(record(nil))
+	_, _ = FromEnv(record(set))
 	var out []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
