@@ -151,6 +151,8 @@ type cached struct {
 	inFallback            bool
 	allowed, denied       uint64
 	lastReport            time.Time
+	// assigned: an assignment has come since the bucket was created.
+	assigned bool
 }
 
 // Filter is one Envoy's rate_limit_quota filter (one stream's worth: a
@@ -332,9 +334,19 @@ func (f *Filter) Apply(acts []Action, now time.Time) (ignored int) {
 		}
 		f.setBucket(b, r, now)
 		b.action = &r
+		b.assigned = true
 		b.expires = now.Add(a.TTL.Truncate(time.Second))
 	}
 	return ignored
+}
+
+// Unassigned reports whether bucket i has had no assignment since it was
+// created: its requests are decided by no_assignment_behavior alone, the
+// Envoy's own setting, until the server's first answer arrives (on a
+// starved machine that can take most of a second).
+func (f *Filter) Unassigned(i int) bool {
+	b, ok := f.buckets[i]
+	return ok && !b.assigned
 }
 
 // Reset drops every bucket: the Envoy restarted.

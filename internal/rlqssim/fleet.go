@@ -51,6 +51,9 @@ type Fleet struct {
 	mu       sync.Mutex
 	admitted [][][]uint64 // [bucket][envoy][second]
 	denied   [][][]uint64
+	// unassigned is what buckets admitted before their first assignment
+	// (Unassigned), not in admitted.
+	unassigned [][][]uint64
 	lapses   int
 	lapseLog []string
 	stats    VStats
@@ -157,11 +160,11 @@ func (f *Fleet) Run(ctx context.Context, d time.Duration) error {
 	secs := int(time.Unix(f.start.Add(d).Unix()+1, 0).Sub(time.Unix(f.start.Unix(), 0)) / time.Second)
 	f.mu.Lock()
 	for range f.cfg.Buckets {
-		a, dd := make([][]uint64, len(f.envoys)), make([][]uint64, len(f.envoys))
+		a, dd, u := make([][]uint64, len(f.envoys)), make([][]uint64, len(f.envoys)), make([][]uint64, len(f.envoys))
 		for e := range a {
-			a[e], dd[e] = make([]uint64, secs), make([]uint64, secs)
+			a[e], dd[e], u[e] = make([]uint64, secs), make([]uint64, secs), make([]uint64, secs)
 		}
-		f.admitted, f.denied = append(f.admitted, a), append(f.denied, dd)
+		f.admitted, f.denied, f.unassigned = append(f.admitted, a), append(f.denied, dd), append(f.unassigned, u)
 	}
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, d)
@@ -224,7 +227,7 @@ func (w *fworker) run(ctx context.Context) {
 			rate := f.cfg.Demand(w.e.idx, b, now.Sub(f.start)) / float64(len(w.e.workers))
 			for _, at := range w.arrivals(b, rate, last, now) {
 				ok, sub := w.f.Request(b, at)
-				f.record(b, w.e.idx, at, ok)
+				f.record(b, w.e.idx, at, ok, w.f.Unassigned(b))
 				if sub != nil {
 					w.subscribe(ctx, sub, at)
 				}
@@ -267,16 +270,19 @@ func (w *fworker) arrivals(b int, rate float64, from, to time.Time) []time.Time 
 	return out
 }
 
-func (f *Fleet) record(b, e int, at time.Time, ok bool) {
+func (f *Fleet) record(b, e int, at time.Time, ok, unassigned bool) {
 	s := int(at.Unix() - f.start.Unix())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s < 0 || s >= len(f.admitted[b][e]) {
 		return
 	}
-	if ok {
+	switch {
+	case ok && unassigned:
+		f.unassigned[b][e][s]++
+	case ok:
 		f.admitted[b][e][s]++
-	} else {
+	default:
 		f.denied[b][e][s]++
 	}
 }
@@ -462,12 +468,24 @@ func (f *Fleet) each(i int, reset bool) {
 // Envoy's cluster stops choosing an endpoint found unhealthy.
 func (f *Fleet) SetTargetDown(j int, down bool) { f.down[j].Store(down) }
 
-// Admitted is, per Envoy and second of the run, what bucket b admitted.
-func (f *Fleet) Admitted(b int) [][]uint64 {
+// Admitted is, per Envoy and second of the run, what bucket b admitted
+// under what the server sent (assignments, and the fallbacks of expired
+// ones). What it admitted before its first assignment, under the Envoy's
+// own no_assignment_behavior, is in Unassigned instead: how long that
+// lasts is the first round trip, which a starved machine stretches, and
+// no server decides it.
+func (f *Fleet) Admitted(b int) [][]uint64 { return f.copyOf(f.admitted, b) }
+
+// Unassigned is, per Envoy and second of the run, what bucket b admitted
+// before its first assignment (since the Envoy created it, restarts
+// included): no_assignment_behavior's doing, ALLOW_ALL by default.
+func (f *Fleet) Unassigned(b int) [][]uint64 { return f.copyOf(f.unassigned, b) }
+
+func (f *Fleet) copyOf(counts [][][]uint64, b int) [][]uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([][]uint64, len(f.admitted[b]))
-	for e, row := range f.admitted[b] {
+	out := make([][]uint64, len(counts[b]))
+	for e, row := range counts[b] {
 		out[e] = append([]uint64(nil), row...)
 	}
 	return out
