@@ -54,9 +54,9 @@ type Fleet struct {
 	// unassigned is what buckets admitted before their first assignment
 	// (Unassigned), not in admitted.
 	unassigned [][][]uint64
-	lapses   int
-	lapseLog []string
-	stats    VStats
+	lapses     int
+	lapseLog   []string
+	stats      VStats
 }
 
 type fenvoy struct {
