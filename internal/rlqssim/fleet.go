@@ -435,6 +435,26 @@ func (f *Fleet) lapse(w *fworker, bucket int, at time.Time) {
 	}
 }
 
+// Unanswered lists the buckets an Envoy tracks that have had no
+// assignment since it created them ("envoy E/W bucket B"): a fleet whose
+// admissions before a first answer are set apart (Unassigned) must also
+// see every bucket answered, or a bucket never answered would hide there.
+func (f *Fleet) Unanswered() []string {
+	var out []string
+	for _, e := range f.envoys {
+		for _, w := range e.workers {
+			w.mu.Lock()
+			for b := range f.cfg.Buckets {
+				if w.f.Unassigned(b) {
+					out = append(out, fmt.Sprintf("envoy %d/%d bucket %d", e.idx, w.idx, b))
+				}
+			}
+			w.mu.Unlock()
+		}
+	}
+	return out
+}
+
 // Cut ends Envoy i's streams (all Envoys for -1), as a network failure
 // would: it keeps its buckets and reopens at its next report timer.
 func (f *Fleet) Cut(i int) { f.each(i, false) }
