@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/actors/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // BenchmarkColdKey is one decision on a key never seen, through the lease
@@ -101,5 +102,116 @@ func TestStoreColdKeysNeverOver(t *testing.T) {
 				t.Errorf("%d admitted on %d keys: some key admitted nothing", admitted, keys)
 			}
 		})
+	}
+}
+
+// heldBackend holds the first call after hold is set until release is
+// closed; held is closed when that call arrives.
+type heldBackend struct {
+	engine.Backend
+	hold          atomic.Bool
+	held, release chan struct{}
+}
+
+func (b *heldBackend) Exec(ctx context.Context, ops []engine.CounterOp) error {
+	if b.hold.CompareAndSwap(true, false) {
+		close(b.held)
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return b.Backend.Exec(ctx, ops)
+}
+
+// TestNoDecisionWaitsTwoRoundTrips (issue 40, window ends): a decision
+// that arrives while its key's reservation is in flight with no room left
+// for it does not wait for that reservation and then for another (two
+// round trips, the window-end p99 at twice exact mode's): it sends a
+// reservation of its own hits and is answered from it, as exact counting
+// answers from its INCRBY, while the reservation in flight is still held
+// at the store.
+func TestNoDecisionWaitsTwoRoundTrips(t *testing.T) {
+	clk := &clock{t: time.Unix(1795313400+1, 0)}
+	b := &heldBackend{Backend: memory.New(clk.Now), held: make(chan struct{}), release: make(chan struct{})}
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(edgeRules)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lease.New(engine.DirectCounter{Backend: b}, lease.Options{Clock: clk.Now, CallTimeout: callTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	o := engine.DefaultOptions()
+	o.Clock, o.Counter, o.Counting, o.Timeout = clk.Now, lc, engine.CountLease, callTimeout
+	svc, err := engine.NewService(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	if decide(t, svc, "big") != engine.CodeOK { // the key's first decision
+		t.Fatal("refused far below the limit")
+	}
+	async := func() chan engine.Code {
+		out := make(chan engine.Code, 1)
+		go func() {
+			resp, err := svc.ShouldRateLimit(context.Background(), request("big"))
+			if err != nil {
+				t.Error(err)
+				out <- engine.CodeUnknown
+				return
+			}
+			out <- resp.OverallCode
+		}()
+		return out
+	}
+	b.hold.Store(true)
+	first := async() // reserves; held at the store
+	<-b.held
+	second := async()
+	var answered bool
+	testenv.Eventually(t, "the second decision to be answered or to wait", func() bool {
+		select {
+		case code := <-second:
+			if code != engine.CodeOK {
+				t.Errorf("second decision: %v", code)
+			}
+			answered = true
+			return true
+		default:
+			return lc.Waiting() > 1
+		}
+	})
+	close(b.release)
+	if got := <-first; got != engine.CodeOK {
+		t.Errorf("first decision: %v", got)
+	}
+	if !answered {
+		<-second
+		t.Fatal("a decision waited for the reservation in flight (no room for it), then for the next: two round trips")
+	}
+}
+
+// TestColdDecisionBesideExactOneCall: a request whose descriptors count
+// one by lease (a cold key) and one exactly costs one store call, as in
+// exact mode: the cold key's reservation of its hits goes in the exact
+// operations' call (it used to follow that call with its own: two round
+// trips).
+func TestColdDecisionBesideExactOneCall(t *testing.T) {
+	clk := &clock{t: time.Unix(1795313400+1, 0)}
+	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
+	rules := edgeRules + "  - key: e\n    rate_limit: {unit: minute, requests_per_unit: 10, counting: exact}\n"
+	svc, stop, _ := edgeReplicaStats(t, s, clk, rules, "lease")
+	req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{
+		{Entries: []engine.Entry{{Key: "c", Value: "new"}}}, {Entries: []engine.Entry{{Key: "e", Value: "x"}}}}}
+	resp, err := svc.ShouldRateLimit(context.Background(), req)
+	if err != nil || resp.OverallCode != engine.CodeOK {
+		t.Fatalf("%v %v", resp, err)
+	}
+	stop()
+	if calls, writes, _ := s.counts(); calls != 1 || writes != 2 {
+		t.Fatalf("%d store calls, %d writes; want 1 call with 2 writes, as in exact mode", calls, writes)
 	}
 }
