@@ -34,10 +34,12 @@ type Options struct {
 	MaxBlock uint64
 	// FirstBlock is the least a key's first reservation takes, before its
 	// rate is known (the caps still apply; the hits of the decisions
-	// waiting are always taken). The default, 1, sizes it to the request:
-	// a key seen once costs one write, as in exact mode, and holds nothing
-	// (most keys of a large key space are seen once per window); its
-	// later reservations follow its rate.
+	// waiting are always taken). A window key's first decisions do not
+	// reserve ahead at all: they go direct, each a reservation of its own
+	// hits (a key seen once costs one write, as in exact mode, and holds
+	// nothing: most keys of a large key space are seen once per window);
+	// this sizes the reservation after them, and a bucket's first one.
+	// The default, 1, sizes it to the request; later ones follow the rate.
 	FirstBlock uint64
 	// Sweep is how often rates are updated and unused hits given back.
 	Sweep time.Duration
