@@ -128,6 +128,8 @@ type Counter struct {
 	// rtt is the mean time a reservation takes (µs, a moving average):
 	// the next one is started at least a few of them before a key runs out.
 	rtt atomic.Int64
+	// once: the window keys answered once, which have no state.
+	once onceSet
 }
 
 type stripe struct {

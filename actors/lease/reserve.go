@@ -5,6 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -259,15 +261,18 @@ func (st *state) over(now int64) {
 }
 
 // settle files what a direct decision's reservation of its own hits found
-// into its key's state (made now for a cold key): the counter as seen, the
-// hits used (the engine judges the decision from the count, as exact
-// counting does), and whether the window is over. A cold key's first
-// decision thus costs exact mode's one write and holds nothing; its next
-// reservations follow its rate. cold: the decision found no state (its
+// into its key's state: the counter as seen, the hits used (the engine
+// judges the decision from the count, as exact counting does), and
+// whether the window is over. A cold key's state is made now if it is
+// over, or seen before (a fixed window seen once within its limit is only
+// marked in the once set). A cold key's first decision thus costs exact
+// mode's one write and holds nothing; its next reservations follow its
+// rate. cold: the decision found no state (its
 // hits are not among the state's direct hits in flight); ok: the call
 // succeeded. Reservations it starts ahead go to out.
 func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv) {
-	s := c.stripe(op.Key)
+	hash := xxhash.Sum64String(op.Key)
+	s := &c.stripes[hash%stripes]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := c.o.Clock().UnixMicro()
@@ -279,7 +284,15 @@ func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv)
 	if !ok {
 		return // the call failed: the decision gets its error
 	}
+	c.st.reservations.Inc()
+	c.st.waited.Inc()
 	if st == nil {
+		if op.Lease == engine.LeaseWindow && op.After <= op.Limit && !c.once.seen(hash) {
+			// A fixed window within its limit, seen once: remembered in
+			// the once set only; its state is made at its next decision.
+			c.st.reserved.Add(uint64(h))
+			return
+		}
 		st = newState(op, prev, now)
 		s.m[op.Key] = st
 	}
@@ -288,8 +301,6 @@ func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv)
 		st.prev = prev.After
 	}
 	st.seen = max(st.seen, after)
-	c.st.reservations.Inc()
-	c.st.waited.Inc()
 	if min(max(st.limitAt(now)-(after-h), 0), h) < h {
 		st.over(now)
 	} else {
