@@ -16,6 +16,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // The edges of quota leases, beside exact counting on the same store: a
@@ -41,6 +43,9 @@ type edgeRow struct {
 	coldRatio  float64
 	coldAll    []float64
 	coldWrites float64 // INCRBYs per decision in the burst
+	// coldCPU is the server's CPU ms per 1,000 decisions of the burst (its
+	// cost, which a loaded machine's scheduling moves less than wall time).
+	coldCPU float64
 	// The window-end run: p99 of the decisions sent in the last two round
 	// trips of a window, how many there were, and INCRBYs per decision of
 	// the whole run.
@@ -48,13 +53,18 @@ type edgeRow struct {
 	endN      int
 	errors    uint64
 	endWrites float64
+	// endP50, and the p99 of the decisions sent elsewhere in the window
+	// (midP99): a window-end p99 near it is the machine's, not the edge's.
+	endP50, midP99 time.Duration
 }
 
 // edgeRound is one measurement of one mode.
 type edgeRound struct {
 	cold                  time.Duration
 	coldWrites, endWrites float64
+	coldCPU               float64
 	endP99                time.Duration
+	endP50, midP99        time.Duration
 	endN                  int
 	errors                uint64
 }
@@ -72,7 +82,7 @@ func leaseEdges(f flags, work, runtimeRoot, far string, rc *goredis.Client, rtt,
 			if err != nil {
 				return nil, err
 			}
-			r, err := edgeOnce(p.addr, rc, fmt.Sprintf("%s-%d-%d", mode, rtt.Milliseconds(), round), rtt, d)
+			r, err := edgeOnce(p, rc, fmt.Sprintf("%s-%d-%d", mode, rtt.Milliseconds(), round), rtt, d)
 			p.stop()
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", mode, err)
@@ -84,19 +94,24 @@ func leaseEdges(f flags, work, runtimeRoot, far string, rc *goredis.Client, rtt,
 	for i, mode := range modes {
 		rs := rounds[i]
 		row := edgeRow{rtt: rtt, mode: mode}
-		var colds, p99s []time.Duration
-		var cw, ew []float64
+		var colds, p99s, p50s, mids []time.Duration
+		var cw, ew, cc []float64
 		for k, r := range rs {
 			colds = append(colds, r.cold)
 			p99s = append(p99s, r.endP99)
+			p50s = append(p50s, r.endP50)
+			mids = append(mids, r.midP99)
 			cw = append(cw, r.coldWrites)
+			cc = append(cc, r.coldCPU)
 			ew = append(ew, r.endWrites)
 			row.coldAll = append(row.coldAll, r.cold.Seconds()/rounds[0][k].cold.Seconds())
 			row.endN += r.endN
 			row.errors += r.errors
 		}
 		row.cold, row.endP99 = medianDur(colds), medianDur(p99s)
+		row.endP50, row.midP99 = medianDur(p50s), medianDur(mids)
 		row.coldWrites, row.endWrites = medianFloat(cw), medianFloat(ew)
+		row.coldCPU = medianFloat(cc)
 		row.coldRatio = medianFloat(append([]float64(nil), row.coldAll...))
 		out[i] = row
 	}
@@ -104,7 +119,8 @@ func leaseEdges(f flags, work, runtimeRoot, far string, rc *goredis.Client, rtt,
 }
 
 // edgeOnce runs the cold burst, then the window-end run, on one process.
-func edgeOnce(addr string, rc *goredis.Client, tag string, rtt, d time.Duration) (edgeRound, error) {
+func edgeOnce(p *process, rc *goredis.Client, tag string, rtt, d time.Duration) (edgeRound, error) {
+	addr := p.addr
 	conns := make([]*grpc.ClientConn, edgeConns)
 	for i := range conns {
 		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -116,18 +132,22 @@ func edgeOnce(addr string, rc *goredis.Client, tag string, rtt, d time.Duration)
 	}
 	var r edgeRound
 	w0 := redisCalls(rc, "incrby")
+	cpu0, _ := testenv.CPUSeconds(p.pid())
 	took, errs := coldBurst(conns, tag)
+	cpu1, _ := testenv.CPUSeconds(p.pid())
 	r.cold, r.errors = took, errs
+	r.coldCPU = (cpu1 - cpu0) * 1000 / coldKeys * 1000
 	r.coldWrites = float64(redisCalls(rc, "incrby")-w0) / coldKeys
 	// The window-end run starts at a window's start, so that every window
 	// it measures is whole.
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	w0 = redisCalls(rc, "incrby")
-	lat, n, errs := windowEnds(conns, tag, rtt, d)
+	lat, mid, n, errs := windowEnds(conns, tag, rtt, d)
 	r.endWrites = float64(redisCalls(rc, "incrby")-w0) / float64(max(n, 1))
 	r.errors += errs
 	r.endN = len(lat)
-	r.endP99 = percentile(lat, 0.99)
+	r.endP99, r.endP50 = percentile(lat, 0.99), percentile(lat, 0.5)
+	r.midP99 = percentile(mid, 0.99)
 	return r, nil
 }
 
@@ -159,15 +179,15 @@ func coldBurst(conns []*grpc.ClientConn, tag string) (time.Duration, uint64) {
 
 // windowEnds runs edgeCallers callers in a loop on edgeValues values of
 // the per-second edge rule for d, and returns the latencies of the
-// decisions sent in the last two round trips of a second, the decisions
-// in all, and the errors.
-func windowEnds(conns []*grpc.ClientConn, tag string, rtt, d time.Duration) ([]time.Duration, int, uint64) {
+// decisions sent in the last two round trips of a second, those of the
+// others, the decisions in all, and the errors.
+func windowEnds(conns []*grpc.ClientConn, tag string, rtt, d time.Duration) (edgeLat, midLat []time.Duration, _ int, _ uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 	defer cancel()
 	end := time.Now().Add(d)
 	edge := time.Second - 2*rtt
 	var mu sync.Mutex
-	var lat []time.Duration
+	var lat, others []time.Duration
 	var n atomic.Int64
 	var errs atomic.Uint64
 	var wg sync.WaitGroup
@@ -177,7 +197,7 @@ func windowEnds(conns []*grpc.ClientConn, tag string, rtt, d time.Duration) ([]t
 			defer wg.Done()
 			client := rlsv3.NewRateLimitServiceClient(conns[c%len(conns)])
 			req := edgeRequest("edge", tag+"-"+strconv.Itoa(c%edgeValues))
-			var mine []time.Duration
+			var mine, rest []time.Duration
 			for i := 0; i < 1_000_000 && time.Now().Before(end); i++ {
 				t0 := time.Now()
 				_, err := client.ShouldRateLimit(ctx, req)
@@ -187,15 +207,18 @@ func windowEnds(conns []*grpc.ClientConn, tag string, rtt, d time.Duration) ([]t
 				}
 				if time.Duration(t0.UnixNano())%time.Second >= edge {
 					mine = append(mine, time.Since(t0))
+				} else {
+					rest = append(rest, time.Since(t0))
 				}
 			}
 			mu.Lock()
 			lat = append(lat, mine...)
+			others = append(others, rest...)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return lat, int(n.Load()), errs.Load()
+	return lat, others, int(n.Load()), errs.Load()
 }
 
 func edgeRequest(key, value string) *rlsv3.RateLimitRequest {
@@ -243,20 +266,20 @@ func medianFloat(fs []float64) float64 {
 
 func renderEdges(rows []edgeRow) string {
 	var b strings.Builder
-	b.WriteString("\n| store round trip | counting | 10,000 new keys, 500 callers | × exact (same round) | INCRBYs/decision (new keys) | window-end p99 | window-end decisions | INCRBYs/decision (full windows) | errors |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| store round trip | counting | 10,000 new keys, 500 callers | × exact (same round) | server CPU ms/1k (new keys) | INCRBYs/decision (new keys) | window-end p50 | window-end p99 | p99 elsewhere in the window | window-end decisions | INCRBYs/decision (full windows) | errors |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		var all []string
 		for _, x := range r.coldAll {
 			all = append(all, fmt.Sprintf("%.2f", x))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2f (%s) | %s | %s | %d | %s | %d |\n", r.rtt, r.mode, fmtDur(r.cold), r.coldRatio,
-			strings.Join(all, ", "), num(r.coldWrites, 3), fmtDur(r.endP99), r.endN, num(r.endWrites, 3), r.errors)
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f (%s) | %s | %s | %s | %s | %s | %d | %s | %d |\n", r.rtt, r.mode, fmtDur(r.cold), r.coldRatio,
+			strings.Join(all, ", "), num(r.coldCPU, 1), num(r.coldWrites, 3), fmtDur(r.endP50), fmtDur(r.endP99), fmtDur(r.midP99), r.endN, num(r.endWrites, 3), r.errors)
 	}
 	fmt.Fprintf(&b, "\nThe edges, each mode on a fresh process: %d decisions, one on each of %d keys never seen before, from %d callers at once "+
-		"(the burst's wall time; the ratio to exact mode's burst of the same round, the median and every round's); then %d callers in a loop on %d values "+
-		"of a rule of %d a second, every window full: the p99 of the decisions sent in the last two store round trips of a window (issue 40: a lease "+
-		"waited 1 s there), and the store writes (INCRBY calls, INFO commandstats) per decision.\n\n",
+		"(the burst's wall time; the ratio to exact mode's burst of the same round, the median and every round's; the server's CPU per 1,000 of them); then %d callers in a loop on %d values "+
+		"of a rule of %d a second, every window full: the p50 and p99 of the decisions sent in the last two store round trips of a window (issue 40: a lease "+
+		"waited 1 s there), the p99 of the decisions sent elsewhere in the window (a window-end p99 near it is the loaded machine's, not the edge's), and the store writes (INCRBY calls, INFO commandstats) per decision.\n\n",
 		coldKeys, coldKeys, coldCallers, edgeCallers, edgeValues, edgeLimit)
 	return b.String()
 }

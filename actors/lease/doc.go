@@ -33,12 +33,26 @@
 //     reserved ahead for a window that ends before the reservation could
 //     return.
 //
-//  3. Otherwise the decision waits for the state's one reservation in
+//  3. A window's decision that no reservation would serve within one
+//     round trip goes direct: its key has no state yet (a cold key), or
+//     the reservation in flight has no room left for it (and the key is
+//     not near its limit). It is sent with the batch's exact operations,
+//     in the caller's call, as an OpReserve of its own hits — the lease's
+//     atomic reservation, never OpAdd (memcache's add reads, then
+//     increments later) — answered from the count returned, as exact
+//     counting answers from its INCRBY, and that count is filed into the
+//     key's state (made then for a cold key): a cold key's first
+//     decisions cost what they cost in exact mode, one write each, and
+//     hold nothing, and no decision waits for a reservation started
+//     before it and then for another (two round trips at a window's
+//     start, where a new key's decisions crowd).
+//
+//     Otherwise the decision waits for the state's one reservation in
 //     flight (starting it if none is), sized by the key's observed rate on
 //     this replica (a share of the limit at most) plus the hits waiting,
-//     all capped by a share of the headroom left (a key's first one is
-//     the hits waiting: a cold key costs what it costs in exact mode, and
-//     holds nothing); when that leaves, every waiter tries again. The
+//     all capped by a share of the headroom left; what it takes beyond
+//     the hits waiting serves the decisions that arrive while it is in
+//     flight; when it returns, every waiter tries again. The
 //     reservations one batch of decisions starts (the calls one read of a
 //     gRPC connection brought) leave together in one call, which takes the
 //     open batch as an exact batch's call does: a burst of cold keys costs
@@ -47,8 +61,9 @@
 //     never waits.
 //
 //     Store writes: a key's state keeps a credit, the decisions it answered
-//     less the writes it sent. A reservation for waiting decisions answers
-//     at least one of them; one ahead of need, or a give-back, is sent only
+//     less the writes it sent. A direct decision is one write for one
+//     decision; a reservation for waiting decisions answers at least one
+//     of them; one ahead of need, or a give-back, is sent only
 //     with credit ≥ 1 (a write already saved), or — for a reservation
 //     ahead — when the key's rate says more than it owns will be used
 //     before its window ends. So a key's writes are at most its decisions

@@ -498,10 +498,12 @@ type closeCount struct{ n atomic.Int32 }
 
 func (b *closeCount) Close() { b.n.Add(1) }
 
-// A key answered once that holds nothing is forgotten once unused for a
-// second, a key with a rate is kept: a burst of new keys is not reviewed
-// at every sweep, nor kept for the collector, for the 5 s of IdleAfter
-// (they were: the sweeper's review topped a cold burst's profile).
+// A fixed window's key answered once (within its limit) keeps no state at
+// all, only a mark in the once set; seen a second time it has one, and one
+// that then holds nothing is forgotten once unused for a second; a key
+// with a rate is kept: a burst of new keys is not reviewed at every sweep,
+// nor kept for the collector, for the 5 s of IdleAfter (they were: the
+// sweeper's review topped a cold burst's profile).
 func TestColdKeysForgotten(t *testing.T) {
 	start := time.Unix(1795313400+1, 0)
 	clk := &clock{t: start}
@@ -528,14 +530,23 @@ func TestColdKeysForgotten(t *testing.T) {
 			t.Fatalf("cold%d: %v %v", i, resp, err)
 		}
 	}
+	if n := lc.Tracked(); n != 0 {
+		t.Fatalf("%d keys tracked after 100 decided once, want 0", n)
+	}
+	for i := range 10 { // seen a second time: a state each
+		req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{Entries: []engine.Entry{{Key: "c", Value: fmt.Sprintf("cold%d", i)}}}}}
+		if resp, err := svc.ShouldRateLimit(context.Background(), req); err != nil || resp.OverallCode != engine.CodeOK {
+			t.Fatalf("cold%d: %v %v", i, resp, err)
+		}
+	}
 	for i := range 3 {
 		clk.at(start.Add(time.Duration(i) * 10 * time.Millisecond))
 		if decide(t, svc, "big") != engine.CodeOK {
 			t.Fatal("big: refused")
 		}
 	}
-	if n := lc.Tracked(); n != 101 {
-		t.Fatalf("%d keys tracked after 101 decided, want 101", n)
+	if n := lc.Tracked(); n != 11 {
+		t.Fatalf("%d keys tracked after 10 decided twice and one thrice, want 11", n)
 	}
 	clk.at(start.Add(1500 * time.Millisecond))
 	testenv.Eventually(t, "the keys answered once to be forgotten", func() bool { return lc.Tracked() == 1 })

@@ -10,3 +10,16 @@ func (c *Counter) Tracked() int {
 	}
 	return n
 }
+
+// Waiting is how many decisions wait for a reservation.
+func (c *Counter) Waiting() int {
+	n := 0
+	for i := range c.stripes {
+		c.stripes[i].mu.Lock()
+		for _, st := range c.stripes[i].m {
+			n += len(st.waiters)
+		}
+		c.stripes[i].mu.Unlock()
+	}
+	return n
+}

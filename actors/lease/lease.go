@@ -34,10 +34,12 @@ type Options struct {
 	MaxBlock uint64
 	// FirstBlock is the least a key's first reservation takes, before its
 	// rate is known (the caps still apply; the hits of the decisions
-	// waiting are always taken). The default, 1, sizes it to the request:
-	// a key seen once costs one write, as in exact mode, and holds nothing
-	// (most keys of a large key space are seen once per window); its
-	// later reservations follow its rate.
+	// waiting are always taken). A window key's first decisions do not
+	// reserve ahead at all: they go direct, each a reservation of its own
+	// hits (a key seen once costs one write, as in exact mode, and holds
+	// nothing: most keys of a large key space are seen once per window);
+	// this sizes the reservation after them, and a bucket's first one.
+	// The default, 1, sizes it to the request; later ones follow the rate.
 	FirstBlock uint64
 	// Sweep is how often rates are updated and unused hits given back.
 	Sweep time.Duration
@@ -126,6 +128,8 @@ type Counter struct {
 	// rtt is the mean time a reservation takes (µs, a moving average):
 	// the next one is started at least a few of them before a key runs out.
 	rtt atomic.Int64
+	// once: the window keys answered once, which have no state.
+	once onceSet
 }
 
 type stripe struct {
@@ -176,24 +180,16 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 	if leased == 0 {
 		return c.next.Apply(ctx, ops, batch)
 	}
-	if leased < len(ops) {
-		err := c.applyExact(ctx, ops, batch)
-		batch = nil // closed by the call that took it
-		if err != nil {
-			return err
-		}
-	}
 	// Answer what can be answered at once, and queue the rest on their
 	// keys, so that the reservations of a batch's keys are all in flight
-	// together (one round trip for the batch, not one per key).
+	// together (one round trip for the batch, not one per key). A decision
+	// that no reservation would serve within one round trip goes to the
+	// store with the batch's exact operations: a reservation of its own
+	// hits (see direct).
 	var waiters []*waiter
-	// The reservations of the batch's keys leave in one call, which takes
-	// the open batch: the next Counter holds its calls for open batches,
-	// so that the reservations of batches read together share a call, as
-	// exact operations do (a burst of cold keys costs what it costs in
-	// exact mode).
 	var rs []resv
-	defer func() { c.launch(rs, batch) }()
+	var buf [4]directOp
+	directs := buf[:0]
 	for i := range ops {
 		var prev *engine.CounterOp
 		switch ops[i].Lease {
@@ -202,15 +198,32 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 		case engine.LeaseSliding:
 			prev = &ops[i+1]
 		}
-		w, err := c.try(&ops[i], prev, &rs)
+		w, d, err := c.try(&ops[i], prev, &rs)
 		if err != nil {
+			c.launch(rs, batch)
 			return err
 		}
-		if w != nil {
+		switch {
+		case d != notDirect:
+			directs = append(directs, directOp{i, ops[i].Lease, d == cold})
+		case w != nil:
 			waiters = append(waiters, w)
 		}
 	}
+	if len(directs) > 0 || leased < len(ops) {
+		// The batch's exact operations and direct reservations take the
+		// open batch, as exact mode's would; reservations for waiters
+		// leave beside them, in the same round trip.
+		c.launch(rs, nil)
+		err := c.applyDirect(ctx, ops, directs, batch)
+		return errors.Join(err, c.wait(ctx, waiters))
+	}
+	// The reservations of the batch's keys leave in one call, which takes
+	// the open batch: the next Counter holds its calls for open batches,
+	// so that the reservations of batches read together share a call, as
+	// exact operations do.
 	if len(waiters) == 0 {
+		c.launch(rs, batch)
 		return nil
 	}
 	// This goroutine waits for the reservations anyway: it makes the call
@@ -221,7 +234,6 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 	} else if batch != nil {
 		batch.Close()
 	}
-	rs, batch = nil, nil
 	return c.wait(ctx, waiters)
 }
 
@@ -234,9 +246,70 @@ func unlease(ops []engine.CounterOp, i int) {
 	ops[i].Lease = engine.LeaseNone
 }
 
+// directOp is a leased window operation sent as a reservation of its own
+// hits: ops[i], whose lease kind was kind.
+type directOp struct {
+	i    int
+	kind engine.LeaseKind
+	cold bool // its key had no state
+}
+
+// route is how try sends a decision that it did not answer at once.
+type route uint8
+
+const (
+	notDirect route = iota // answered, or waiting for a reservation
+	direct                 // a reservation of its own hits
+	cold                   // the same, for a key with no state yet
+)
+
+// applyDirect sends the operations that are not leased and the direct
+// reservations as one call with batch, then files what each direct
+// reservation found into its key's state. A direct operation is the
+// decision's own OpReserve of its hits (never OpAdd: memcache's add reads
+// and increments later, and a count a lease trusts must be the
+// counter's true value right after its hits), answered from the count it
+// returns, as exact counting answers from its INCRBY.
+func (c *Counter) applyDirect(ctx context.Context, ops []engine.CounterOp, direct []directOp, batch engine.Batch) error {
+	for _, d := range direct {
+		ops[d.i].Kind = engine.OpReserve
+		unlease(ops, d.i)
+	}
+	if _, ok := c.next.(engine.WaitBounder); !ok {
+		// The engine counts on WaitBound and set no deadline of its own;
+		// a Router bounds its calls itself.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.o.CallTimeout)
+		defer cancel()
+	}
+	err := c.applyExact(ctx, ops, batch)
+	var rs []resv
+	for _, d := range direct {
+		op := &ops[d.i]
+		op.Kind, op.Lease = engine.OpAdd, d.kind
+		var prev *engine.CounterOp
+		if d.kind == engine.LeaseSliding {
+			prev = &ops[d.i+1]
+			prev.Lease = engine.LeaseSlidingPrev
+		}
+		c.settle(op, prev, d.cold, err == nil, &rs)
+	}
+	c.launch(rs, nil)
+	return err
+}
+
 // applyExact sends the operations that are not leased as one call.
 func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
-	exact := make([]engine.CounterOp, 0, len(ops))
+	n := 0
+	for i := range ops {
+		if ops[i].Lease == engine.LeaseNone {
+			n++
+		}
+	}
+	if n == len(ops) {
+		return c.next.Apply(ctx, ops, batch)
+	}
+	exact := make([]engine.CounterOp, 0, n)
 	for i := range ops {
 		if ops[i].Lease == engine.LeaseNone {
 			exact = append(exact, ops[i])
@@ -258,14 +331,22 @@ func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch 
 // try answers one leased operation from what its key's state owns, or
 // queues it there (starting a reservation if none is in flight) and
 // returns its waiter; call serves waiters in arrival order. Reservations
-// it starts are added to out (send).
-func (c *Counter) try(op, prev *engine.CounterOp, out *[]resv) (*waiter, error) {
+// it starts are added to out (send). A window's decision that no
+// reservation would serve within a round trip — its key has no state
+// yet (a cold key), or the reservation in flight has no room left for it
+// — is sent direct instead: a reservation of its own hits, as exact
+// counting sends its INCRBY, so no decision waits for a reservation
+// started before it and then for another.
+func (c *Counter) try(op, prev *engine.CounterOp, out *[]resv) (w *waiter, r route, err error) {
 	s := c.stripe(op.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.m[op.Key]
 	now := c.o.Clock().UnixMicro()
 	if st == nil {
+		if op.Lease != engine.LeaseBucket {
+			return nil, cold, nil // settle makes the state from its answer
+		}
 		st = newState(op, prev, now)
 		s.m[op.Key] = st
 	}
@@ -275,35 +356,54 @@ func (c *Counter) try(op, prev *engine.CounterOp, out *[]resv) (*waiter, error) 
 		c.flush(st, now, out)
 		c.ahead(st, now, out)
 		c.st.local.Inc()
-		return nil, nil
+		return nil, notDirect, nil
+	}
+	h := int64(min(op.Hits, 1<<62))
+	if st.kind != engine.LeaseBucket && st.pending && st.spare < h &&
+		st.limitAt(now)-st.seen-st.flying-st.direct >= h {
+		// Near the limit it waits instead: the reservation in flight
+		// likely finds the key over, and answers it without counting
+		// its hits (fewer counts past the limit than exact counting).
+		st.direct += h
+		return nil, direct, nil
 	}
 	if c.ctx.Err() != nil {
-		return nil, ErrClosed
+		return nil, notDirect, ErrClosed
 	}
-	w := &waiter{st: st, op: op, prev: prev, done: make(chan error, 1)}
+	w = &waiter{st: st, op: op, prev: prev, done: make(chan error, 1)}
 	st.waiters = append(st.waiters, w)
-	if !st.pending {
+	if st.pending {
+		st.spare -= h
+	} else {
 		c.reserve(st, now, out)
 	}
-	return w, nil
+	return w, notDirect, nil
 }
 
 // wait waits for every waiter's answer, within WaitBound; the first error
 // is returned once all have been answered or withdrawn.
 func (c *Counter) wait(ctx context.Context, ws []*waiter) error {
-	t := time.NewTimer(c.WaitBound())
-	defer t.Stop()
 	var first error
+	var t *time.Timer // made only if a waiter is not answered yet
 	for _, w := range ws {
 		var err error
 		select {
 		case err = <-w.done:
 			c.st.waited.Inc()
-		case <-ctx.Done():
-			err = c.withdraw(w, ctx.Err())
-		case <-t.C:
-			err = c.withdraw(w, fmt.Errorf("lease: no reservation for %q within %v: %w", w.op.Key, c.WaitBound(), context.DeadlineExceeded))
-			t.Reset(0) // the others are out of time too
+		default:
+			if t == nil {
+				t = time.NewTimer(c.WaitBound())
+				defer t.Stop()
+			}
+			select {
+			case err = <-w.done:
+				c.st.waited.Inc()
+			case <-ctx.Done():
+				err = c.withdraw(w, ctx.Err())
+			case <-t.C:
+				err = c.withdraw(w, fmt.Errorf("lease: no reservation for %q within %v: %w", w.op.Key, c.WaitBound(), context.DeadlineExceeded))
+				t.Reset(0) // the others are out of time too
+			}
 		}
 		if first == nil {
 			first = err

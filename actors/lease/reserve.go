@@ -5,6 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -41,7 +43,11 @@ func (c *Counter) send(st *state, n, now int64, out *[]resv) {
 	if n > 0 {
 		st.size = n
 	}
+	// What the reservation takes beyond the hits already waiting serves
+	// decisions that arrive while it is in flight; the rest go direct.
+	st.spare = max(n-int64(min(st.waiting(), 1<<62)), 0)
 	st.pending = true
+	st.flying = n + st.refused
 	st.credit--
 	st.carried, st.refused = st.refused, 0
 	ops := make([]engine.CounterOp, 1, 2)
@@ -138,10 +144,17 @@ func (c *Counter) call(rs []resv, batch engine.Batch) {
 			ops = append(ops, r.ops...)
 		}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.o.CallTimeout)
+	ctx, cancel := c.ctx, context.CancelFunc(nil)
+	if wb, ok := c.next.(engine.WaitBounder); !ok || wb.WaitBound() > c.o.CallTimeout {
+		// The next Counter does not bound the call within CallTimeout
+		// itself (a Router does: a context and a timer fewer per call).
+		ctx, cancel = context.WithTimeout(c.ctx, c.o.CallTimeout)
+	}
 	began := time.Now()
 	err := c.next.Apply(ctx, ops, batch)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if err == nil {
 		took := time.Since(began).Microseconds()
 		c.rtt.Store((3*c.rtt.Load() + took) / 4)
@@ -163,7 +176,7 @@ func (c *Counter) filed(st *state, ops []engine.CounterOp, err error) {
 	s := c.stripe(st.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.pending = false
+	st.pending, st.spare, st.flying = false, 0, 0
 	now := c.o.Clock().UnixMicro()
 	if err != nil {
 		c.st.errors.Inc()
@@ -224,19 +237,77 @@ func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
 		st.spans = append(st.spans, span{base + 1, base + g})
 		c.st.reserved.Add(uint64(g))
 	}
-	st.seen = after
+	st.seen = max(st.seen, after) // a direct reservation may have seen more
 	st.absorb += n - g
 	if g < n {
-		st.slid = st.kind == engine.LeaseSliding
-		// A fixed window's counter only grows until the window ends, and
-		// its key names that window alone: the key is over for good, also
-		// for decisions of the window still arriving after it ended, which
-		// are answered from this reservation, as exact counting answers
-		// them from its last INCRBY (no reservation is sent again for a
-		// window that ended).
-		st.overUntil = math.MaxInt64
-		if st.kind == engine.LeaseSliding {
-			st.overUntil = max(st.slidingClear(), now+1)
-		}
+		st.over(now)
 	}
+}
+
+// over marks a window's state over: a reservation (or a direct decision)
+// found the counter past what the limit lets it grant.
+func (st *state) over(now int64) {
+	st.slid = st.kind == engine.LeaseSliding
+	// A fixed window's counter only grows until the window ends, and its
+	// key names that window alone: the key is over for good, also for
+	// decisions of the window still arriving after it ended, which are
+	// answered from this reservation, as exact counting answers them from
+	// its last INCRBY (no reservation is sent again for a window that
+	// ended).
+	st.overUntil = math.MaxInt64
+	if st.kind == engine.LeaseSliding {
+		st.overUntil = max(st.slidingClear(), now+1)
+	}
+}
+
+// settle files what a direct decision's reservation of its own hits found
+// into its key's state: the counter as seen, the hits used (the engine
+// judges the decision from the count, as exact counting does), and
+// whether the window is over. A cold key's state is made now if it is
+// over, or seen before (a fixed window seen once within its limit is only
+// marked in the once set). A cold key's first decision thus costs exact
+// mode's one write and holds nothing; its next reservations follow its
+// rate. cold: the decision found no state (its
+// hits are not among the state's direct hits in flight); ok: the call
+// succeeded. Reservations it starts ahead go to out.
+func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv) {
+	hash := xxhash.Sum64String(op.Key)
+	s := &c.stripes[hash%stripes]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := c.o.Clock().UnixMicro()
+	st := s.m[op.Key]
+	h, after := int64(min(op.Hits, 1<<62)), int64(min(op.After, 1<<62))
+	if st != nil && !cold {
+		st.direct = max(st.direct-h, 0)
+	}
+	if !ok {
+		return // the call failed: the decision gets its error
+	}
+	c.st.reservations.Inc()
+	c.st.waited.Inc()
+	if st == nil {
+		if op.Lease == engine.LeaseWindow && op.After <= op.Limit && !c.once.seen(hash) {
+			// A fixed window within its limit, seen once: remembered in
+			// the once set only; its state is made at its next decision.
+			c.st.reserved.Add(uint64(h))
+			return
+		}
+		st = newState(op, prev, now)
+		s.m[op.Key] = st
+	}
+	st.retune(op)
+	if prev != nil {
+		st.prev = prev.After
+	}
+	st.seen = max(st.seen, after)
+	if min(max(st.limitAt(now)-(after-h), 0), h) < h {
+		st.over(now)
+	} else {
+		st.used += h
+		c.st.reserved.Add(uint64(h))
+	}
+	st.decided++ // and one write: no credit
+	st.lastUse = now
+	c.ahead(st, now, out)
 }

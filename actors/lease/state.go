@@ -30,6 +30,9 @@ type state struct {
 	prev      uint64    // sliding windows: the previous window's count
 	overUntil int64     // unix µs: over, answered here, until then
 	pending   bool      // a reservation is in flight
+	spare     int64     // of it, hits no waiter counts on yet
+	flying    int64     // its hits (with the refused hits it carries)
+	direct    int64     // hits of direct decisions in flight (Counter.try)
 	size      int64     // the last reservation's size
 	waiters   []*waiter // decisions waiting for hits, in arrival order
 

@@ -17,7 +17,11 @@ const coldIdle = time.Second
 // gives back what keys hold beyond their demand.
 func (c *Counter) sweep() {
 	defer close(c.sweeper)
-	tick.Every(c.ctx.Done(), c.o.Sweep, func() { c.giveBack(c.o.Clock().UnixMicro(), false) })
+	tick.Every(c.ctx.Done(), c.o.Sweep, func() {
+		now := c.o.Clock().UnixMicro()
+		c.once.rotate(now)
+		c.giveBack(now, false)
+	})
 }
 
 // giveBack reviews every state: windows that are over are forgotten (their
