@@ -1,7 +1,9 @@
 package alloc
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -121,7 +123,8 @@ type Change struct {
 	// Replace is true for a different bucket (or the first); false for a
 	// renewal of the reporter's Cur.
 	Replace bool
-	ask     int // index in the planner's asks
+	ask     int  // index in the planner's asks
+	rank    int8 // how much it must go now (rank), while fitting
 }
 
 // Output is what the planner decided.
@@ -163,9 +166,17 @@ type Planner struct {
 	batch bool
 	// bursts remembers OptBurst's answers (optBurst).
 	bursts map[[4]float64]float64
-	asks   []ask
+	// memo is, per reporter, the last strategy this plan computed and the
+	// share it was for: dividing, setting tokens aside and fitting ask it
+	// of the same share again (strategy).
+	memo []stratMemo
+	// due is, per reporter, whether its renewal is due (mustRenew), worked
+	// out once per plan: fitting asks it in every comparison it sorts.
+	due  []bool
+	asks []ask
 
 	shares []float64
+	sorted []float64 // Divide's scratch
 	claims []Claim
 	all    []Claim
 
@@ -181,6 +192,8 @@ type Planner struct {
 	segs  []Seg
 	cuts  []int64
 
+	// needSent: need is already the need with out.Changes committed.
+	needSent bool
 	ch, kept []Change
 	sent     []bool
 	acc      []float64
@@ -197,17 +210,51 @@ const releaseFrac = 0.01
 // without news.
 const RetryShort = 200 * time.Millisecond
 
-// Decide plans one hub.
+// RetryFull is how soon a hub whose changes did not all fit plans again
+// without news when the store just refused part of what it asked: only
+// what another replica or the RLS callers give back makes room, and a
+// hub that asked again every RetryShort would plan five times a second
+// for nothing (the reports, acknowledgements and ends of counted buckets
+// that make room plan it at once).
+const RetryFull = time.Second
+
+// retry is how soon a short plan is tried again.
+func (p *Planner) retry() time.Duration {
+	if p.in.Full && len(p.in.InFlight) == 0 {
+		return RetryFull
+	}
+	return RetryShort
+}
+
+// Decide plans one hub. Its output depends on the input's contents, not
+// on the order of Held and InFlight (a caller may build them from a map):
+// Reserve and Release are in window order.
 func (p *Planner) Decide(in *Input, out *Output) {
+	p.decide(in, out)
+	byWindow := func(a, b Hold) int { return cmp.Or(cmp.Compare(a.Window, b.Window), cmp.Compare(a.N, b.N)) }
+	slices.SortFunc(out.Reserve, byWindow)
+	slices.SortFunc(out.Release, byWindow)
+}
+
+func (p *Planner) decide(in *Input, out *Output) {
 	*out = Output{Changes: out.Changes[:0], Reserve: out.Reserve[:0], Release: out.Release[:0], Claims: out.Claims[:0]}
 	p.in = in
 	p.cutRoom = 0
+	p.needSent = false
 	p.live = p.live[:0]
 	p.batch = false
+	n := len(in.Reporters)
+	if cap(p.memo) < n {
+		p.memo = make([]stratMemo, n)
+	}
+	p.memo = p.memo[:n]
+	clear(p.memo)
+	p.due = resizeBool(p.due, n)
 	for i := range in.Reporters {
 		if r := &in.Reporters[i]; r.Live {
 			p.live = append(p.live, i)
-			p.batch = p.batch || r.Sent && p.mustRenew(r)
+			p.due[i] = r.Sent && p.mustRenew(r)
+			p.batch = p.batch || p.due[i]
 		}
 	}
 	out.Next = p.nextCleanup()
@@ -237,7 +284,7 @@ func (p *Planner) Decide(in *Input, out *Output) {
 	p.reserve(out)
 	out.Next = p.nextRenewal(out, out.Next)
 	if out.Short {
-		out.Next = min(out.Next, in.Now+int64(RetryShort))
+		out.Next = min(out.Next, in.Now+int64(p.retry()))
 	}
 }
 
@@ -254,7 +301,7 @@ func (p *Planner) blanket(out *Output) {
 		switch {
 		case !r.Sent || r.Cur != s:
 			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl, Replace: true})
-		case p.renewDue(r):
+		case p.renewDue(i):
 			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl})
 		}
 	}
@@ -322,7 +369,7 @@ func (p *Planner) targets(out *Output) {
 		if unknown && r.Claim.Known {
 			share = min(share, max(p.curRate(i), equal))
 		}
-		next := p.strategy(r, share)
+		next := p.strategy(i, share)
 		a := ask{r: i, share: share, target: next, ttl: o.TTLFor(r), send: true, replace: true}
 		if r.Sent && r.Cur != next && EnvoyEqual(r.Cur, next) {
 			a.target = Distinct(r.Cur, next)
@@ -332,15 +379,31 @@ func (p *Planner) targets(out *Output) {
 			// Not worth a new bucket (Envoy starts it full, and a cut is
 			// counted beside its replacement until it is known applied):
 			// what the Envoy has is renewed when due.
-			a.target, a.replace, a.send = r.Cur, false, p.renewDue(r)
+			a.target, a.replace, a.send = r.Cur, false, p.renewDue(i)
 		}
 		p.asks = append(p.asks, a)
 	}
 }
 
-// strategy is the token bucket of share for r, its burst sized for the
-// way r's requests arrive (OptBurst).
-func (p *Planner) strategy(r *Reporter, share float64) Strategy {
+// stratMemo is one reporter's last strategy of a plan.
+type stratMemo struct {
+	share float64
+	s     Strategy
+	ok    bool
+}
+
+// strategy is the token bucket of share for reporter i, its burst sized
+// for the way its requests arrive (OptBurst).
+func (p *Planner) strategy(i int, share float64) Strategy {
+	if m := &p.memo[i]; m.ok && m.share == share {
+		return m.s
+	}
+	s := p.strategyOf(&p.in.Reporters[i], share)
+	p.memo[i] = stratMemo{share: share, s: s, ok: true}
+	return s
+}
+
+func (p *Planner) strategyOf(r *Reporter, share float64) Strategy {
 	burst := 0.0
 	if p.in.Plan.Burst == 0 && r.Claim.Known && p.in.Window > 0 {
 		burst = p.optBurst(share, r.Claim.Rate, r.Bursty, float64(p.in.Window)/1e9)
@@ -383,7 +446,7 @@ func (p *Planner) divide(out *Output) {
 	ghosts := p.ghostRate()
 	p.all = append(append(p.all[:0], p.claims...), in.Others.Claims...)
 	divide := func(avail float64) {
-		p.shares = Divide(max(avail, 0), p.all, *o, p.shares)[:n]
+		p.shares = divide(max(avail, 0), p.all, *o, p.shares, &p.sorted)[:n]
 	}
 	base := max(in.Plan.Limit-ghosts-in.Others.Overhead, 0)
 	if in.Window <= 0 {
@@ -457,7 +520,7 @@ func (p *Planner) bucketTokens() float64 {
 	p.cutRoom = MinTokens
 	for k, i := range p.live {
 		r := &in.Reporters[i]
-		s := p.strategy(r, p.shares[k])
+		s := p.strategy(i, p.shares[k])
 		if s.Kind != TokenBucket {
 			continue
 		}
