@@ -416,6 +416,9 @@ func (p *Planner) strategyOf(r *Reporter, share float64) Strategy {
 // share several times (dividing, setting tokens aside, fitting), and a
 // bucket's plans ask it of the same shares again until claims move.
 func (p *Planner) optBurst(share, demand, c, window float64) float64 {
+	if demand > 2*share || 2*demand < share {
+		return MinTokens // OptBurst's answer far from balance, at once
+	}
 	k := [4]float64{share, demand, c, window}
 	if b, ok := p.bursts[k]; ok {
 		return b
