@@ -448,6 +448,18 @@ func (p *Planner) divide(out *Output) {
 	p.inflateClaims(out)
 	ghosts := p.ghostRate()
 	p.all = append(append(p.all[:0], p.claims...), in.Others.Claims...)
+	// The other replicas' claims come in the order the board lists them
+	// (a map's, in some stores): in one order, the shares come out the
+	// same to the last bit whatever it was.
+	slices.SortFunc(p.all[n:], func(a, b Claim) int {
+		if a.Known != b.Known {
+			if a.Known {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.Rate, b.Rate)
+	})
 	divide := func(avail float64) {
 		p.shares = divide(max(avail, 0), p.all, *o, p.shares, &p.sorted)[:n]
 	}
