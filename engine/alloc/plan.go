@@ -210,22 +210,6 @@ const releaseFrac = 0.01
 // without news.
 const RetryShort = 200 * time.Millisecond
 
-// RetryFull is how soon a hub whose changes did not all fit plans again
-// without news when the store just refused part of what it asked: only
-// what another replica or the RLS callers give back makes room, and a
-// hub that asked again every RetryShort would plan five times a second
-// for nothing (the reports, acknowledgements and ends of counted buckets
-// that make room plan it at once).
-const RetryFull = time.Second
-
-// retry is how soon a short plan is tried again.
-func (p *Planner) retry() time.Duration {
-	if p.in.Full && len(p.in.InFlight) == 0 {
-		return RetryFull
-	}
-	return RetryShort
-}
-
 // Decide plans one hub. Its output depends on the input's contents, not
 // on the order of Held and InFlight (a caller may build them from a map):
 // Reserve and Release are in window order.
@@ -284,7 +268,7 @@ func (p *Planner) decide(in *Input, out *Output) {
 	p.reserve(out)
 	out.Next = p.nextRenewal(out, out.Next)
 	if out.Short {
-		out.Next = min(out.Next, in.Now+int64(p.retry()))
+		out.Next = min(out.Next, in.Now+int64(RetryShort))
 	}
 }
 
