@@ -109,4 +109,18 @@ func BenchmarkDecide(b *testing.B) {
 			b.ReportMetric(float64(len(snaps))/float64(4*c.envoys-2*c.envoys), "plans/report")
 		})
 	}
+	// A subscription: one more Envoy's first report reaches a settled hub
+	// of 49 (its demand unknown, nothing held for it yet).
+	b.Run("50th Envoy subscribing", func(b *testing.B) {
+		snaps := hubRun(49, 2)
+		in := snaps[len(snaps)-1]
+		in.Reporters = append(in.Reporters, alloc.Reporter{Live: true, Claim: alloc.Rate(1, 0, 0, 0)})
+		var p alloc.Planner
+		p.O = alloc.DefaultOptions()
+		var out alloc.Output
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Decide(&in, &out)
+		}
+	})
 }
