@@ -12,7 +12,7 @@ import (
 // store that grants reservations at once up to the limit, and returns the
 // snapshots the planner was given once the division settled.
 func hubRun(envoys int, demand float64) []alloc.Input {
-	o := alloc.DefaultOptions()
+	o := serviceOptions()
 	const limit = 1000.0
 	period := 5 * time.Second
 	now := int64(1_700_000_000) * sec
@@ -86,6 +86,14 @@ func hubRun(envoys int, demand float64) []alloc.Input {
 	return snaps
 }
 
+// serviceOptions are the quota service's defaults (actors/rlqs), which
+// alloc's own (a second of burst per bucket) are not.
+func serviceOptions() alloc.Options {
+	o := alloc.DefaultOptions()
+	o.Spare, o.Headroom, o.FirstShare, o.Burst, o.Hysteresis = 0.5, 0.02, 0.5, 10*time.Millisecond, 0.02
+	return o
+}
+
 // BenchmarkDecide is the planner's cost for one plan of a hub of 50
 // Envoys reporting every 5 s, as the plans of a settled hub come (at
 // reports, renewals and retries), at demand half and twice the limit.
@@ -98,7 +106,7 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			snaps := hubRun(c.envoys, c.demand)
 			var p alloc.Planner
-			p.O = alloc.DefaultOptions()
+			p.O = serviceOptions()
 			var out alloc.Output
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -116,7 +124,7 @@ func BenchmarkDecide(b *testing.B) {
 		in := snaps[len(snaps)-1]
 		in.Reporters = append(in.Reporters, alloc.Reporter{Live: true, Claim: alloc.Rate(1, 0, 0, 0)})
 		var p alloc.Planner
-		p.O = alloc.DefaultOptions()
+		p.O = serviceOptions()
 		var out alloc.Output
 		b.ReportAllocs()
 		for b.Loop() {

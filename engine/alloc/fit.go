@@ -333,7 +333,7 @@ func (p *Planner) reserve(out *Output) {
 	limit := in.Plan.Limit * float64(in.Window) / 1e9
 	if len(p.live) > 0 {
 		for k := range want {
-			want[k] += p.cutRoom
+			want[k] += p.cutRoom + p.joinRoom
 		}
 	}
 	for k := range want {

@@ -201,6 +201,8 @@ type Planner struct {
 	// bucket the division hands out (a cut is a new bucket, counted
 	// beside the one it replaces until that is known applied).
 	cutRoom float64
+	// joinRoom is what every window holds for a new Envoy (joinRoomFor).
+	joinRoom float64
 }
 
 // releaseFrac is the least part of the limit a hub gives back of a window.
@@ -223,7 +225,7 @@ func (p *Planner) Decide(in *Input, out *Output) {
 func (p *Planner) decide(in *Input, out *Output) {
 	*out = Output{Changes: out.Changes[:0], Reserve: out.Reserve[:0], Release: out.Release[:0], Claims: out.Claims[:0]}
 	p.in = in
-	p.cutRoom = 0
+	p.cutRoom, p.joinRoom = 0, 0
 	p.needSent = false
 	p.live = p.live[:0]
 	p.batch = false
@@ -464,6 +466,28 @@ func (p *Planner) divide(out *Output) {
 		divide(base - (t+p.cutRoom)/secs)
 	}
 	out.Overhead = ghosts + (t+p.cutRoom)/secs
+	p.joinRoom = p.joinRoomFor(base-(t+p.cutRoom)/secs, secs)
+}
+
+// joinRoomFor is what each window holds, beyond the shares, for one more
+// Envoy's first share (and its bucket), when what the shares leave of
+// avail per second pays for it: a new Envoy is then answered by the plan
+// its subscription makes, not one store call later. A hub whose limit
+// the shares take holds nothing for it (it would only be refused).
+func (p *Planner) joinRoomFor(avail, secs float64) float64 {
+	all := p.shares[:len(p.all)]
+	left := avail
+	for _, s := range all {
+		left -= s
+	}
+	first := avail / float64(len(all)+1)
+	if p.O.FirstShare > 0 {
+		first *= unit(p.O.FirstShare)
+	}
+	if !(first > 0) || left < first {
+		return 0
+	}
+	return first*secs + MinTokens + 1
 }
 
 // inflateClaims fills p.claims with the live reporters' claims as divided
