@@ -58,6 +58,11 @@ func Rate(allowed, denied uint64, reported, observed time.Duration) Claim {
 // Floor and Spare are taken within [0, 1] whatever o holds, so options
 // that were never validated still keep the total within the limit.
 func Divide(limit float64, claims []Claim, o Options, out []float64) []float64 {
+	return divide(limit, claims, o, out, nil)
+}
+
+// divide is Divide, sorting in scratch's storage when it has room.
+func divide(limit float64, claims []Claim, o Options, out []float64, scratch *[]float64) []float64 {
 	n := len(claims)
 	out = slices.Grow(out[:0], n)[:n]
 	if n == 0 {
@@ -85,7 +90,15 @@ func Divide(limit float64, claims []Claim, o Options, out []float64) []float64 {
 		}
 		out[i] = max(r, floor*equal)
 	}
-	level := waterLevel(limit, out)
+	var sorted []float64
+	if scratch != nil {
+		sorted = *scratch
+	}
+	sorted = append(sorted[:0], out...)
+	if scratch != nil {
+		*scratch = sorted
+	}
+	level := waterLevel(limit, sorted)
 	sum := 0.0
 	for i := range out {
 		out[i] = min(out[i], level)
@@ -101,9 +114,9 @@ func Divide(limit float64, claims []Claim, o Options, out []float64) []float64 {
 }
 
 // waterLevel is the level λ at which Σ min(claims[i], λ) reaches limit,
-// or +Inf when the claims together are below it.
+// or +Inf when the claims together are below it. It sorts claims.
 func waterLevel(limit float64, claims []float64) float64 {
-	sorted := slices.Clone(claims)
+	sorted := claims
 	slices.Sort(sorted)
 	rem := limit
 	for k, c := range sorted {

@@ -67,15 +67,18 @@ func (p *Planner) fit(out *Output) {
 	}
 	if p.short(p.ch) >= 1 {
 		out.Changes = append(out.Changes, p.ch...)
+		p.needSent = true // p.need is with out.Changes: reserve needs it
 		return
 	}
 	out.Short = true
+	for i := range p.ch {
+		p.ch[i].rank = p.rank(&p.ch[i])
+	}
 	slices.SortStableFunc(p.ch, func(a, b Change) int {
-		ra, rb := p.rank(&a), p.rank(&b)
-		if c := cmp.Compare(ra, rb); c != 0 {
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
 			return c
 		}
-		if ra == 1 {
+		if a.rank == 1 {
 			// The largest cuts first: they free the most.
 			return cmp.Compare(p.asks[b.ask].share-p.curRate(b.R), p.asks[a.ask].share-p.curRate(a.R))
 		}
@@ -102,10 +105,15 @@ func (p *Planner) fitOne(c *Change) {
 	from := p.curRate(c.R)
 	kept := r.Sent && a.target == r.Cur // the division keeps what it has
 	if a.target.Kind == TokenBucket && a.share > from && !kept {
-		// The largest part of the raise that fits.
-		g := p.largest(c, r, from, a.share-from)
-		s := p.strategyNear(r, from+g*(a.share-from))
-		small := r.Sent && r.Cur.Kind == TokenBucket && (g < 0.25 || s.Rate()-from < p.O.Hysteresis*from)
+		// The largest part of the raise that fits (a part under
+		// smallRaise waits, below: the search stops there).
+		floor := 0.0
+		if r.Sent && r.Cur.Kind == TokenBucket {
+			floor = smallRaise
+		}
+		g := p.largest(c, from, a.share-from, floor)
+		s := p.strategyNear(c.R, from+g*(a.share-from))
+		small := r.Sent && r.Cur.Kind == TokenBucket && (g < smallRaise || s.Rate()-from < p.O.Hysteresis*from)
 		if !small && s.Kind == TokenBucket && p.try(c, s) {
 			c.Strat, c.Replace = s, true
 			p.take(c)
@@ -139,8 +147,8 @@ func (p *Planner) fitOne(c *Change) {
 	if top == 0 {
 		top = a.share
 	}
-	f := p.largest(c, r, 0, top)
-	if s := p.strategyNear(r, f*top); f > 0 && s.Kind == TokenBucket && p.try(c, s) {
+	f := p.largest(c, 0, top, 0)
+	if s := p.strategyNear(c.R, f*top); f > 0 && s.Kind == TokenBucket && p.try(c, s) {
 		c.Strat, c.Replace = s, true
 	} else {
 		c.Strat, c.Replace = Strategy{Kind: DenyAll}, true
@@ -153,12 +161,16 @@ func (p *Planner) fitOne(c *Change) {
 }
 
 // largest is the largest fraction f (to 1/64) for which a bucket of
-// from+f·span fits beside the changes taken.
-func (p *Planner) largest(c *Change, r *Reporter, from, span float64) float64 {
+// from+f·span fits beside the changes taken; below floor it stops looking
+// (the caller takes no part under floor), and returns a fraction under it.
+func (p *Planner) largest(c *Change, from, span, floor float64) float64 {
 	lo, hi := 0.0, 1.0
 	for range 6 {
+		if hi <= floor {
+			break
+		}
 		g := (lo + hi) / 2
-		if p.try(c, p.strategyNear(r, from+g*span)) {
+		if p.try(c, p.strategyNear(c.R, from+g*span)) {
 			lo = g
 		} else {
 			hi = g
@@ -168,11 +180,11 @@ func (p *Planner) largest(c *Change, r *Reporter, from, span float64) float64 {
 }
 
 // rank orders changes by how much they must go now.
-func (p *Planner) rank(c *Change) int {
+func (p *Planner) rank(c *Change) int8 {
 	a := &p.asks[c.ask]
 	r := &p.in.Reporters[c.R]
 	switch {
-	case r.Sent && p.mustRenew(r):
+	case p.due[c.R]:
 		return 0 // a renewal (or change) that cannot wait
 	case a.target.Kind != TokenBucket || a.share <= p.curRate(c.R):
 		return 1 // a cut, a blanket rule, a renewal
@@ -192,8 +204,9 @@ func (p *Planner) curRate(i int) float64 {
 
 // strategyNear is the strategy of share for r, written apart from r's
 // current one if Envoy would take them for the same.
-func (p *Planner) strategyNear(r *Reporter, share float64) Strategy {
-	s := p.strategy(r, share)
+func (p *Planner) strategyNear(i int, share float64) Strategy {
+	r := &p.in.Reporters[i]
+	s := p.strategy(i, share)
 	if r.Sent && s != r.Cur && EnvoyEqual(r.Cur, s) {
 		s = Distinct(r.Cur, s)
 	}
@@ -249,6 +262,10 @@ func (p *Planner) take(c *Change) bool {
 	return true
 }
 
+// smallRaise is the least part of a raise that is sent on its own: each
+// part is a new bucket, full.
+const smallRaise = 0.25
+
 // skipKind marks a change held back.
 const skipKind Kind = 255
 
@@ -267,7 +284,7 @@ func (p *Planner) keep(ch []Change) []Change {
 // hold makes c keep what r has: renewed if due, else nothing.
 func (p *Planner) hold(c *Change, r *Reporter) {
 	c.Strat, c.Replace = r.Cur, false
-	if !p.renewDue(r) {
+	if !p.renewDue(c.R) {
 		c.Strat = Strategy{Kind: skipKind}
 	}
 }
@@ -300,7 +317,9 @@ func (p *Planner) checkCommitted(out *Output) {
 // back what is held beyond both that and what the changes sent need.
 func (p *Planner) reserve(out *Output) {
 	in := p.in
-	p.needWith(out.Changes, false)
+	if !p.needSent {
+		p.needWith(out.Changes, false)
+	}
 	p.after = append(p.after[:0], p.need...)
 	after := p.after
 	// Every live reporter as the division would have it, renewed once
@@ -314,7 +333,7 @@ func (p *Planner) reserve(out *Output) {
 	limit := in.Plan.Limit * float64(in.Window) / 1e9
 	if len(p.live) > 0 {
 		for k := range want {
-			want[k] += p.cutRoom
+			want[k] += p.cutRoom + p.joinRoom
 		}
 	}
 	for k := range want {

@@ -1,7 +1,9 @@
 package alloc
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -121,7 +123,8 @@ type Change struct {
 	// Replace is true for a different bucket (or the first); false for a
 	// renewal of the reporter's Cur.
 	Replace bool
-	ask     int // index in the planner's asks
+	ask     int  // index in the planner's asks
+	rank    int8 // how much it must go now (rank), while fitting
 }
 
 // Output is what the planner decided.
@@ -163,9 +166,17 @@ type Planner struct {
 	batch bool
 	// bursts remembers OptBurst's answers (optBurst).
 	bursts map[[4]float64]float64
-	asks   []ask
+	// memo is, per reporter, the last strategy this plan computed and the
+	// share it was for: dividing, setting tokens aside and fitting ask it
+	// of the same share again (strategy).
+	memo []stratMemo
+	// due is, per reporter, whether its renewal is due (mustRenew), worked
+	// out once per plan: fitting asks it in every comparison it sorts.
+	due  []bool
+	asks []ask
 
 	shares []float64
+	sorted []float64 // Divide's scratch
 	claims []Claim
 	all    []Claim
 
@@ -181,6 +192,8 @@ type Planner struct {
 	segs  []Seg
 	cuts  []int64
 
+	// needSent: need is already the need with out.Changes committed.
+	needSent bool
 	ch, kept []Change
 	sent     []bool
 	acc      []float64
@@ -188,6 +201,8 @@ type Planner struct {
 	// bucket the division hands out (a cut is a new bucket, counted
 	// beside the one it replaces until that is known applied).
 	cutRoom float64
+	// joinRoom is what every window holds for a new Envoy (joinRoomFor).
+	joinRoom float64
 }
 
 // releaseFrac is the least part of the limit a hub gives back of a window.
@@ -197,17 +212,35 @@ const releaseFrac = 0.01
 // without news.
 const RetryShort = 200 * time.Millisecond
 
-// Decide plans one hub.
+// Decide plans one hub. Its output depends on the input's contents, not
+// on the order of Held and InFlight (a caller may build them from a map):
+// Reserve and Release are in window order.
 func (p *Planner) Decide(in *Input, out *Output) {
+	p.decide(in, out)
+	byWindow := func(a, b Hold) int { return cmp.Or(cmp.Compare(a.Window, b.Window), cmp.Compare(a.N, b.N)) }
+	slices.SortFunc(out.Reserve, byWindow)
+	slices.SortFunc(out.Release, byWindow)
+}
+
+func (p *Planner) decide(in *Input, out *Output) {
 	*out = Output{Changes: out.Changes[:0], Reserve: out.Reserve[:0], Release: out.Release[:0], Claims: out.Claims[:0]}
 	p.in = in
-	p.cutRoom = 0
+	p.cutRoom, p.joinRoom = 0, 0
+	p.needSent = false
 	p.live = p.live[:0]
 	p.batch = false
+	n := len(in.Reporters)
+	if cap(p.memo) < n {
+		p.memo = make([]stratMemo, n)
+	}
+	p.memo = p.memo[:n]
+	clear(p.memo)
+	p.due = resizeBool(p.due, n)
 	for i := range in.Reporters {
 		if r := &in.Reporters[i]; r.Live {
 			p.live = append(p.live, i)
-			p.batch = p.batch || r.Sent && p.mustRenew(r)
+			p.due[i] = r.Sent && p.mustRenew(r)
+			p.batch = p.batch || p.due[i]
 		}
 	}
 	out.Next = p.nextCleanup()
@@ -254,7 +287,7 @@ func (p *Planner) blanket(out *Output) {
 		switch {
 		case !r.Sent || r.Cur != s:
 			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl, Replace: true})
-		case p.renewDue(r):
+		case p.renewDue(i):
 			out.Changes = append(out.Changes, Change{R: i, Strat: s, TTL: ttl})
 		}
 	}
@@ -322,7 +355,7 @@ func (p *Planner) targets(out *Output) {
 		if unknown && r.Claim.Known {
 			share = min(share, max(p.curRate(i), equal))
 		}
-		next := p.strategy(r, share)
+		next := p.strategy(i, share)
 		a := ask{r: i, share: share, target: next, ttl: o.TTLFor(r), send: true, replace: true}
 		if r.Sent && r.Cur != next && EnvoyEqual(r.Cur, next) {
 			a.target = Distinct(r.Cur, next)
@@ -332,15 +365,31 @@ func (p *Planner) targets(out *Output) {
 			// Not worth a new bucket (Envoy starts it full, and a cut is
 			// counted beside its replacement until it is known applied):
 			// what the Envoy has is renewed when due.
-			a.target, a.replace, a.send = r.Cur, false, p.renewDue(r)
+			a.target, a.replace, a.send = r.Cur, false, p.renewDue(i)
 		}
 		p.asks = append(p.asks, a)
 	}
 }
 
-// strategy is the token bucket of share for r, its burst sized for the
-// way r's requests arrive (OptBurst).
-func (p *Planner) strategy(r *Reporter, share float64) Strategy {
+// stratMemo is one reporter's last strategy of a plan.
+type stratMemo struct {
+	share float64
+	s     Strategy
+	ok    bool
+}
+
+// strategy is the token bucket of share for reporter i, its burst sized
+// for the way its requests arrive (OptBurst).
+func (p *Planner) strategy(i int, share float64) Strategy {
+	if m := &p.memo[i]; m.ok && m.share == share {
+		return m.s
+	}
+	s := p.strategyOf(&p.in.Reporters[i], share)
+	p.memo[i] = stratMemo{share: share, s: s, ok: true}
+	return s
+}
+
+func (p *Planner) strategyOf(r *Reporter, share float64) Strategy {
 	burst := 0.0
 	if p.in.Plan.Burst == 0 && r.Claim.Known && p.in.Window > 0 {
 		burst = p.optBurst(share, r.Claim.Rate, r.Bursty, float64(p.in.Window)/1e9)
@@ -353,6 +402,9 @@ func (p *Planner) strategy(r *Reporter, share float64) Strategy {
 // share several times (dividing, setting tokens aside, fitting), and a
 // bucket's plans ask it of the same shares again until claims move.
 func (p *Planner) optBurst(share, demand, c, window float64) float64 {
+	if demand > 2*share || 2*demand < share {
+		return MinTokens // OptBurst's answer far from balance, at once
+	}
 	k := [4]float64{share, demand, c, window}
 	if b, ok := p.bursts[k]; ok {
 		return b
@@ -382,8 +434,20 @@ func (p *Planner) divide(out *Output) {
 	p.inflateClaims(out)
 	ghosts := p.ghostRate()
 	p.all = append(append(p.all[:0], p.claims...), in.Others.Claims...)
+	// The other replicas' claims come in the order the board lists them
+	// (a map's, in some stores): in one order, the shares come out the
+	// same to the last bit whatever it was.
+	slices.SortFunc(p.all[n:], func(a, b Claim) int {
+		if a.Known != b.Known {
+			if a.Known {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.Rate, b.Rate)
+	})
 	divide := func(avail float64) {
-		p.shares = Divide(max(avail, 0), p.all, *o, p.shares)[:n]
+		p.shares = divide(max(avail, 0), p.all, *o, p.shares, &p.sorted)[:n]
 	}
 	base := max(in.Plan.Limit-ghosts-in.Others.Overhead, 0)
 	if in.Window <= 0 {
@@ -402,6 +466,28 @@ func (p *Planner) divide(out *Output) {
 		divide(base - (t+p.cutRoom)/secs)
 	}
 	out.Overhead = ghosts + (t+p.cutRoom)/secs
+	p.joinRoom = p.joinRoomFor(base-(t+p.cutRoom)/secs, secs)
+}
+
+// joinRoomFor is what each window holds, beyond the shares, for one more
+// Envoy's first share (and its bucket), when what the shares leave of
+// avail per second pays for it: a new Envoy is then answered by the plan
+// its subscription makes, not one store call later. A hub whose limit
+// the shares take holds nothing for it (it would only be refused).
+func (p *Planner) joinRoomFor(avail, secs float64) float64 {
+	all := p.shares[:len(p.all)]
+	left := avail
+	for _, s := range all {
+		left -= s
+	}
+	first := avail / float64(len(all)+1)
+	if p.O.FirstShare > 0 {
+		first *= unit(p.O.FirstShare)
+	}
+	if !(first > 0) || left < first {
+		return 0
+	}
+	return first*secs + MinTokens + 1
 }
 
 // inflateClaims fills p.claims with the live reporters' claims as divided
@@ -457,7 +543,7 @@ func (p *Planner) bucketTokens() float64 {
 	p.cutRoom = MinTokens
 	for k, i := range p.live {
 		r := &in.Reporters[i]
-		s := p.strategy(r, p.shares[k])
+		s := p.strategy(i, p.shares[k])
 		if s.Kind != TokenBucket {
 			continue
 		}

@@ -59,10 +59,12 @@ func (o Options) TTLFor(r *Reporter) time.Duration {
 	return o.ttlWith(r.Period, o.RenewFor(r))
 }
 
-// renewDue reports whether r is renewed in this plan: its renewal is due
-// (mustRenew), or another's is and r's is within renewSlack.
-func (p *Planner) renewDue(r *Reporter) bool {
-	return p.mustRenew(r) || p.batch && p.in.Now >= p.O.RenewAt(r)-p.O.renewSlack(r)
+// renewDue reports whether reporter i (sent an assignment) is renewed in
+// this plan: its renewal is due (mustRenew), or another's is and its own
+// is within renewSlack.
+func (p *Planner) renewDue(i int) bool {
+	r := &p.in.Reporters[i]
+	return p.due[i] || p.batch && p.in.Now >= p.O.RenewAt(r)-p.O.renewSlack(r)
 }
 
 // mustRenew reports whether r's renewal is due: it may not wait for a
@@ -115,7 +117,7 @@ func (p *Planner) nextRenewal(out *Output, next int64) int64 {
 		switch {
 		case p.sent[i]:
 			next = min(next, now+int64(p.O.RenewFor(r)))
-		case r.Sent && p.mustRenew(r):
+		case p.due[i]:
 			// Held back for a reservation: planned again when one comes,
 			// RetryShort later, and at the latest when it cannot wait.
 			next = min(next, max(p.O.renewDeadline(r), now+1))
