@@ -17,7 +17,7 @@ const (
 	// CountExact sends every decision's hits to the store (the reference).
 	CountExact
 	// CountLease answers decisions from hits reserved ahead from the shared
-	// counter by one atomic operation (see LeaseKind and actors/lease).
+	// counter by one atomic operation (see LeaseKind and lease).
 	CountLease
 )
 

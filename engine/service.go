@@ -32,7 +32,7 @@ type Options struct {
 	StopIncrementOnLimit bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
 	// Counting is how rules that name none count (SLUICE_COUNTING):
 	// CountDefault and CountExact both send every decision to the store.
-	// CountLease needs a Counter that answers leased operations (actors/lease).
+	// CountLease needs a Counter that answers leased operations (lease).
 	Counting     Counting
 	LocalCache   OverLimitCache
 	KeyValidator KeyValidator

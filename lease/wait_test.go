@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/actors/lease"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/engine"
 )
 
