@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // boundedDirect is a DirectCounter that bounds its calls itself, as the

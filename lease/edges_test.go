@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // edgeStore is a real memory backend behind a counting wrapper: every call

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // clock is a settable time source shared by a fleet and its store.

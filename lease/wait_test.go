@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // hungBackend answers no call until its context ends.

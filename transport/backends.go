@@ -11,13 +11,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/metrics"
 )
