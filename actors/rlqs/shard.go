@@ -34,21 +34,25 @@ type msg struct {
 	done   chan struct{}
 }
 
-// inboxSize bounds the messages waiting for a shard: a stream whose
-// reports find it full waits (its Envoy's HTTP/2 window fills in turn).
-const inboxSize = 16
+// batchSize bounds the messages a shard takes before it serves the hubs
+// they made dirty, so that reports that came together are served
+// together, and results wait for one batch at most.
+const batchSize = 16
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
-// its inbox, serves its hubs when due, and makes at most one store call at
-// a time (the operations of every hub that needs one, together).
+// its streams' messages (intake, fairly), serves its hubs when due, and
+// makes at most one store call at a time (the operations of every hub that
+// needs one, together).
 type shard struct {
-	s     *Service
-	idx   int
-	inbox chan msg
+	s   *Service
+	idx int
+	in  *intake
+	// ctl brings what is not a stream's (a drain).
+	ctl chan msg
 	// results bring back the shard's own calls (a store call, a board
-	// exchange: at most one of each out): read before the inbox, so that
-	// hubs waiting for a store answer are not queued behind the reports a
-	// flood of streams keeps posting.
+	// exchange: at most one of each out): read before the streams'
+	// messages, so that hubs waiting for a store answer are not queued
+	// behind the reports a flood of streams keeps posting.
 	results chan msg
 	hubs    map[string]*hub
 	// byStream are the hubs where a stream has a reporter (some may be
@@ -76,7 +80,8 @@ func newShard(s *Service, idx int) *shard {
 	sh := &shard{s: s, idx: idx, hubs: make(map[string]*hub), byStream: make(map[*Stream][]*hub),
 		pushes: make(map[*Stream][]Action)}
 	if !s.manual {
-		sh.inbox = make(chan msg, inboxSize)
+		sh.in = newIntake()
+		sh.ctl = make(chan msg)
 		sh.results = make(chan msg, 2)
 	}
 	sh.planner.O = s.o.Alloc
@@ -84,20 +89,39 @@ func newShard(s *Service, idx int) *shard {
 }
 
 // post hands m to the shard; false if the service stopped (or ctx ended)
-// first. A manual shard serves it at once.
+// first. A manual shard serves it at once. A stream's message waits in its
+// lane, for room when the lane is full.
 func (sh *shard) post(ctx context.Context, m msg) bool {
 	if sh.s.manual {
 		sh.handle(m)
 		sh.finish(m.at)
 		return true
 	}
-	select {
-	case sh.inbox <- m:
-		return true
-	case <-sh.s.stop:
-		return false
-	case <-ctx.Done():
-		return false
+	if m.st == nil {
+		select {
+		case sh.ctl <- m:
+			return true
+		case <-sh.s.stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		if sh.s.isClosed() {
+			return false
+		}
+		ok, space := sh.in.put(m)
+		if ok {
+			return true
+		}
+		select {
+		case <-space:
+		case <-sh.s.stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 
@@ -117,10 +141,18 @@ func (sh *shard) loop() {
 		}
 		timer.Reset(wait)
 		select {
+		case <-sh.s.stop:
+			return
 		case m := <-sh.results:
 			sh.handle(m)
 			continue
+		case m := <-sh.ctl:
+			sh.handle(m)
+			continue
 		default:
+		}
+		if sh.takeBatch() {
+			continue
 		}
 		select {
 		case <-sh.s.stop:
@@ -128,21 +160,26 @@ func (sh *shard) loop() {
 		case <-timer.C:
 		case m := <-sh.results:
 			sh.handle(m)
-		case m := <-sh.inbox:
+		case m := <-sh.ctl:
 			sh.handle(m)
-			// Take what else waits before serving, so that reports that
-			// came together are served together.
-			for n := 0; n < inboxSize; n++ {
-				select {
-				case m := <-sh.inbox:
-					sh.handle(m)
-					continue
-				default:
-				}
-				break
-			}
+		case <-sh.in.wake:
+			sh.takeBatch()
 		}
 	}
+}
+
+// takeBatch handles up to batchSize of the streams' messages, in the
+// intake's order; false if none waited.
+func (sh *shard) takeBatch() bool {
+	n := 0
+	for ; n < batchSize; n++ {
+		m, ok := sh.in.take()
+		if !ok {
+			break
+		}
+		sh.handle(m)
+	}
+	return n > 0
 }
 
 // handle takes one message.
