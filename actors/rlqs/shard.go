@@ -34,10 +34,28 @@ type msg struct {
 	done   chan struct{}
 }
 
-// batchSize bounds the messages a shard takes before it serves the hubs
-// they made dirty, so that reports that came together are served
-// together, and results wait for one batch at most.
-const batchSize = 16
+const (
+	// batchSize and batchUsages bound the messages and usages a shard
+	// takes before it serves the hubs they made dirty: reports that came
+	// together are served together, and results and a small report that
+	// just came wait for one batch at most.
+	batchSize   = 16
+	batchUsages = 128
+	// opsHigh: while a store call is out and this many operations wait
+	// for the next, the shard takes none of its streams' messages. A new
+	// bucket costs a reservation on each window its first assignment
+	// reaches (a dozen or more); taking a flood's reports as fast as they
+	// can be planned made each store call as long as the flood so far,
+	// and every report taken after it (the probe's) waited for it and for
+	// the next. The store's pace sets the intake's: what waits, waits in
+	// the lanes, where a small report is served first.
+	opsHigh = 1024
+	// dueBatch bounds the hubs a shard serves for their renewals (or
+	// cleanups) before it looks at its results and streams again: the
+	// hubs a flood created fall due together, and serving them all at
+	// once made one store call of hundreds of thousands of operations.
+	dueBatch = 128
+)
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
 // its streams' messages (intake, fairly), serves its hubs when due, and
@@ -133,10 +151,12 @@ func (sh *shard) loop() {
 	defer timer.Stop()
 	for {
 		now := sh.s.o.Clock()
-		sh.serveDue(now)
+		if !sh.full() {
+			sh.serveDue(now, dueBatch)
+		}
 		sh.finish(now)
 		wait := time.Hour
-		if at, ok := sh.due.peek(); ok {
+		if at, ok := sh.due.peek(); ok && !sh.full() {
 			wait = max(at.Sub(sh.s.o.Clock()), 0)
 		}
 		timer.Reset(wait)
@@ -154,6 +174,10 @@ func (sh *shard) loop() {
 		if sh.takeBatch() {
 			continue
 		}
+		wake := sh.in.wake
+		if sh.full() {
+			wake = nil // a result comes first
+		}
 		select {
 		case <-sh.s.stop:
 			return
@@ -162,25 +186,33 @@ func (sh *shard) loop() {
 			sh.handle(m)
 		case m := <-sh.ctl:
 			sh.handle(m)
-		case <-sh.in.wake:
+		case <-wake:
 			sh.takeBatch()
 		}
 	}
 }
 
-// takeBatch handles up to batchSize of the streams' messages, in the
-// intake's order; false if none waited.
+// takeBatch handles a batch of the streams' messages, in the intake's
+// order; false if none was taken (none waits, or the store is behind).
 func (sh *shard) takeBatch() bool {
-	n := 0
-	for ; n < batchSize; n++ {
+	if sh.full() {
+		return false
+	}
+	taken := uint64(0)
+	for n := 0; n < batchSize && taken < batchUsages; n++ {
 		m, ok := sh.in.take()
 		if !ok {
 			break
 		}
+		taken += cost(&m)
 		sh.handle(m)
 	}
-	return n > 0
+	return taken > 0
 }
+
+// full reports whether the store is behind: a call is out, and the next
+// has opsHigh operations already.
+func (sh *shard) full() bool { return sh.calling && len(sh.ops) >= opsHigh }
 
 // handle takes one message.
 func (sh *shard) handle(m msg) {
@@ -233,9 +265,10 @@ func (sh *shard) finish(now time.Time) {
 	sh.exchange(now)
 }
 
-// serveDue serves the hubs whose time has come.
-func (sh *shard) serveDue(now time.Time) {
-	for {
+// serveDue serves the hubs whose time has come, at most n of them (the
+// rest stay due, the earliest first).
+func (sh *shard) serveDue(now time.Time, n int) {
+	for n > 0 {
 		at, ok := sh.due.peek()
 		if !ok || at.After(now) {
 			return
@@ -246,6 +279,7 @@ func (sh *shard) serveDue(now time.Time) {
 		}
 		e.h.dueAt = time.Time{}
 		sh.markDirty(e.h)
+		n--
 	}
 }
 
