@@ -14,30 +14,37 @@ import (
 )
 
 // gatedRules records the buckets in the order the shard looks their rule
-// up (a new bucket's first report is served), and holds the first lookup
-// until open is closed, so that a test can queue reports behind it.
+// up (a new bucket's first report is served), and holds the nth lookup
+// until open[n] is closed (telling entered[n]), so that a test can queue
+// reports meanwhile.
 type gatedRules struct {
 	*engine.Service
-	entered chan struct{}
-	open    chan struct{}
-	once    sync.Once
+	entered, open []chan struct{}
 
 	mu    sync.Mutex
 	order []string
 }
 
-func (g *gatedRules) QuotaRule(domain string, entries []engine.Entry) (engine.QuotaRule, bool, error) {
-	first := false
-	g.once.Do(func() { first = true })
-	if first {
-		close(g.entered)
-		<-g.open
+func newGatedRules(eng *engine.Service, gates int) *gatedRules {
+	g := &gatedRules{Service: eng}
+	for range gates {
+		g.entered = append(g.entered, make(chan struct{}))
+		g.open = append(g.open, make(chan struct{}))
 	}
+	return g
+}
+
+func (g *gatedRules) QuotaRule(domain string, entries []engine.Entry) (engine.QuotaRule, bool, error) {
 	g.mu.Lock()
+	n := len(g.order)
 	for _, e := range entries {
 		g.order = append(g.order, e.Value)
 	}
 	g.mu.Unlock()
+	if n < len(g.open) {
+		close(g.entered[n])
+		<-g.open[n]
+	}
 	return g.Service.QuotaRule(domain, entries)
 }
 
@@ -48,12 +55,16 @@ func (g *gatedRules) lookups() []string {
 }
 
 // TestSmallStreamServedBeforeBacklog: a stream that reports one new
-// bucket while another stream has a backlog of large reports waiting for
-// the same shard is served next, before that backlog (issue 43: under a
+// bucket while other streams have backlogs of large reports waiting for
+// the same shard is served next, before those backlogs (issue 43: under a
 // flood of new buckets the probe stream waited seconds behind every flood
 // stream's reports, first come, first served). The shard is held in its
 // first report's first lookup while the backlog and the small report are
 // queued, so the order is the service's choice alone.
+//
+// The inbox before (one channel) fails it: first come, first served.
+// Ordering by finish tag alone fails it too: the big streams' first
+// reports tie, and the small one waited for each.
 func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
@@ -70,7 +81,7 @@ func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng.SetConfig(cfg)
-	rules := &gatedRules{Service: eng, entered: make(chan struct{}), open: make(chan struct{})}
+	rules := newGatedRules(eng, 2)
 	o := rlqs.DefaultOptions()
 	o.Shards = 1
 	svc, err := rlqs.New(o, rules, eo.Counter, nil, st)
@@ -79,45 +90,68 @@ func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 	}
 	defer svc.Close()
 
-	// The big stream reports chunk after chunk (one shard message each),
-	// as a stream's owner does, from its own goroutine; posted tells each
-	// report that was taken in.
-	const chunk, chunks, backlog = 64, 12, 4
-	bigSink, smallSink := newSink(), newSink()
-	big, small := svc.Open(bigSink), svc.Open(smallSink)
-	posted := make(chan error, chunks)
-	go func() {
-		for i := range chunks {
-			err := big.Report(time.Now(), "q", users(i*chunk, chunk, 0))
-			posted <- err
-			if err != nil {
-				return
+	// A stream's one new bucket holds the shard (the first lookup) while
+	// big streams queue reports of a chunk each, as many as a stream may
+	// have waiting, all starting together. Then the shard takes one of
+	// them (held again, in the second lookup), and a small stream reports
+	// one new bucket: it must not wait for the others' first reports
+	// (their tie), let alone their backlogs.
+	const chunk, chunks, backlog, bigs = 64, 8, 4, 3
+	first := svc.Open(newSink())
+	if err := first.Report(time.Now(), "q", users(200_000, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	<-rules.entered[0]
+	streams := []*rlqs.Stream{first}
+	posted := make([]chan error, bigs)
+	more := make(chan struct{})
+	for b := range bigs {
+		big := svc.Open(newSink())
+		streams = append(streams, big)
+		posted[b] = make(chan error, chunks)
+		go func() {
+			for i := range chunks {
+				if i == backlog {
+					<-more
+				}
+				err := big.Report(time.Now(), "q", users((b*chunks+i)*chunk, chunk, 0))
+				posted[b] <- err
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for b := range bigs {
+		for range backlog {
+			if err := <-posted[b]; err != nil {
+				t.Fatal(err)
 			}
 		}
-	}()
-	<-rules.entered // the shard holds the big stream's first report
-	for range backlog {
-		if err := <-posted; err != nil {
-			t.Fatal(err)
-		}
 	}
-	// One report of the first and backlog more wait for the shard; the
-	// small stream reports one new bucket.
+	close(rules.open[0])
+	<-rules.entered[1]
+	small := svc.Open(newSink())
+	streams = append(streams, small)
 	if err := small.Report(time.Now(), "q", users(100_000, 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	close(rules.open)
-	for range chunks - backlog {
-		if err := <-posted; err != nil {
-			t.Fatal(err)
+	close(rules.open[1])
+	close(more)
+	for b := range bigs {
+		for range chunks - backlog {
+			if err := <-posted[b]; err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	testenv.Eventually(t, "every bucket looked up", func() bool { return len(rules.lookups()) == chunks*chunk+1 })
+	testenv.Eventually(t, "every bucket looked up", func() bool { return len(rules.lookups()) == bigs*chunks*chunk+2 })
 	order := rules.lookups()
 	at := slices.Index(order, "u100000")
-	if at != chunk {
-		t.Errorf("the small stream's bucket was served after %d of the big stream's (want %d: only the report being served when it came)", at, chunk)
+	if at != 1+chunk {
+		t.Errorf("the small stream's bucket was looked up %d-th (want %d-th: after the first stream's and the report being served when it came)", at, 1+chunk)
 	}
-	big.Close()
-	small.Close()
+	for _, st := range streams {
+		st.Close()
+	}
 }

@@ -6,12 +6,16 @@ import (
 )
 
 // intake is what waits for a shard from the streams: one lane per stream,
-// served in fair-queuing order (self-clocked: each message's tag is where
-// its usages would finish if every waiting stream were served at the same
-// rate), so that a stream with one small report is served next, not after
-// every report a flood of streams queued before it. A single channel
-// served its blocked senders first come, first served: the probe's one
-// usage waited behind every flood stream's thousand.
+// served in start-time fair queuing order (a message starts where its
+// lane's previous one finished, or at the virtual time if the lane was
+// idle; it finishes its usages later; the earliest start is served first,
+// the earliest finish among equal starts), so that a stream with one
+// small report is served next, not after every report a flood of streams
+// queued before it. A single channel served its blocked senders first
+// come, first served: the probe's one usage waited behind every flood
+// stream's thousand. Ordering by finish alone (self-clocked fair queuing)
+// is not enough either: a flood's lanes, all started together, share a
+// finish tag below the probe's, and it waited for one report of each.
 //
 // Back-pressure stays: a stream has at most laneSize messages waiting for
 // a shard, and its owner waits for room (its Envoy's HTTP/2 window fills
@@ -22,7 +26,7 @@ type intake struct {
 	lanes map[*Stream]*lane
 	// ready are the lanes with messages, the smallest head tag first.
 	ready laneHeap
-	// vtime is the tag of the message taken last: a lane that was idle
+	// vtime is the start of the message taken last: a lane that was idle
 	// starts from it, so idling earns no credit over the streams that
 	// kept the shard busy.
 	vtime uint64
@@ -37,7 +41,7 @@ const laneSize = 4
 type lane struct {
 	st   *Stream
 	q    []tagged
-	last uint64 // the tag of the lane's last message queued
+	last uint64 // where the lane's last message queued finishes
 	idx  int    // in ready; -1 while the lane is empty
 	// space tells a stream's owner waiting for room that a message was
 	// taken.
@@ -45,8 +49,8 @@ type lane struct {
 }
 
 type tagged struct {
-	m   msg
-	tag uint64
+	m             msg
+	start, finish uint64
 }
 
 func newIntake() *intake {
@@ -72,8 +76,9 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	if len(l.q) >= laneSize {
 		return false, l.space
 	}
-	l.last = max(in.vtime, l.last) + cost(&m)
-	l.q = append(l.q, tagged{m: m, tag: l.last})
+	start := max(in.vtime, l.last)
+	l.last = start + cost(&m)
+	l.q = append(l.q, tagged{m: m, start: start, finish: l.last})
 	if l.idx < 0 {
 		heap.Push(&in.ready, l)
 	}
@@ -84,7 +89,7 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	return true, nil
 }
 
-// take removes the waiting message with the smallest tag; false if none
+// take removes the waiting message that starts first; false if none
 // waits.
 func (in *intake) take() (msg, bool) {
 	in.mu.Lock()
@@ -97,7 +102,7 @@ func (in *intake) take() (msg, bool) {
 	n := copy(l.q, l.q[1:])
 	l.q[n] = tagged{}
 	l.q = l.q[:n]
-	in.vtime = max(in.vtime, e.tag)
+	in.vtime = max(in.vtime, e.start)
 	if n == 0 {
 		heap.Pop(&in.ready)
 		if e.m.kind == msgClose {
@@ -113,11 +118,14 @@ func (in *intake) take() (msg, bool) {
 	return e.m, true
 }
 
-// laneHeap orders lanes by their first message's tag.
+// laneHeap orders lanes by their first message's start, then finish.
 type laneHeap []*lane
 
-func (h laneHeap) Len() int           { return len(h) }
-func (h laneHeap) Less(i, j int) bool { return h[i].q[0].tag < h[j].q[0].tag }
+func (h laneHeap) Len() int { return len(h) }
+func (h laneHeap) Less(i, j int) bool {
+	a, b := &h[i].q[0], &h[j].q[0]
+	return a.start < b.start || a.start == b.start && a.finish < b.finish
+}
 func (h laneHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
