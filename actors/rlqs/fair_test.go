@@ -1,6 +1,7 @@
 package rlqs_test
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -62,9 +63,9 @@ func (g *gatedRules) lookups() []string {
 // first report's first lookup while the backlog and the small report are
 // queued, so the order is the service's choice alone.
 //
-// The inbox before (one channel) fails it: first come, first served.
-// Ordering by finish tag alone fails it too: the big streams' first
-// reports tie, and the small one waited for each.
+// The inbox before (one channel) fails it: first come, first served. So
+// do fair-queuing tags, by finish (self-clocked) or by start: the big
+// streams' first reports tie, and the small one waited for each.
 func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
@@ -94,8 +95,9 @@ func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 	// big streams queue reports of a chunk each, as many as a stream may
 	// have waiting, all starting together. Then the shard takes one of
 	// them (held again, in the second lookup), and a small stream reports
-	// one new bucket: it must not wait for the others' first reports
-	// (their tie), let alone their backlogs.
+	// one new bucket twice: neither report may wait for the others' first
+	// reports (their tie: its first report moved its second's fair-queuing
+	// tag past it), let alone their backlogs.
 	const chunk, chunks, backlog, bigs = 64, 8, 4, 3
 	first := svc.Open(newSink())
 	if err := first.Report(time.Now(), "q", users(200_000, 1, 0)); err != nil {
@@ -133,8 +135,10 @@ func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 	<-rules.entered[1]
 	small := svc.Open(newSink())
 	streams = append(streams, small)
-	if err := small.Report(time.Now(), "q", users(100_000, 1, 0)); err != nil {
-		t.Fatal(err)
+	for i := range 2 {
+		if err := small.Report(time.Now(), "q", users(100_000+i, 1, 0)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	close(rules.open[1])
 	close(more)
@@ -145,11 +149,12 @@ func TestSmallStreamServedBeforeBacklog(t *testing.T) {
 			}
 		}
 	}
-	testenv.Eventually(t, "every bucket looked up", func() bool { return len(rules.lookups()) == bigs*chunks*chunk+2 })
+	testenv.Eventually(t, "every bucket looked up", func() bool { return len(rules.lookups()) == bigs*chunks*chunk+3 })
 	order := rules.lookups()
-	at := slices.Index(order, "u100000")
-	if at != 1+chunk {
-		t.Errorf("the small stream's bucket was looked up %d-th (want %d-th: after the first stream's and the report being served when it came)", at, 1+chunk)
+	for i, want := range []int{1 + chunk, 2 + chunk} {
+		if at := slices.Index(order, fmt.Sprint("u", 100_000+i)); at != want {
+			t.Errorf("the small stream's report %d was looked up %d-th (want %d-th: after the first stream's, the report being served when it came and its own)", i, at, want)
+		}
 	}
 	for _, st := range streams {
 		st.Close()

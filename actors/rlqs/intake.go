@@ -2,20 +2,23 @@ package rlqs
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 )
 
 // intake is what waits for a shard from the streams: one lane per stream,
-// served in start-time fair queuing order (a message starts where its
-// lane's previous one finished, or at the virtual time if the lane was
-// idle; it finishes its usages later; the earliest start is served first,
-// the earliest finish among equal starts), so that a stream with one
-// small report is served next, not after every report a flood of streams
-// queued before it. A single channel served its blocked senders first
-// come, first served: the probe's one usage waited behind every flood
-// stream's thousand. Ordering by finish alone (self-clocked fair queuing)
-// is not enough either: a flood's lanes, all started together, share a
-// finish tag below the probe's, and it waited for one report of each.
+// served least recent work first. A lane is charged its messages' usages
+// when they are queued, and what it was charged fades by half for every
+// halfLife usages the shard takes from any lane; the lane charged least
+// is served next (its messages in order). A stream that reports one
+// bucket now and then is served next, however many reports a flood of
+// streams queued before it; a stream that stops asking fades back in.
+//
+// A single channel served its blocked senders first come, first served:
+// the probe's one usage waited behind every flood stream's thousand.
+// Fair-queuing tags were not enough either: a flood's lanes started
+// together share a tag, and a probe whose own ack had moved its tag past
+// theirs waited for one report of each (seconds on a busy machine).
 //
 // Back-pressure stays: a stream has at most laneSize messages waiting for
 // a shard, and its owner waits for room (its Envoy's HTTP/2 window fills
@@ -24,37 +27,41 @@ import (
 type intake struct {
 	mu    sync.Mutex
 	lanes map[*Stream]*lane
-	// ready are the lanes with messages, the smallest head tag first.
+	// ready are the lanes with messages, the least charged first.
 	ready laneHeap
-	// vtime is the start of the message taken last: a lane that was idle
-	// starts from it, so idling earns no credit over the streams that
-	// kept the shard busy.
-	vtime uint64
+	// Charges are kept in the scale of the last rebase: a charge made
+	// after work usages were taken counts 2^(work/halfLife) of one made
+	// then, which fades every older one alike and keeps ready's order.
+	work  float64
+	scale float64
 	// wake tells the shard's goroutine that a lane got a message.
 	wake chan struct{}
 }
 
-// laneSize bounds the messages of one stream waiting for a shard.
-const laneSize = 4
+const (
+	// laneSize bounds the messages of one stream waiting for a shard.
+	laneSize = 4
+	// halfLife is how many usages taken halve what lanes were charged.
+	halfLife = 1 << 14
+	// rebaseAt is how much work (in half-lives) is taken before charges
+	// are rescaled, far from float64's range.
+	rebaseAt = 256
+)
 
 // lane is one stream's messages waiting for a shard.
 type lane struct {
-	st   *Stream
-	q    []tagged
-	last uint64 // where the lane's last message queued finishes
-	idx  int    // in ready; -1 while the lane is empty
+	st *Stream
+	q  []msg
+	// charged is what its messages cost, faded (in the intake's scale).
+	charged float64
+	idx     int // in ready; -1 while the lane is empty
 	// space tells a stream's owner waiting for room that a message was
 	// taken.
 	space chan struct{}
 }
 
-type tagged struct {
-	m             msg
-	start, finish uint64
-}
-
 func newIntake() *intake {
-	return &intake{lanes: make(map[*Stream]*lane), wake: make(chan struct{}, 1)}
+	return &intake{lanes: make(map[*Stream]*lane), scale: 1, wake: make(chan struct{}, 1)}
 }
 
 // cost is what a message takes of the shard: its usages (a close or an
@@ -76,11 +83,12 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	if len(l.q) >= laneSize {
 		return false, l.space
 	}
-	start := max(in.vtime, l.last)
-	l.last = start + cost(&m)
-	l.q = append(l.q, tagged{m: m, start: start, finish: l.last})
+	l.charged += float64(cost(&m)) * in.scale
+	l.q = append(l.q, m)
 	if l.idx < 0 {
 		heap.Push(&in.ready, l)
+	} else {
+		heap.Fix(&in.ready, l.idx)
 	}
 	select {
 	case in.wake <- struct{}{}:
@@ -89,7 +97,7 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	return true, nil
 }
 
-// take removes the waiting message that starts first; false if none
+// take removes the next message of the least charged lane; false if none
 // waits.
 func (in *intake) take() (msg, bool) {
 	in.mu.Lock()
@@ -98,34 +106,42 @@ func (in *intake) take() (msg, bool) {
 		return msg{}, false
 	}
 	l := in.ready[0]
-	e := l.q[0]
+	m := l.q[0]
 	n := copy(l.q, l.q[1:])
-	l.q[n] = tagged{}
+	l.q[n] = msg{}
 	l.q = l.q[:n]
-	in.vtime = max(in.vtime, e.start)
 	if n == 0 {
 		heap.Pop(&in.ready)
-		if e.m.kind == msgClose {
+		if m.kind == msgClose {
 			delete(in.lanes, l.st) // its last message here
 		}
-	} else {
-		heap.Fix(&in.ready, 0)
 	}
+	in.fade(cost(&m))
 	select {
 	case l.space <- struct{}{}:
 	default:
 	}
-	return e.m, true
+	return m, true
 }
 
-// laneHeap orders lanes by their first message's start, then finish.
+// fade counts n usages taken: later charges weigh more, so earlier ones
+// fade. Every lane is rescaled alike now and then (ready's order holds).
+func (in *intake) fade(n uint64) {
+	in.work += float64(n)
+	if in.work >= rebaseAt*halfLife {
+		for _, l := range in.lanes {
+			l.charged /= in.scale
+		}
+		in.work = 0
+	}
+	in.scale = math.Exp2(in.work / halfLife)
+}
+
+// laneHeap orders lanes by what they were charged.
 type laneHeap []*lane
 
-func (h laneHeap) Len() int { return len(h) }
-func (h laneHeap) Less(i, j int) bool {
-	a, b := &h[i].q[0], &h[j].q[0]
-	return a.start < b.start || a.start == b.start && a.finish < b.finish
-}
+func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Less(i, j int) bool { return h[i].charged < h[j].charged }
 func (h laneHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
