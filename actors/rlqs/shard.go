@@ -40,7 +40,7 @@ const (
 	// together are served together, and results and a small report that
 	// just came wait for one batch at most.
 	batchSize   = 16
-	batchUsages = 128
+	batchUsages = 64
 	// opsHigh: while a store call is out and this many operations wait
 	// for the next, the shard takes none of its streams' messages. A new
 	// bucket costs a reservation on each window its first assignment
@@ -49,12 +49,12 @@ const (
 	// and every report taken after it (the probe's) waited for it and for
 	// the next. The store's pace sets the intake's: what waits, waits in
 	// the lanes, where a small report is served first.
-	opsHigh = 1024
+	opsHigh = 512
 	// dueBatch bounds the hubs a shard serves for their renewals (or
 	// cleanups) before it looks at its results and streams again: the
 	// hubs a flood created fall due together, and serving them all at
 	// once made one store call of hundreds of thousands of operations.
-	dueBatch = 128
+	dueBatch = 64
 )
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
