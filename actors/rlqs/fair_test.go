@@ -55,7 +55,7 @@ func (g *gatedRules) lookups() []string {
 	return slices.Clone(g.order)
 }
 
-// TestSmallStreamServedBeforeBacklog: a stream that reports one new
+// TestFloodSmallStreamServedBeforeBacklog: a stream that reports one new
 // bucket while other streams have backlogs of large reports waiting for
 // the same shard is served next, before those backlogs (issue 43: under a
 // flood of new buckets the probe stream waited seconds behind every flood
@@ -66,7 +66,7 @@ func (g *gatedRules) lookups() []string {
 // The inbox before (one channel) fails it: first come, first served. So
 // do fair-queuing tags, by finish (self-clocked) or by start: the big
 // streams' first reports tie, and the small one waited for each.
-func TestSmallStreamServedBeforeBacklog(t *testing.T) {
+func TestFloodSmallStreamServedBeforeBacklog(t *testing.T) {
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
 	if err != nil {
