@@ -42,7 +42,7 @@ const (
 	// laneSize bounds the messages of one stream waiting for a shard.
 	laneSize = 4
 	// halfLife is how many usages taken halve what lanes were charged.
-	halfLife = 1 << 14
+	halfLife = 1 << 16
 	// rebaseAt is how much work (in half-lives) is taken before charges
 	// are rescaled, far from float64's range.
 	rebaseAt = 256
@@ -64,10 +64,12 @@ func newIntake() *intake {
 	return &intake{lanes: make(map[*Stream]*lane), scale: 1, wake: make(chan struct{}, 1)}
 }
 
-// cost is what a message takes of the shard: its usages (a close or an
-// ack walks the stream's hubs, but is one per report at most).
+// cost is what a message is charged: its usages. An ack or a close costs
+// nothing: a stream's transport sends one per flush at most, and charging
+// them made a probe Envoy (one bucket a report, an ack after each answer)
+// ask more than its share of a shard a thousand flood streams share.
 func cost(m *msg) uint64 {
-	return uint64(max(len(m.usages), 1))
+	return uint64(len(m.usages))
 }
 
 // put queues m in its stream's lane; when the lane is full, it returns

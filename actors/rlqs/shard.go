@@ -198,16 +198,16 @@ func (sh *shard) takeBatch() bool {
 	if sh.full() {
 		return false
 	}
-	taken := uint64(0)
-	for n := 0; n < batchSize && taken < batchUsages; n++ {
+	n, usages := 0, uint64(0)
+	for ; n < batchSize && usages < batchUsages; n++ {
 		m, ok := sh.in.take()
 		if !ok {
 			break
 		}
-		taken += cost(&m)
+		usages += cost(&m)
 		sh.handle(m)
 	}
-	return taken > 0
+	return n > 0
 }
 
 // full reports whether the store is behind: a call is out, and the next
