@@ -10,8 +10,14 @@
 //  1. A stream's owner (the transport) calls Stream.Report with each
 //     usage message. The report is checked, then split by the xxhash of
 //     domain and BucketId into one message per shard (at most maxChunk
-//     usages each) posted to the shard's bounded inbox: a stream whose
-//     shard is busy waits there, and its Envoy's HTTP/2 window fills.
+//     usages each) queued in the stream's lane of the shard (intake.go):
+//     a stream with laneSize messages waiting there waits for room, and
+//     its Envoy's HTTP/2 window fills. The shard takes the lanes' messages
+//     least recent work first (usages charged, fading), so a stream's
+//     small report is not served after every report a flood of other
+//     streams queued first; and it takes none while a store call is out
+//     and opsHigh operations wait for the next, so that what waits, waits
+//     in the lanes rather than in a store call as long as the flood.
 //  2. The shard's goroutine (loop) takes the usages: each bucket finds its
 //     hub (one per domain and BucketId on this replica), the Envoy's
 //     reporter in it takes the report's demand. A bucket beyond the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,7 +119,7 @@ func newService(o Options, rules Rules, counter engine.Counter, board Board, st 
 // Advance serves, at now, every bucket due by then (manual services).
 func (s *Service) Advance(now time.Time) {
 	for _, sh := range s.shards {
-		sh.serveDue(now)
+		sh.serveDue(now, math.MaxInt)
 		sh.finish(now)
 	}
 }

@@ -34,21 +34,43 @@ type msg struct {
 	done   chan struct{}
 }
 
-// inboxSize bounds the messages waiting for a shard: a stream whose
-// reports find it full waits (its Envoy's HTTP/2 window fills in turn).
-const inboxSize = 16
+const (
+	// batchSize and batchUsages bound the messages and usages a shard
+	// takes before it serves the hubs they made dirty: reports that came
+	// together are served together, and results and a small report that
+	// just came wait for one batch at most.
+	batchSize   = 16
+	batchUsages = 64
+	// opsHigh: while a store call is out and this many operations wait
+	// for the next, the shard takes none of its streams' messages. A new
+	// bucket costs a reservation on each window its first assignment
+	// reaches (a dozen or more); taking a flood's reports as fast as they
+	// can be planned made each store call as long as the flood so far,
+	// and every report taken after it (the probe's) waited for it and for
+	// the next. The store's pace sets the intake's: what waits, waits in
+	// the lanes, where a small report is served first.
+	opsHigh = 512
+	// dueBatch bounds the hubs a shard serves for their renewals (or
+	// cleanups) before it looks at its results and streams again: the
+	// hubs a flood created fall due together, and serving them all at
+	// once made one store call of hundreds of thousands of operations.
+	dueBatch = 64
+)
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
-// its inbox, serves its hubs when due, and makes at most one store call at
-// a time (the operations of every hub that needs one, together).
+// its streams' messages (intake, fairly), serves its hubs when due, and
+// makes at most one store call at a time (the operations of every hub that
+// needs one, together).
 type shard struct {
-	s     *Service
-	idx   int
-	inbox chan msg
+	s   *Service
+	idx int
+	in  *intake
+	// ctl brings what is not a stream's (a drain).
+	ctl chan msg
 	// results bring back the shard's own calls (a store call, a board
-	// exchange: at most one of each out): read before the inbox, so that
-	// hubs waiting for a store answer are not queued behind the reports a
-	// flood of streams keeps posting.
+	// exchange: at most one of each out): read before the streams'
+	// messages, so that hubs waiting for a store answer are not queued
+	// behind the reports a flood of streams keeps posting.
 	results chan msg
 	hubs    map[string]*hub
 	// byStream are the hubs where a stream has a reporter (some may be
@@ -76,7 +98,8 @@ func newShard(s *Service, idx int) *shard {
 	sh := &shard{s: s, idx: idx, hubs: make(map[string]*hub), byStream: make(map[*Stream][]*hub),
 		pushes: make(map[*Stream][]Action)}
 	if !s.manual {
-		sh.inbox = make(chan msg, inboxSize)
+		sh.in = newIntake()
+		sh.ctl = make(chan msg)
 		sh.results = make(chan msg, 2)
 	}
 	sh.planner.O = s.o.Alloc
@@ -84,20 +107,39 @@ func newShard(s *Service, idx int) *shard {
 }
 
 // post hands m to the shard; false if the service stopped (or ctx ended)
-// first. A manual shard serves it at once.
+// first. A manual shard serves it at once. A stream's message waits in its
+// lane, for room when the lane is full.
 func (sh *shard) post(ctx context.Context, m msg) bool {
 	if sh.s.manual {
 		sh.handle(m)
 		sh.finish(m.at)
 		return true
 	}
-	select {
-	case sh.inbox <- m:
-		return true
-	case <-sh.s.stop:
-		return false
-	case <-ctx.Done():
-		return false
+	if m.st == nil {
+		select {
+		case sh.ctl <- m:
+			return true
+		case <-sh.s.stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		if sh.s.isClosed() {
+			return false
+		}
+		ok, space := sh.in.put(m)
+		if ok {
+			return true
+		}
+		select {
+		case <-space:
+		case <-sh.s.stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 
@@ -109,18 +151,32 @@ func (sh *shard) loop() {
 	defer timer.Stop()
 	for {
 		now := sh.s.o.Clock()
-		sh.serveDue(now)
+		if !sh.full() {
+			sh.serveDue(now, dueBatch)
+		}
 		sh.finish(now)
 		wait := time.Hour
-		if at, ok := sh.due.peek(); ok {
+		if at, ok := sh.due.peek(); ok && !sh.full() {
 			wait = max(at.Sub(sh.s.o.Clock()), 0)
 		}
 		timer.Reset(wait)
 		select {
+		case <-sh.s.stop:
+			return
 		case m := <-sh.results:
 			sh.handle(m)
 			continue
+		case m := <-sh.ctl:
+			sh.handle(m)
+			continue
 		default:
+		}
+		if sh.takeBatch() {
+			continue
+		}
+		wake := sh.in.wake
+		if sh.full() {
+			wake = nil // a result comes first
 		}
 		select {
 		case <-sh.s.stop:
@@ -128,22 +184,35 @@ func (sh *shard) loop() {
 		case <-timer.C:
 		case m := <-sh.results:
 			sh.handle(m)
-		case m := <-sh.inbox:
+		case m := <-sh.ctl:
 			sh.handle(m)
-			// Take what else waits before serving, so that reports that
-			// came together are served together.
-			for n := 0; n < inboxSize; n++ {
-				select {
-				case m := <-sh.inbox:
-					sh.handle(m)
-					continue
-				default:
-				}
-				break
-			}
+		case <-wake:
+			sh.takeBatch()
 		}
 	}
 }
+
+// takeBatch handles a batch of the streams' messages, in the intake's
+// order; false if none was taken (none waits, or the store is behind).
+func (sh *shard) takeBatch() bool {
+	if sh.full() {
+		return false
+	}
+	n, usages := 0, uint64(0)
+	for ; n < batchSize && usages < batchUsages; n++ {
+		m, ok := sh.in.take()
+		if !ok {
+			break
+		}
+		usages += cost(&m)
+		sh.handle(m)
+	}
+	return n > 0
+}
+
+// full reports whether the store is behind: a call is out, and the next
+// has opsHigh operations already.
+func (sh *shard) full() bool { return sh.calling && len(sh.ops) >= opsHigh }
 
 // handle takes one message.
 func (sh *shard) handle(m msg) {
@@ -196,9 +265,10 @@ func (sh *shard) finish(now time.Time) {
 	sh.exchange(now)
 }
 
-// serveDue serves the hubs whose time has come.
-func (sh *shard) serveDue(now time.Time) {
-	for {
+// serveDue serves the hubs whose time has come, at most n of them (the
+// rest stay due, the earliest first).
+func (sh *shard) serveDue(now time.Time, n int) {
+	for n > 0 {
 		at, ok := sh.due.peek()
 		if !ok || at.After(now) {
 			return
@@ -209,6 +279,7 @@ func (sh *shard) serveDue(now time.Time) {
 		}
 		e.h.dueAt = time.Time{}
 		sh.markDirty(e.h)
+		n--
 	}
 }
 

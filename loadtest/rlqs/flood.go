@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -66,11 +69,18 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		go func() { defer bg.Done(); run(c) }()
 	}
 	start := time.Now()
+	profCtx, stopProf := context.WithCancel(ctx)
+	profDone := make(chan error, 1)
+	go func() { profDone <- profileFlood(profCtx, o, s.Debug) }()
 	broken, peak, err := floodStreams(ctx, dial, s.PID(), streams, buckets)
+	floodTook := time.Since(start)
+	stopProf()
+	if perr := <-profDone; perr != nil {
+		fmt.Fprintf(os.Stderr, "profile: %v\n", perr)
+	}
 	if err != nil {
 		return nil, err
 	}
-	floodTook := time.Since(start)
 	// A report period more of probes after the flood.
 	select {
 	case <-ctx.Done():
@@ -130,4 +140,50 @@ func floodStreams(ctx context.Context, dial func() (*grpc.ClientConn, error), pi
 	}
 	fw.Wait()
 	return broken, peak, nil
+}
+
+// profileFlood saves, when o.profile is set, the server's CPU profile
+// of the flood's first seconds and a goroutine dump every second until
+// ctx ends (the flood is over), so that what the probe waits behind can
+// be read off.
+func profileFlood(ctx context.Context, o options, debug string) error {
+	if o.profile == "" {
+		return nil
+	}
+	prefix := o.profile + "-" + o.server
+	cpu := make(chan error, 1)
+	go func() {
+		cpu <- fetchDebug(context.WithoutCancel(ctx), "http://"+debug+"/debug/pprof/profile?seconds=5", prefix+".pprof")
+	}()
+	for i := 1; ; i++ {
+		select {
+		case <-ctx.Done():
+			return <-cpu
+		case <-time.After(time.Second):
+		}
+		if err := fetchDebug(ctx, "http://"+debug+"/debug/pprof/goroutine?debug=1", fmt.Sprintf("%s-goroutines-%d.txt", prefix, i)); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+}
+
+// fetchDebug saves what url answers to path.
+func fetchDebug(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return os.WriteFile(path, b, 0o644)
 }

@@ -21,6 +21,9 @@ type options struct {
 	duration                                                time.Duration
 	simulate                                                bool
 	flood                                                   string
+	// profile: where the flood saves the server's CPU profile and
+	// goroutine dumps taken while it runs (empty: none).
+	profile string
 }
 
 func main() {
@@ -36,6 +39,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
 	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
+	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof) and goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) taken during the flood")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

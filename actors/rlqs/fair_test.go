@@ -1,0 +1,162 @@
+package rlqs_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/actors/rlqs"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// gatedRules records the buckets in the order the shard looks their rule
+// up (a new bucket's first report is served), and holds the nth lookup
+// until open[n] is closed (telling entered[n]), so that a test can queue
+// reports meanwhile.
+type gatedRules struct {
+	*engine.Service
+	entered, open []chan struct{}
+
+	mu    sync.Mutex
+	order []string
+}
+
+func newGatedRules(eng *engine.Service, gates int) *gatedRules {
+	g := &gatedRules{Service: eng}
+	for range gates {
+		g.entered = append(g.entered, make(chan struct{}))
+		g.open = append(g.open, make(chan struct{}))
+	}
+	return g
+}
+
+func (g *gatedRules) QuotaRule(domain string, entries []engine.Entry) (engine.QuotaRule, bool, error) {
+	g.mu.Lock()
+	n := len(g.order)
+	for _, e := range entries {
+		g.order = append(g.order, e.Value)
+	}
+	g.mu.Unlock()
+	if n < len(g.open) {
+		close(g.entered[n])
+		<-g.open[n]
+	}
+	return g.Service.QuotaRule(domain, entries)
+}
+
+func (g *gatedRules) lookups() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.order)
+}
+
+// TestFloodSmallStreamServedBeforeBacklog: a stream that reports one new
+// bucket while other streams have backlogs of large reports waiting for
+// the same shard is served next, before those backlogs (issue 43: under a
+// flood of new buckets the probe stream waited seconds behind every flood
+// stream's reports, first come, first served). The shard is held in its
+// first report's first lookup while the backlog and the small report are
+// queued, so the order is the service's choice alone.
+//
+// The inbox before (one channel) fails it: first come, first served. So
+// do fair-queuing tags, by finish (self-clocked) or by start: the big
+// streams' first reports tie, and the small one waited for each.
+func TestFloodSmallStreamServedBeforeBacklog(t *testing.T) {
+	st := stats.NewStore()
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.NewWithOptions(memory.Options{})
+	t.Cleanup(func() { _ = store.Close() })
+	eo := engine.DefaultOptions()
+	eo.Counter = engine.DirectCounter{Backend: store}
+	eo.Stats = st
+	eng, err := engine.NewService(eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetConfig(cfg)
+	rules := newGatedRules(eng, 2)
+	o := rlqs.DefaultOptions()
+	o.Shards = 1
+	svc, err := rlqs.New(o, rules, eo.Counter, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+
+	// A stream's one new bucket holds the shard (the first lookup) while
+	// big streams queue reports of a chunk each, as many as a stream may
+	// have waiting, all starting together. Then the shard takes one of
+	// them (held again, in the second lookup), and a small stream reports
+	// one new bucket twice: neither report may wait for the others' first
+	// reports (their tie: its first report moved its second's fair-queuing
+	// tag past it), let alone their backlogs.
+	const chunk, chunks, backlog, bigs = 64, 8, 4, 3
+	first := svc.Open(newSink())
+	if err := first.Report(time.Now(), "q", users(200_000, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	<-rules.entered[0]
+	streams := []*rlqs.Stream{first}
+	posted := make([]chan error, bigs)
+	more := make(chan struct{})
+	for b := range bigs {
+		big := svc.Open(newSink())
+		streams = append(streams, big)
+		posted[b] = make(chan error, chunks)
+		go func() {
+			for i := range chunks {
+				if i == backlog {
+					<-more
+				}
+				err := big.Report(time.Now(), "q", users((b*chunks+i)*chunk, chunk, 0))
+				posted[b] <- err
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for b := range bigs {
+		for range backlog {
+			if err := <-posted[b]; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(rules.open[0])
+	<-rules.entered[1]
+	small := svc.Open(newSink())
+	streams = append(streams, small)
+	for i := range 2 {
+		if err := small.Report(time.Now(), "q", users(100_000+i, 1, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(rules.open[1])
+	close(more)
+	for b := range bigs {
+		for range chunks - backlog {
+			if err := <-posted[b]; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testenv.Eventually(t, "every bucket looked up", func() bool { return len(rules.lookups()) == bigs*chunks*chunk+3 })
+	order := rules.lookups()
+	for i, want := range []int{1 + chunk, 2 + chunk} {
+		if at := slices.Index(order, fmt.Sprint("u", 100_000+i)); at != want {
+			t.Errorf("the small stream's report %d was looked up %d-th (want %d-th: after the first stream's, the report being served when it came and its own)", i, at, want)
+		}
+	}
+	for _, st := range streams {
+		st.Close()
+	}
+}

@@ -1,0 +1,163 @@
+package rlqs
+
+import (
+	"container/heap"
+	"math"
+	"sync"
+)
+
+// intake is what waits for a shard from the streams: one lane per stream,
+// served least recent work first. A lane is charged its messages' usages
+// when they are queued, and what it was charged fades by half for every
+// halfLife usages the shard takes from any lane; the lane charged least
+// is served next (its messages in order). A stream that reports one
+// bucket now and then is served next, however many reports a flood of
+// streams queued before it; a stream that stops asking fades back in.
+//
+// A single channel served its blocked senders first come, first served:
+// the probe's one usage waited behind every flood stream's thousand.
+// Fair-queuing tags were not enough either: a flood's lanes started
+// together share a tag, and a probe whose own ack had moved its tag past
+// theirs waited for one report of each (seconds on a busy machine).
+//
+// Back-pressure stays: a stream has at most laneSize messages waiting for
+// a shard, and its owner waits for room (its Envoy's HTTP/2 window fills
+// in turn). A stream's own messages (reports, an ack, its close) keep
+// their order: they share its lane.
+type intake struct {
+	mu    sync.Mutex
+	lanes map[*Stream]*lane
+	// ready are the lanes with messages, the least charged first.
+	ready laneHeap
+	// Charges are kept in the scale of the last rebase: a charge made
+	// after work usages were taken counts 2^(work/halfLife) of one made
+	// then, which fades every older one alike and keeps ready's order.
+	work  float64
+	scale float64
+	// wake tells the shard's goroutine that a lane got a message.
+	wake chan struct{}
+}
+
+const (
+	// laneSize bounds the messages of one stream waiting for a shard.
+	laneSize = 4
+	// halfLife is how many usages taken halve what lanes were charged.
+	halfLife = 1 << 16
+	// rebaseAt is how much work (in half-lives) is taken before charges
+	// are rescaled, far from float64's range.
+	rebaseAt = 256
+)
+
+// lane is one stream's messages waiting for a shard.
+type lane struct {
+	st *Stream
+	q  []msg
+	// charged is what its messages cost, faded (in the intake's scale).
+	charged float64
+	idx     int // in ready; -1 while the lane is empty
+	// space tells a stream's owner waiting for room that a message was
+	// taken.
+	space chan struct{}
+}
+
+func newIntake() *intake {
+	return &intake{lanes: make(map[*Stream]*lane), scale: 1, wake: make(chan struct{}, 1)}
+}
+
+// cost is what a message is charged: its usages. An ack or a close costs
+// nothing: a stream's transport sends one per flush at most, and charging
+// them made a probe Envoy (one bucket a report, an ack after each answer)
+// ask more than its share of a shard a thousand flood streams share.
+func cost(m *msg) uint64 {
+	return uint64(len(m.usages))
+}
+
+// put queues m in its stream's lane; when the lane is full, it returns
+// false and a channel that tells when to try again.
+func (in *intake) put(m msg) (bool, <-chan struct{}) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	l := in.lanes[m.st]
+	if l == nil {
+		l = &lane{st: m.st, idx: -1, space: make(chan struct{}, 1)}
+		in.lanes[m.st] = l
+	}
+	if len(l.q) >= laneSize {
+		return false, l.space
+	}
+	l.charged += float64(cost(&m)) * in.scale
+	l.q = append(l.q, m)
+	if l.idx < 0 {
+		heap.Push(&in.ready, l)
+	} else {
+		heap.Fix(&in.ready, l.idx)
+	}
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+	return true, nil
+}
+
+// take removes the next message of the least charged lane; false if none
+// waits.
+func (in *intake) take() (msg, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.ready) == 0 {
+		return msg{}, false
+	}
+	l := in.ready[0]
+	m := l.q[0]
+	n := copy(l.q, l.q[1:])
+	l.q[n] = msg{}
+	l.q = l.q[:n]
+	if n == 0 {
+		heap.Pop(&in.ready)
+		if m.kind == msgClose {
+			delete(in.lanes, l.st) // its last message here
+		}
+	}
+	in.fade(cost(&m))
+	select {
+	case l.space <- struct{}{}:
+	default:
+	}
+	return m, true
+}
+
+// fade counts n usages taken: later charges weigh more, so earlier ones
+// fade. Every lane is rescaled alike now and then (ready's order holds).
+func (in *intake) fade(n uint64) {
+	in.work += float64(n)
+	if in.work >= rebaseAt*halfLife {
+		for _, l := range in.lanes {
+			l.charged /= in.scale
+		}
+		in.work = 0
+	}
+	in.scale = math.Exp2(in.work / halfLife)
+}
+
+// laneHeap orders lanes by what they were charged.
+type laneHeap []*lane
+
+func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Less(i, j int) bool { return h[i].charged < h[j].charged }
+func (h laneHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *laneHeap) Push(x any) {
+	l := x.(*lane)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.idx = -1
+	return l
+}
