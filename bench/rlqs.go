@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,7 +97,7 @@ func benchQuotaOn(ctx context.Context, f flags, work, root, server string, fl qu
 		secs := int(fl.interval.Seconds()) * (1 + fl.warm + fl.intervals)
 		out := f.rlqsProfile + "-" + server + ".pprof"
 		prof.Go(func() {
-			if err := fetchProfile(ctx, p.debug, secs, out); err != nil {
+			if err := testenv.SaveURL(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debug, secs), out); err != nil {
 				log.Printf("rlqs: profile: %v", err)
 			}
 		})
@@ -364,27 +362,4 @@ func renderQuota(rs []quotaResult) string {
 		"RSS per reporter is (end − idle) ÷ (Envoys × buckets). Driver CPU is this program's own, building, sending and reading the messages.\n\n",
 		fl.envoys, fl.buckets, fl.interval, fl.warm, fl.intervals)
 	return b.String()
-}
-
-// fetchProfile saves the CPU profile of secs seconds from the debug
-// address debug to path.
-func fetchProfile(ctx context.Context, debug string, secs int, path string) error {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debug, secs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("%s: %w", url, err)
-	}
-	return os.WriteFile(path, b, 0o644)
 }

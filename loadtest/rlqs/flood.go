@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -153,7 +151,7 @@ func profileFlood(ctx context.Context, o options, debug string) error {
 	prefix := o.profile + "-" + o.server
 	cpu := make(chan error, 1)
 	go func() {
-		cpu <- fetchDebug(context.WithoutCancel(ctx), "http://"+debug+"/debug/pprof/profile?seconds=5", prefix+".pprof")
+		cpu <- testenv.SaveURL(context.WithoutCancel(ctx), "http://"+debug+"/debug/pprof/profile?seconds=5", prefix+".pprof")
 	}()
 	for i := 1; ; i++ {
 		select {
@@ -161,29 +159,8 @@ func profileFlood(ctx context.Context, o options, debug string) error {
 			return <-cpu
 		case <-time.After(time.Second):
 		}
-		if err := fetchDebug(ctx, "http://"+debug+"/debug/pprof/goroutine?debug=1", fmt.Sprintf("%s-goroutines-%d.txt", prefix, i)); err != nil && ctx.Err() == nil {
+		if err := testenv.SaveURL(ctx, "http://"+debug+"/debug/pprof/goroutine?debug=1", fmt.Sprintf("%s-goroutines-%d.txt", prefix, i)); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}
-}
-
-// fetchDebug saves what url answers to path.
-func fetchDebug(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("%s: %w", url, err)
-	}
-	return os.WriteFile(path, b, 0o644)
 }
