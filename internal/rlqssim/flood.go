@@ -55,11 +55,13 @@ func Flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n
 }
 
 // Probe subscribes a new bucket of domain q every 250 ms on one stream and returns how
-// long each took to be answered, until ctx ends.
-func Probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) ([]time.Duration, error) {
+// long each took to be answered, until ctx ends, and how long the probe still
+// unanswered then had waited (0: none was): a server that stalls shows there,
+// not in the answered ones.
+func Probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) (answered []time.Duration, waiting time.Duration, err error) {
 	stream, err := client.StreamRateLimitQuotas(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	answers := make(chan string, 64)
 	recvErr := make(chan error, 1)
@@ -84,7 +86,10 @@ func Probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) ([]ti
 		sent := time.Now()
 		if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "q",
 			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{subscribe(map[string]string{"user": name})}}); err != nil {
-			return lat, err
+			if ctx.Err() != nil {
+				return lat, 0, nil
+			}
+			return lat, 0, err
 		}
 	wait:
 		for {
@@ -96,14 +101,14 @@ func Probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) ([]ti
 				}
 			case err := <-recvErr:
 				if ctx.Err() != nil {
-					return lat, nil
+					return lat, time.Since(sent), nil
 				}
-				return lat, err
+				return lat, time.Since(sent), err
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return lat, nil
+			return lat, 0, nil
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

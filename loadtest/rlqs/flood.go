@@ -48,11 +48,12 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	defer stopProbe()
 	var bg sync.WaitGroup
 	var lat []time.Duration
+	var waiting time.Duration // the probe unanswered when the probing stopped
 	var probeErr, rlsErr error
 	rlsCalls := 0
 	for _, run := range []func(*grpc.ClientConn){
 		func(c *grpc.ClientConn) {
-			lat, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c))
+			lat, waiting, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c))
 		},
 		func(c *grpc.ClientConn) {
 			rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(c))
@@ -91,6 +92,12 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	}
 	if rlsErr != nil {
 		broken = append(broken, fmt.Sprintf("RLS decisions: %v", rlsErr))
+	}
+	if waiting > 0 {
+		// Its wait so far is a lower bound of its latency: counted, so
+		// that a stalled server's max is not read low.
+		lat = append(lat, waiting)
+		fmt.Printf("flood %s: a probe was still unanswered after %v when probing stopped (counted with that wait)\n", o.server, waiting.Round(time.Millisecond))
 	}
 	if len(lat) == 0 {
 		return append(broken, "no probe answered"), nil
