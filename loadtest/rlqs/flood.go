@@ -93,12 +93,7 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	if rlsErr != nil {
 		broken = append(broken, fmt.Sprintf("RLS decisions: %v", rlsErr))
 	}
-	if waiting > 0 {
-		// Its wait so far is a lower bound of its latency: counted, so
-		// that a stalled server's max is not read low.
-		lat = append(lat, waiting)
-		fmt.Printf("flood %s: a probe was still unanswered after %v when probing stopped (counted with that wait)\n", o.server, waiting.Round(time.Millisecond))
-	}
+	lat = withWaiting(lat, waiting, o.server)
 	if len(lat) == 0 {
 		return append(broken, "no probe answered"), nil
 	}
@@ -107,6 +102,17 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		o.server, streams, buckets, floodTook.Round(time.Millisecond), len(lat), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
 		lat[len(lat)-1], rlsCalls, boolInt(rlsErr != nil), rssBefore>>20, peak>>20)
 	return broken, nil
+}
+
+// withWaiting counts the probe unanswered when probing stopped with its
+// wait so far, a lower bound of its latency, so that a stalled server's
+// max is not read low.
+func withWaiting(lat []time.Duration, waiting time.Duration, server string) []time.Duration {
+	if waiting <= 0 {
+		return lat
+	}
+	fmt.Printf("flood %s: a probe was still unanswered after %v when probing stopped (counted with that wait)\n", server, waiting.Round(time.Millisecond))
+	return append(lat, waiting)
 }
 
 func boolInt(b bool) int {
