@@ -4,7 +4,7 @@ import "time"
 
 // ClaimPost is one replica's entry under one key of a claims board: the
 // quota service's replicas each publish what their Envoys claim of a
-// bucket and read the others' (actors/rlqs.Board). The store backends
+// bucket and read the others' (quota.Board). The store backends
 // keep the board beside the counters, so that every replica sharing the
 // counters shares it too.
 type ClaimPost struct {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memcache"
@@ -16,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -224,7 +224,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	if s.Limiter.Quota.MaxReporters == 0 {
 		// The quota service's buckets may take a quarter of the memory
 		// cap; the counters have the rest, and both are charged to it.
-		s.Limiter.Quota.MaxReporters = min(rlqs.MaxReportersIn(s.Backend.Memory.MaxBytes/4), 1_000_000)
+		s.Limiter.Quota.MaxReporters = min(quota.MaxReportersIn(s.Backend.Memory.MaxBytes/4), 1_000_000)
 	}
 	s.Backend.Redis = redisFromEnv(e, "REDIS_", nil)
 	s.Backend.PerSecond = e.Bool("REDIS_PERSECOND", false)
@@ -473,8 +473,8 @@ func tracingFromEnv(e *Env) tracing.Settings {
 }
 
 // quotaFromEnv reads the Rate Limit Quota Service's knobs (SLUICE_RLQS_*).
-func quotaFromEnv(e *Env) rlqs.Options {
-	o := rlqs.DefaultOptions()
+func quotaFromEnv(e *Env) quota.Options {
+	o := quota.DefaultOptions()
 	a := &o.Alloc
 	a.Floor = float64(e.Float32("SLUICE_RLQS_FLOOR", float32(a.Floor)))
 	a.Spare = float64(e.Float32("SLUICE_RLQS_SPARE", float32(a.Spare)))
@@ -500,7 +500,7 @@ func quotaFromEnv(e *Env) rlqs.Options {
 	o.MaxBuckets = e.Int("SLUICE_RLQS_MAX_BUCKETS", o.MaxBuckets)
 	o.MaxReporters = e.Int("SLUICE_RLQS_MAX_REPORTERS", 0) // 0: from the memory cap
 	if v := e.String("SLUICE_RLQS_REFUSED", o.Refused.String()); v != "" {
-		r, err := rlqs.ParseRefusal(strings.ToLower(v))
+		r, err := quota.ParseRefusal(strings.ToLower(v))
 		if err != nil {
 			e.fail(fmt.Errorf("SLUICE_RLQS_REFUSED: %w", err))
 		}

@@ -11,11 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -222,7 +222,7 @@ type LimiterSettings struct {
 	// (SLUICE_COUNTING=lease, or counting: lease on a rule): SLUICE_LEASE_*.
 	Lease lease.Options
 	// Quota serves the Rate Limit Quota Service (SLUICE_RLQS_*).
-	Quota rlqs.Options
+	Quota quota.Options
 }
 
 // validate checks what the engine's own Validate does not.

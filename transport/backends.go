@@ -11,13 +11,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memcache"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/redis"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/metrics"
 )
@@ -37,7 +37,7 @@ type backends struct {
 	conns int
 	// board is where the quota service's replicas share their claims (nil:
 	// none).
-	board rlqs.Board
+	board quota.Board
 	// budget is SLUICE_MEMORY_MAX_BYTES: the memory backend's counters
 	// and the quota service's buckets are charged to it.
 	budget *memory.Budget

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
@@ -30,7 +30,7 @@ import (
 // hands reports to the quota service and writes the actions it pushes.
 type quotaServer struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	svc *rlqs.Service
+	svc *quota.Service
 	log *slog.Logger
 
 	// drain ends every stream (UNAVAILABLE), so that the Envoys reconnect
@@ -41,10 +41,10 @@ type quotaServer struct {
 	maxMsg int
 }
 
-func newQuotaServer(o rlqs.Options, svc *engine.Service, counter engine.Counter, back *backends, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
+func newQuotaServer(o quota.Options, svc *engine.Service, counter engine.Counter, back *backends, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
 	o.Log = log
 	o.Budget = back.budget // the quota service's buckets count in the memory cap
-	q, err := rlqs.New(o, svc, counter, back.board, st)
+	q, err := quota.New(o, svc, counter, back.board, st)
 	if err != nil {
 		return nil, err
 	}
@@ -191,17 +191,17 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQ
 }
 
 // report hands one message to the quota service.
-func (q *quotaServer) report(st *rlqs.Stream, m *rlqsv3.RateLimitQuotaUsageReports) error {
-	usages := make([]rlqs.Usage, len(m.GetBucketQuotaUsages()))
+func (q *quotaServer) report(st *quota.Stream, m *rlqsv3.RateLimitQuotaUsageReports) error {
+	usages := make([]quota.Usage, len(m.GetBucketQuotaUsages()))
 	for i, u := range m.GetBucketQuotaUsages() {
-		usages[i] = rlqs.Usage{Bucket: u.GetBucketId().GetBucket(), Elapsed: u.GetTimeElapsed().AsDuration(),
+		usages[i] = quota.Usage{Bucket: u.GetBucketId().GetBucket(), Elapsed: u.GetTimeElapsed().AsDuration(),
 			Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied()}
 	}
 	err := st.Report(time.Now(), m.GetDomain(), usages)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, rlqs.ErrClosed):
+	case errors.Is(err, quota.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.InvalidArgument, err.Error())
@@ -214,7 +214,7 @@ func (q *quotaServer) report(st *rlqs.Stream, m *rlqsv3.RateLimitQuotaUsageRepor
 type outbox struct {
 	max   int
 	mu    sync.Mutex
-	queue []rlqs.Action
+	queue []quota.Action
 	at    map[string]int
 	ready chan struct{}
 }
@@ -224,7 +224,7 @@ func newOutbox(max int) *outbox {
 }
 
 // Push queues actions; it never blocks.
-func (o *outbox) Push(acts []rlqs.Action) {
+func (o *outbox) Push(acts []quota.Action) {
 	o.mu.Lock()
 	for _, a := range acts {
 		if i, ok := o.at[a.Key]; ok {
@@ -281,7 +281,7 @@ func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) (replace
 	return replaced, nil
 }
 
-func bucketAction(a rlqs.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func bucketAction(a quota.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket}}
 	if a.Abandon {
 		ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{

@@ -86,7 +86,7 @@ func hubRun(envoys int, demand float64) []alloc.Input {
 	return snaps
 }
 
-// serviceOptions are the quota service's defaults (actors/rlqs), which
+// serviceOptions are the quota service's defaults (quota), which
 // alloc's own (a second of burst per bucket) are not.
 func serviceOptions() alloc.Options {
 	o := alloc.DefaultOptions()

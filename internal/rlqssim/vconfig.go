@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // Arrivals is how an Envoy's requests are spread in time.
@@ -46,7 +46,7 @@ type RLSLoad struct {
 }
 
 // VConfig is a fleet run in simulated time against sluice's quota service
-// itself (rlqs.Service without goroutines, on the memory backend with the
+// itself (quota.Service without goroutines, on the memory backend with the
 // simulated clock), so that a run of a minute takes well under a second
 // and its outcome does not depend on how busy the machine is.
 type VConfig struct {
@@ -56,7 +56,7 @@ type VConfig struct {
 	// Replicas share one store (and, unless NoBoard, their claims).
 	Replicas int
 	NoBoard  bool
-	Quota    rlqs.Options
+	Quota    quota.Options
 	Envoys   []EnvoySpec
 	Demand   Demand
 	Arrivals Arrivals
@@ -120,7 +120,7 @@ func (c *VConfig) validate() error {
 		c.Step = time.Millisecond
 	}
 	if c.Quota.Alloc.ReportPeriod == 0 {
-		c.Quota = rlqs.DefaultOptions()
+		c.Quota = quota.DefaultOptions()
 	}
 	for _, f := range c.Faults {
 		if f.Kind == StopReplica && (f.Replica < 0 || f.Replica >= c.Replicas) {

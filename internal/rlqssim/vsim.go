@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // vclock is the simulated time.
@@ -22,7 +22,7 @@ func (c *vclock) Now() time.Time { return c.now }
 
 type vreplica struct {
 	eng  *engine.Service
-	svc  *rlqs.Service
+	svc  *quota.Service
 	st   *stats.Store
 	down bool
 }
@@ -30,7 +30,7 @@ type vreplica struct {
 type vstream struct {
 	id      int
 	replica int
-	st      *rlqs.Stream
+	st      *quota.Stream
 	opened  time.Time
 	filter  *vfilter
 	ended   bool // the Envoy knows it ended
@@ -217,11 +217,11 @@ func (s *vsim) newReplica(i int) (*vreplica, error) {
 			}
 		}
 	}
-	var board rlqs.Board
+	var board quota.Board
 	if s.board != nil {
 		board = s.board
 	}
-	svc, err := rlqs.NewManual(o, eng, eo.Counter, board, st)
+	svc, err := quota.NewManual(o, eng, eo.Counter, board, st)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +381,7 @@ type vsink struct {
 	vs *vstream
 }
 
-func (k *vsink) Push(acts []rlqs.Action) {
+func (k *vsink) Push(acts []quota.Action) {
 	s := k.s
 	out := make([]Action, len(acts))
 	replace := false
@@ -436,9 +436,9 @@ func (s *vsim) deliver(ev event) {
 		if vs.closing || s.replicas[vs.replica].down {
 			return
 		}
-		us := make([]rlqs.Usage, len(ev.usages))
+		us := make([]quota.Usage, len(ev.usages))
 		for i, u := range ev.usages {
-			us[i] = rlqs.Usage{Bucket: s.cfg.Buckets[u.Bucket], Elapsed: u.Elapsed, Allowed: u.Allowed, Denied: u.Denied}
+			us[i] = quota.Usage{Bucket: s.cfg.Buckets[u.Bucket], Elapsed: u.Elapsed, Allowed: u.Allowed, Denied: u.Denied}
 		}
 		for _, u := range ev.usages {
 			s.trace("stream %d (envoy %d) reports bucket %d: %d allowed %d denied over %v", vs.id, vs.filter.envoy, u.Bucket, u.Allowed, u.Denied, u.Elapsed)

@@ -11,7 +11,7 @@ import (
 )
 
 // Board is what the quota service's replicas exchange their claims
-// through (actors/rlqs.Board), as each backend implements it.
+// through (quota.Board), as each backend implements it.
 type Board interface {
 	Exchange(ctx context.Context, replica string, posts []engine.ClaimPost) ([][]engine.ClaimEntry, error)
 }

@@ -1,4 +1,4 @@
-package rlqs_test
+package quota_test
 
 import (
 	"fmt"
@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // gatedRules records the buckets in the order the shard looks their rule
@@ -83,9 +83,9 @@ func TestFloodSmallStreamServedBeforeBacklog(t *testing.T) {
 	}
 	eng.SetConfig(cfg)
 	rules := newGatedRules(eng, 2)
-	o := rlqs.DefaultOptions()
+	o := quota.DefaultOptions()
 	o.Shards = 1
-	svc, err := rlqs.New(o, rules, eo.Counter, nil, st)
+	svc, err := quota.New(o, rules, eo.Counter, nil, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestFloodSmallStreamServedBeforeBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-rules.entered[0]
-	streams := []*rlqs.Stream{first}
+	streams := []*quota.Stream{first}
 	posted := make([]chan error, bigs)
 	more := make(chan struct{})
 	for b := range bigs {

@@ -1,4 +1,4 @@
-package rlqs_test
+package quota_test
 
 import (
 	"github.com/sluicehq/sluice/engine/alloc"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/actors/rlqs"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // BenchmarkReporterMemory measures the heap one tracked bucket of one
@@ -18,7 +18,7 @@ func BenchmarkReporterMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		f := newFixture(b, rlqs.DefaultOptions(), rules1000, true)
+		f := newFixture(b, quota.DefaultOptions(), rules1000, true)
 		now := f.clock.Now()
 		for i := range n / 100 {
 			st := f.svc.Open(discard{})
@@ -37,18 +37,18 @@ func BenchmarkReporterMemory(b *testing.B) {
 
 type discard struct{}
 
-func (discard) Push([]rlqs.Action) {}
+func (discard) Push([]quota.Action) {}
 
 // BenchmarkFleetReports is make bench's RLQS fleet in process on a manual
 // clock: 50 Envoys reporting the same 1,000 buckets every 5 s, spread over
 // the period, demands uneven; ns/op is per bucket report.
 func BenchmarkFleetReports(b *testing.B) {
 	const envoys, buckets = 50, 1000
-	o := rlqs.DefaultOptions()
+	o := quota.DefaultOptions()
 	plans, changes := 0, 0
 	o.Observe = func(_ string, _ *alloc.Input, out *alloc.Output) { plans++; changes += len(out.Changes) }
 	f := newFixture(b, o, rules1000, true)
-	streams := make([]*rlqs.Stream, envoys)
+	streams := make([]*quota.Stream, envoys)
 	for i := range streams {
 		streams[i] = f.svc.Open(discard{})
 	}

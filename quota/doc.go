@@ -1,4 +1,4 @@
-// Package rlqs serves the Rate Limit Quota Service (Envoy's
+// Package quota serves the Rate Limit Quota Service (Envoy's
 // rate_limit_quota filter) on one sluice replica: it divides each rule's
 // limit among the Envoys that report the rule's buckets, and pays for
 // every share on the rule's shared counters before it is sent, so RLS
@@ -47,4 +47,4 @@
 // lapses to ALLOW_ALL. A closed stream's segments stay counted, as ghosts,
 // until they end; Drain gives back what a stopping replica holds beyond
 // what its Envoys may spend until they reach another replica.
-package rlqs
+package quota

@@ -1,4 +1,4 @@
-package rlqs
+package quota
 
 import (
 	"container/heap"

@@ -1,4 +1,4 @@
-package rlqs_test
+package quota_test
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sluicehq/sluice/actors/rlqs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/quota"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,13 +37,13 @@ func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 // sink keeps what a stream was sent.
 type sink struct {
 	mu   sync.Mutex
-	acts []rlqs.Action
+	acts []quota.Action
 	ch   chan struct{}
 }
 
 func newSink() *sink { return &sink{ch: make(chan struct{}, 1)} }
 
-func (k *sink) Push(a []rlqs.Action) {
+func (k *sink) Push(a []quota.Action) {
 	k.mu.Lock()
 	k.acts = append(k.acts, a...)
 	k.mu.Unlock()
@@ -53,22 +53,22 @@ func (k *sink) Push(a []rlqs.Action) {
 	}
 }
 
-func (k *sink) all() []rlqs.Action {
+func (k *sink) all() []quota.Action {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return append([]rlqs.Action(nil), k.acts...)
+	return append([]quota.Action(nil), k.acts...)
 }
 
 // fixture is a quota service on the memory backend with rules.
 type fixture struct {
-	svc   *rlqs.Service
+	svc   *quota.Service
 	st    *stats.Store
 	clock *clock
 	// counters is what the memory backend's counters take.
 	counters *memory.Budget
 }
 
-func newFixture(t testing.TB, o rlqs.Options, rules string, manual bool) *fixture {
+func newFixture(t testing.TB, o quota.Options, rules string, manual bool) *fixture {
 	t.Helper()
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st})
@@ -91,11 +91,11 @@ func newFixture(t testing.TB, o rlqs.Options, rules string, manual bool) *fixtur
 	if manual {
 		o.Clock = ck.Now
 	}
-	var svc *rlqs.Service
+	var svc *quota.Service
 	if manual {
-		svc, err = rlqs.NewManual(o, eng, eo.Counter, nil, st)
+		svc, err = quota.NewManual(o, eng, eo.Counter, nil, st)
 	} else {
-		svc, err = rlqs.New(o, eng, eo.Counter, nil, st)
+		svc, err = quota.New(o, eng, eo.Counter, nil, st)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +106,10 @@ func newFixture(t testing.TB, o rlqs.Options, rules string, manual bool) *fixtur
 
 // users are n buckets' usages, from user u<from>, each with 10 requests
 // allowed when elapsed is not zero (a periodic report).
-func users(from, n int, elapsed time.Duration) []rlqs.Usage {
-	u := make([]rlqs.Usage, n)
+func users(from, n int, elapsed time.Duration) []quota.Usage {
+	u := make([]quota.Usage, n)
 	for i := range u {
-		u[i] = rlqs.Usage{Bucket: map[string]string{"user": fmt.Sprint("u", from+i)}, Elapsed: elapsed}
+		u[i] = quota.Usage{Bucket: map[string]string{"user": fmt.Sprint("u", from+i)}, Elapsed: elapsed}
 		if elapsed > 0 {
 			u[i].Allowed = 10
 		}
@@ -118,7 +118,7 @@ func users(from, n int, elapsed time.Duration) []rlqs.Usage {
 }
 
 // idle are users' usages with no requests.
-func idle(from, n int, elapsed time.Duration) []rlqs.Usage {
+func idle(from, n int, elapsed time.Duration) []quota.Usage {
 	u := users(from, n, elapsed)
 	for i := range u {
 		u[i].Allowed = 0
@@ -127,7 +127,7 @@ func idle(from, n int, elapsed time.Duration) []rlqs.Usage {
 }
 
 func TestAssignsATokenBucketEnvoyKeepsPastItsReportTimer(t *testing.T) {
-	f := newFixture(t, rlqs.DefaultOptions(), rules1000, true)
+	f := newFixture(t, quota.DefaultOptions(), rules1000, true)
 	k := newSink()
 	st := f.svc.Open(k)
 	if err := st.Report(f.clock.Now(), "q", users(0, 1, 0)); err != nil {
@@ -149,19 +149,19 @@ func TestAssignsATokenBucketEnvoyKeepsPastItsReportTimer(t *testing.T) {
 }
 
 func TestBadReportsNameWhatIsWrong(t *testing.T) {
-	f := newFixture(t, rlqs.DefaultOptions(), rules1000, true)
+	f := newFixture(t, quota.DefaultOptions(), rules1000, true)
 	st := f.svc.Open(newSink())
 	now := f.clock.Now()
 	for _, tc := range []struct {
 		name   string
 		domain string
-		usages []rlqs.Usage
+		usages []quota.Usage
 		want   string
 	}{
 		{"no domain", "", users(0, 1, 0), "must name its domain"},
-		{"empty bucket id", "q", []rlqs.Usage{{}}, "bucket_id has no entries"},
-		{"empty value", "q", []rlqs.Usage{{Bucket: map[string]string{"user": ""}}}, "empty key or value"},
-		{"negative elapsed", "q", []rlqs.Usage{{Bucket: map[string]string{"user": "a"}, Elapsed: -time.Second}}, "negative time_elapsed"},
+		{"empty bucket id", "q", []quota.Usage{{}}, "bucket_id has no entries"},
+		{"empty value", "q", []quota.Usage{{Bucket: map[string]string{"user": ""}}}, "empty key or value"},
+		{"negative elapsed", "q", []quota.Usage{{Bucket: map[string]string{"user": "a"}, Elapsed: -time.Second}}, "negative time_elapsed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := st.Report(now, tc.domain, tc.usages)
@@ -187,21 +187,21 @@ func TestBadReportsNameWhatIsWrong(t *testing.T) {
 func TestBucketsBeyondTheCapsAreAnsweredOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		o    func(*rlqs.Options)
+		o    func(*quota.Options)
 		// streams × buckets each
 		streams, buckets int
 		tracked          int
 	}{
-		{"per stream", func(o *rlqs.Options) { o.MaxBuckets = 3 }, 1, 5, 3},
-		{"whole service", func(o *rlqs.Options) { o.MaxReporters = 4 }, 2, 3, 4},
-		{"memory cap", func(o *rlqs.Options) { o.Budget = memory.NewBudget(4 * rlqs.ReporterBytes) }, 2, 3, 4},
+		{"per stream", func(o *quota.Options) { o.MaxBuckets = 3 }, 1, 5, 3},
+		{"whole service", func(o *quota.Options) { o.MaxReporters = 4 }, 2, 3, 4},
+		{"memory cap", func(o *quota.Options) { o.Budget = memory.NewBudget(4 * quota.ReporterBytes) }, 2, 3, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := rlqs.DefaultOptions()
+			o := quota.DefaultOptions()
 			tc.o(&o)
 			f := newFixture(t, o, rules1000, true)
 			sinks := make([]*sink, tc.streams)
-			streams := make([]*rlqs.Stream, tc.streams)
+			streams := make([]*quota.Stream, tc.streams)
 			for i := range streams {
 				sinks[i] = newSink()
 				streams[i] = f.svc.Open(sinks[i])
@@ -254,11 +254,11 @@ func TestBucketsBeyondTheCapsAreAnsweredOnce(t *testing.T) {
 // service forgets every bucket once what their Envoys were sent has
 // expired (they stay counted until then: an Envoy enforces what it has).
 func TestClosedStreamsLeaveNothingBehind(t *testing.T) {
-	o := rlqs.DefaultOptions()
+	o := quota.DefaultOptions()
 	o.Budget = memory.NewBudget(1 << 30)
 	f := newFixture(t, o, rules1000, true)
 	start := f.clock.Now()
-	var streams []*rlqs.Stream
+	var streams []*quota.Stream
 	var sinks []*sink
 	for i := range 20 {
 		k := newSink()
@@ -301,14 +301,14 @@ func TestClosedStreamsLeaveNothingBehind(t *testing.T) {
 // TestIdleBucketIsAbandoned: a bucket with no requests for IdleAfter is
 // sent abandon_action once, and forgotten.
 func TestIdleBucketIsAbandoned(t *testing.T) {
-	f := newFixture(t, rlqs.DefaultOptions(), rules1000, true)
+	f := newFixture(t, quota.DefaultOptions(), rules1000, true)
 	k := newSink()
 	st := f.svc.Open(k)
 	start := f.clock.Now()
 	if err := st.Report(start, "q", users(0, 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	idleAfter := rlqs.DefaultOptions().IdleAfter
+	idleAfter := quota.DefaultOptions().IdleAfter
 	for now := start.Add(5 * time.Second); now.Before(start.Add(idleAfter + 20*time.Second)); now = now.Add(5 * time.Second) {
 		f.clock.Set(now)
 		f.svc.Advance(now)
@@ -332,7 +332,7 @@ func TestIdleBucketIsAbandoned(t *testing.T) {
 // goroutines answers, and Close leaves none behind (goleak), also with
 // reports racing the close.
 func TestRunningServiceStopsEveryGoroutine(t *testing.T) {
-	o := rlqs.DefaultOptions()
+	o := quota.DefaultOptions()
 	o.Shards = 4
 	f := newFixture(t, o, rules1000, false)
 	k := newSink()
@@ -365,7 +365,7 @@ func TestRunningServiceStopsEveryGoroutine(t *testing.T) {
 	}
 	f.svc.Close()
 	wg.Wait()
-	if err := st.Report(time.Now(), "q", users(0, 1, time.Second)); err != rlqs.ErrClosed {
+	if err := st.Report(time.Now(), "q", users(0, 1, time.Second)); err != quota.ErrClosed {
 		t.Errorf("a report after Close: got %v, want ErrClosed", err)
 	}
 }
