@@ -52,7 +52,9 @@ type quotaResult struct {
 	heapInuse             uint64  // the server's, at the end
 	errs                  int64
 	firstErr              string
-	waits                 []time.Duration // sorted: report → first response after it
+	waits                 []time.Duration // sorted: subscription → every bucket answered
+	reportWaits           []time.Duration // sorted: measured report → next response on its stream
+	reportsSent           int             // measured reports (messages), answered or not
 }
 
 // benchQuota runs sluice (memory backend) with each of its gRPC servers in
@@ -125,6 +127,10 @@ type quotaEnvoy struct {
 	got   []bool
 	ngot  int
 	waits []time.Duration
+	// sentReport is when the last measured report went (unix ns, 0 once
+	// a response came after it); reportWaits the delays to that response.
+	sentReport  int64
+	reportWaits []time.Duration
 }
 
 // fill rewrites the message's counts for one interval: the demand, and
@@ -158,6 +164,10 @@ func (e *quotaEnvoy) receive(actions, responses *atomic.Int64) {
 		actions.Add(int64(len(resp.GetBucketAction())))
 		now := time.Now().UnixNano()
 		e.mu.Lock()
+		if e.sentReport > 0 {
+			e.reportWaits = append(e.reportWaits, time.Duration(now-e.sentReport))
+			e.sentReport = 0
+		}
 		for _, a := range resp.GetBucketAction() {
 			k, ok := e.index[a.GetBucketId().GetBucket()["user"]]
 			if !ok {
@@ -281,12 +291,18 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 				return res, err
 			}
 			e.fill(iv == 0, fl.interval)
-			if iv == 0 {
-				e.mu.Lock()
+			e.mu.Lock()
+			switch {
+			case iv == 0:
 				e.sent = time.Now().UnixNano()
 				e.got = make([]bool, fl.buckets)
-				e.mu.Unlock()
+			case iv >= fl.warm:
+				// A report not answered before this one is left out:
+				// nothing in it needed an answer.
+				e.sentReport = time.Now().UnixNano()
+				res.reportsSent++
 			}
+			e.mu.Unlock()
 			if err := e.stream.Send(e.msg); err != nil {
 				if res.errs++; res.firstErr == "" {
 					res.firstErr = err.Error()
@@ -306,16 +322,17 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 	if ms, err := memStats(p.debug); err == nil {
 		res.heapInuse = ms.HeapInuse
 	}
-	res.waits = answerWaits(envoys)
+	res.waits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.waits })
+	res.reportWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.reportWaits })
 	return res, nil
 }
 
-// answerWaits are the fleet's delays from a report to its answer, sorted.
-func answerWaits(envoys []*quotaEnvoy) []time.Duration {
+// answerWaits are the fleet's delays of one kind (which), sorted.
+func answerWaits(envoys []*quotaEnvoy, which func(*quotaEnvoy) []time.Duration) []time.Duration {
 	var all []time.Duration
 	for _, e := range envoys {
 		e.mu.Lock()
-		all = append(all, e.waits...)
+		all = append(all, which(e)...)
 		e.mu.Unlock()
 	}
 	slices.Sort(all)
@@ -339,13 +356,14 @@ func renderQuota(rs []quotaResult) string {
 	entries := float64(fl.envoys * fl.buckets)
 	mb := func(n int64) string { return fmt.Sprintf("%.0f MB", float64(n)/(1<<20)) }
 	b.WriteString("### Quota service (RLQS): many Envoys, many buckets\n\n")
-	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | subscription → every bucket answered p50 / p99 | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | subscription → every bucket answered p50 / p99 | report → answer p50 / p99 (reports answered) | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		k := float64(max(r.reports, 1)) / 1000
-		fmt.Fprintf(&b, "| %s | %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s / %s (%d of %d) | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
 			r.server, fl.envoys, fl.buckets, fl.interval, fmtDur(r.elapsed), r.reports, r.serverCPU*1000/k, r.serverCPU/r.elapsed.Seconds(),
-			float64(r.actions)/k, fmtDur(testenv.Percentile(r.waits, 0.5)), fmtDur(testenv.Percentile(r.waits, 0.99)), mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
+			float64(r.actions)/k, fmtDur(testenv.Percentile(r.waits, 0.5)), fmtDur(testenv.Percentile(r.waits, 0.99)),
+			fmtDur(testenv.Percentile(r.reportWaits, 0.5)), fmtDur(testenv.Percentile(r.reportWaits, 0.99)), len(r.reportWaits), r.reportsSent, mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
 			mb(int64(r.heapInuse)), r.driverCPU*1000/k, r.errs)
 	}
 	for _, r := range rs {
@@ -359,6 +377,7 @@ func renderQuota(rs []quotaResult) string {
 		"The first interval subscribes every bucket; %d warm intervals, then %d measured. "+
 		"Server CPU (from /proc) covers the measured intervals: reading the reports, the shards that divide each rule and reserve on the store, and writing the actions. "+
 		"Subscription → every bucket answered is the delay from an Envoy's first report (every bucket new) to the response that answered its last bucket (one per Envoy, all Envoys subscribing within one interval); later reports are answered only when an assignment changes or is renewed. "+
+		"Report → answer is the delay from a measured report to the next response on its stream, counted for the reports answered before their stream's next report (a response sent for another reason, a renewal, also counts: a lower bound where those are frequent). "+
 		"RSS per reporter is (end − idle) ÷ (Envoys × buckets). Driver CPU is this program's own, building, sending and reading the messages.\n\n",
 		fl.envoys, fl.buckets, fl.interval, fl.warm, fl.intervals)
 	return b.String()
