@@ -24,3 +24,12 @@ func Waiting(s *Server) (total, longest int) { return s.turns.queued() }
 
 // TopKeys is the costliest-key summary of a server with metrics.
 func TopKeys(s *Server, n int) []TopKey { return s.metrics.TopKeys(n) }
+
+// SetFailTableSize bounds the networks a server's failed-check throttle
+// tracks (maxTracked in production), so that a test overflows the table
+// with a flood of a thousand requests rather than of seventy thousand.
+func SetFailTableSize(s *Server, n int) {
+	s.keyFails.mu.Lock()
+	s.keyFails.max = n
+	s.keyFails.mu.Unlock()
+}
