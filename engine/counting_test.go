@@ -105,9 +105,10 @@ descriptors:
 			}
 			for i, w := range tc.want {
 				op := rc.ops[i]
-				got := term{op.Lease, 0, 0}
-				if op.Lease != engine.LeaseNone && op.Lease != engine.LeaseSlidingPrev {
-					got.limit, got.unit = op.Limit, op.UnitSec
+				lt := op.Lease
+				got := term{lt.Kind, 0, 0}
+				if lt.Kind != engine.LeaseNone && lt.Kind != engine.LeaseSlidingPrev {
+					got.limit, got.unit = lt.Limit, lt.UnitSec
 				}
 				if got != w {
 					t.Errorf("op %d (%s): %+v, want %+v", i, op.Key, got, w)
@@ -115,10 +116,10 @@ descriptors:
 				// A leased window's operation carries the decision's time,
 				// inside the window its key names (the lease layer reckons
 				// the window's end from it).
-				if op.Lease == engine.LeaseWindow || op.Lease == engine.LeaseSliding {
-					start := op.Now / 1e6 / op.UnitSec * op.UnitSec
-					if op.Now <= 0 || !strings.HasSuffix(op.Key, "_"+strconv.FormatInt(start, 10)) {
-						t.Errorf("op %d (%s): Now %d is not in the key's window", i, op.Key, op.Now)
+				if lt.Kind == engine.LeaseWindow || lt.Kind == engine.LeaseSliding {
+					start := lt.At / 1e6 / lt.UnitSec * lt.UnitSec
+					if lt.At <= 0 || !strings.HasSuffix(op.Key, "_"+strconv.FormatInt(start, 10)) {
+						t.Errorf("op %d (%s): At %d is not in the key's window", i, op.Key, lt.At)
 					}
 				}
 			}

@@ -525,7 +525,7 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 			defer wg.Done()
 			for range perReplica {
 				// An hour per token: nothing comes back during the test.
-				batch := []engine.CounterOp{{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 3600e6, Burst: burst}}
+				batch := []engine.CounterOp{engine.BucketStep("bucket", 1, engine.Bucket{Now: now, Interval: 3600e6, Burst: burst})}
 				err := b.Exec(testCtx(t), batch)
 				mu.Lock()
 				if err != nil && firstErr == nil {

@@ -590,7 +590,7 @@ func TestReadsAndBucketSteps(t *testing.T) {
 	c := r.Client(t)
 	now := time.Now().UnixMicro()
 	step := func() engine.CounterOp {
-		return engine.CounterOp{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 1000, Burst: 2}
+		return engine.BucketStep("bucket", 1, engine.Bucket{Now: now, Interval: 1000, Burst: 2})
 	}
 	var sent time.Time
 	for round, flush := range []bool{false, true} {
