@@ -749,3 +749,50 @@ func TestManyOpRequestsExact(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendGetsOnlyItsKind: what a backend receives, alone or coalesced,
+// carries only what its kind uses (CounterOp.Validate) and no lease terms:
+// those are the lease layer's, and an operation the lease layer passes on
+// keeps them.
+func TestBackendGetsOnlyItsKind(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	terms := engine.LeaseTerms{Kind: engine.LeaseWindow, Pair: 1, Limit: 10, UnitSec: 60, At: 1}
+	leased := func(op engine.CounterOp) engine.CounterOp {
+		op.Lease = terms
+		return op
+	}
+	bucket := engine.Bucket{Now: 1, Interval: 1000, Burst: 5}
+	calls := [][]engine.CounterOp{
+		{leased(engine.Add("a", 1, time.Minute))},
+		{leased(engine.BucketStep("t", 1, bucket))},
+		{leased(engine.Add("a", 1, time.Minute)), leased(engine.Get("p")), leased(engine.BucketTake("t", 2, bucket)),
+			engine.Reserve("r", 3, time.Minute), engine.Release("r", 1), leased(engine.Add("a", 2, time.Minute))},
+	}
+	for _, ops := range calls {
+		if err := r.Apply(context.Background(), ops, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, batch := range b.batches {
+		for _, op := range batch {
+			n++
+			if err := op.Validate(); err != nil {
+				t.Error(err)
+			}
+			if op.Lease != (engine.LeaseTerms{}) {
+				t.Errorf("%v %q reached the backend with lease terms %+v", op.Kind, op.Key, op.Lease)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the backend got no operations")
+	}
+}

@@ -28,3 +28,31 @@ func TestCeilSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestCounterOpValidate: each constructor makes an operation of its kind
+// with its own fields only; one that carries another kind's field, or an
+// unknown kind, is reported.
+func TestCounterOpValidate(t *testing.T) {
+	t.Parallel()
+	b := engine.Bucket{Now: 1, Interval: 2, Burst: 3}
+	for _, op := range []engine.CounterOp{
+		engine.Add("k", 1, time.Minute), engine.Add("k", 0, time.Minute).OnSecondLane(true),
+		engine.Get("k"), engine.Reserve("k", 2, time.Minute), engine.Release("k", 3),
+		engine.BucketStep("k", 1, b), engine.BucketTake("k", 4, b),
+	} {
+		if err := op.Validate(); err != nil {
+			t.Errorf("%v: %v", op.Kind, err)
+		}
+	}
+	get, release, step := engine.Get("k"), engine.Release("k", 1), engine.BucketStep("k", 1, b)
+	get.Hits, release.TTL, step.TTL = 1, time.Second, time.Second
+	add := engine.Add("k", 1, time.Minute)
+	add.Bucket = b
+	unknown := engine.Add("k", 1, time.Minute)
+	unknown.Kind = 200
+	for _, op := range []engine.CounterOp{get, release, step, add, unknown} {
+		if err := op.Validate(); err == nil {
+			t.Errorf("%v %+v: valid, want an error", op.Kind, op)
+		}
+	}
+}
