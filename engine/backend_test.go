@@ -3,6 +3,7 @@ package engine_test
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -54,5 +55,15 @@ func TestCounterOpValidate(t *testing.T) {
 		if err := op.Validate(); err == nil {
 			t.Errorf("%v %+v: valid, want an error", op.Kind, op)
 		}
+	}
+}
+
+// TestCounterOpSize: an operation is copied into every call's slice and
+// coalesced entry; its kinds' own structs cost it nothing (96 bytes, what
+// the one struct of all kinds took).
+func TestCounterOpSize(t *testing.T) {
+	t.Parallel()
+	if n := unsafe.Sizeof(engine.CounterOp{}); n > 96 {
+		t.Fatalf("CounterOp is %d bytes, want at most 96", n)
 	}
 }

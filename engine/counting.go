@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -109,7 +110,7 @@ func (s *Service) leased(l *RateLimit) bool {
 // no other operation of the call has.
 func markLease(ops []CounterOp, in *limitInfo, alg Algorithm, now time.Time) {
 	op := &ops[in.op]
-	op.Lease = LeaseTerms{Limit: in.limitN, UnitSec: in.m.limit.Unit.Seconds(), At: now.UnixMicro()}
+	op.Lease = LeaseTerms{Limit: uint32(min(in.limitN, math.MaxUint32)), UnitSec: int32(in.m.limit.Unit.Seconds()), At: now.UnixMicro()}
 	switch alg {
 	case SlidingWindow:
 		op.Lease.Kind = LeaseSliding

@@ -69,8 +69,8 @@ descriptors:
 	}
 	type term struct {
 		kind  engine.LeaseKind
-		limit uint64
-		unit  int64
+		limit uint32
+		unit  int32
 	}
 	tests := []struct {
 		name     string
@@ -117,7 +117,7 @@ descriptors:
 				// inside the window its key names (the lease layer reckons
 				// the window's end from it).
 				if lt.Kind == engine.LeaseWindow || lt.Kind == engine.LeaseSliding {
-					start := lt.At / 1e6 / lt.UnitSec * lt.UnitSec
+					start := lt.At / 1e6 / int64(lt.UnitSec) * int64(lt.UnitSec)
 					if lt.At <= 0 || !strings.HasSuffix(op.Key, "_"+strconv.FormatInt(start, 10)) {
 						t.Errorf("op %d (%s): At %d is not in the key's window", i, op.Key, lt.At)
 					}
@@ -177,7 +177,7 @@ descriptors:
 		labels[op.Lease.Pair] = true
 		cut := strings.LastIndexByte(op.Key, '_')
 		start, _ := strconv.ParseInt(op.Key[cut+1:], 10, 64)
-		unit := op.Lease.UnitSec
+		unit := int64(op.Lease.UnitSec)
 		prevOf[op.Key] = op.Key[:cut+1] + strconv.FormatInt(start-unit, 10)
 	}
 	if len(labels) != 4 {

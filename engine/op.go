@@ -107,11 +107,14 @@ type Bucket struct {
 // and its LeaseSlidingPrev read): the engine gives both the same label,
 // unique among the operations of one call, where it builds them; the
 // lease layer pairs them by it (SlidingRead), never by their places.
+// Limit and UnitSec are 32 bits (a limit is a rule's requests_per_unit or
+// burst, a unit at most a year), so the terms take 24 bytes and a
+// CounterOp 96, as before they had a struct of their own.
 type LeaseTerms struct {
 	Kind    LeaseKind
 	Pair    uint32
-	Limit   uint64
-	UnitSec int64
+	Limit   uint32
+	UnitSec int32
 	At      int64
 }
 

@@ -296,7 +296,7 @@ func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv)
 	c.st.reservations.Inc()
 	c.st.waited.Inc()
 	if st == nil {
-		if op.Lease.Kind == engine.LeaseWindow && op.After <= op.Lease.Limit && !c.once.seen(hash) {
+		if op.Lease.Kind == engine.LeaseWindow && op.After <= uint64(op.Lease.Limit) && !c.once.seen(hash) {
 			// A fixed window within its limit, seen once: remembered in
 			// the once set only; its state is made at its next decision.
 			c.st.reserved.Add(uint64(h))

@@ -107,7 +107,7 @@ func (st *state) serve(now int64, err error) {
 
 func newState(op, prev *engine.CounterOp, now int64) *state {
 	st := &state{kind: op.Lease.Kind, key: op.Key, ttl: op.TTL, perSecond: op.PerSecond,
-		limit: op.Lease.Limit, unitSec: op.Lease.UnitSec, interval: op.Bucket.Interval, burst: op.Bucket.Burst,
+		limit: uint64(op.Lease.Limit), unitSec: int64(op.Lease.UnitSec), interval: op.Bucket.Interval, burst: op.Bucket.Burst,
 		rateAt: now, lastUse: now, spans: make([]span, 0, 2)}
 	if prev != nil {
 		st.prevKey = prev.Key
@@ -137,10 +137,10 @@ func (st *state) retune(op *engine.CounterOp) {
 		}
 		return
 	}
-	if op.Lease.Limit == st.limit {
+	if uint64(op.Lease.Limit) == st.limit {
 		return
 	}
-	st.limit = op.Lease.Limit
+	st.limit = uint64(op.Lease.Limit)
 	top := int64(min(st.limit, 1<<62))
 	kept := st.spans[:0]
 	for _, sp := range st.spans {
