@@ -20,7 +20,7 @@ func TestBatchHoldsUntilSent(t *testing.T) {
 	defer r.Close()
 	errs := make(chan error, 2)
 	send := func(batch engine.Batch, key string) {
-		errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}, batch)
+		errs <- r.Apply(context.Background(), []engine.CounterOp{engine.Add(key, 1, time.Minute)}, batch)
 	}
 
 	batch := r.OpenBatch()
@@ -47,7 +47,7 @@ func TestBatchCloseReleases(t *testing.T) {
 	errs := make(chan error, 1)
 	batch := r.OpenBatch()
 	go func() {
-		errs <- r.Apply(context.Background(), []engine.CounterOp{{Key: "c", Hits: 1, TTL: time.Minute}}, nil)
+		errs <- r.Apply(context.Background(), []engine.CounterOp{engine.Add("c", 1, time.Minute)}, nil)
 	}()
 	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
 	if n := b.calls.Load(); n != 0 {
@@ -72,7 +72,7 @@ func TestBatchWithoutNetworkLane(t *testing.T) {
 	if b := r.OpenBatch(); b != nil {
 		t.Fatalf("OpenBatch on inline lanes: %v, want nil", b)
 	}
-	if err := r.Apply(context.Background(), []engine.CounterOp{{Key: "a", Hits: 1, TTL: time.Minute}}, nil); err != nil {
+	if err := r.Apply(context.Background(), []engine.CounterOp{engine.Add("a", 1, time.Minute)}, nil); err != nil {
 		t.Fatal(err)
 	}
 }

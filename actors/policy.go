@@ -6,11 +6,12 @@ import (
 	"time"
 )
 
-// BatchPolicy holds every knob of the batch protocol: how the gRPC server
-// reads requests together (FramesPerRead, WriteYieldBelow, applied by
-// transport/h2grpc), how long an open batch holds the shards (Hold,
-// NoReleaseYield) and how a shard's lane turns what waits into backend
-// calls (ParallelMin, Pipeline, PerSecondPipeline). The zero value of a
+// BatchPolicy holds the shards' knobs of the batch protocol: how long an
+// open batch holds the shards (Hold, NoReleaseYield) and how a shard's
+// lane turns what waits into backend calls (ParallelMin, Pipeline,
+// PerSecondPipeline). How the gRPC server reads requests together and
+// writes their answers is the server's own (h2grpc.Options FramesPerRead
+// and WriteYieldBelow, with their defaults there). The zero value of a
 // field takes its default (see DefaultBatchPolicy).
 type BatchPolicy struct {
 	// Hold bounds how long a shard keeps its network lanes from opening a
@@ -36,17 +37,6 @@ type BatchPolicy struct {
 	// Pipeline shapes the calls to the main backend; PerSecondPipeline
 	// those to the per-second one. Each lane keeps its own bounds.
 	Pipeline, PerSecondPipeline Pipeline
-	// FramesPerRead bounds the frames the gRPC server reads before it
-	// dispatches the calls they completed, while the connection's input
-	// is still buffered (0: the server's default, h2grpc.Options): the
-	// calls of one client write form one batch, and a client that never
-	// stops writing is still served.
-	FramesPerRead int
-	// WriteYieldBelow: a connection writer with less than this much
-	// output queued yields once before it writes, so that answers other
-	// workers are about to queue go out in the same write (0: the
-	// server's default, h2grpc.Options; negative: never yield).
-	WriteYieldBelow int
 }
 
 // DefaultBatchPolicy is the policy the zero value stands for.
@@ -74,8 +64,6 @@ func (p BatchPolicy) Validate() error {
 		return fmt.Errorf("batch policy: hold (%v) must not be negative", p.Hold)
 	case p.ParallelMin < 0:
 		return fmt.Errorf("batch policy: parallel minimum (%d) must not be negative", p.ParallelMin)
-	case p.FramesPerRead < 0:
-		return fmt.Errorf("batch policy: frames per read (%d) must not be negative", p.FramesPerRead)
 	}
 	if err := p.Pipeline.validate(); err != nil {
 		return fmt.Errorf("batch policy: pipeline: %w", err)

@@ -49,7 +49,7 @@ func TestNextStep(t *testing.T) {
 func TestBatchPolicyDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	p := DefaultBatchPolicy()
-	if p.Hold != 250*time.Microsecond || p.ParallelMin != 1 || p.FramesPerRead != 0 || p.WriteYieldBelow != 0 || p.NoReleaseYield {
+	if p.Hold != 250*time.Microsecond || p.ParallelMin != 1 || p.NoReleaseYield {
 		t.Fatalf("defaults: %+v", p)
 	}
 	if err := p.Validate(); err != nil {
@@ -58,7 +58,6 @@ func TestBatchPolicyDefaultsAndValidate(t *testing.T) {
 	for _, bad := range []BatchPolicy{
 		{Hold: -1},
 		{ParallelMin: -1},
-		{FramesPerRead: -1},
 		{Pipeline: Pipeline{MaxKeys: -1}},
 		{PerSecondPipeline: Pipeline{Window: -1}},
 	} {

@@ -110,7 +110,7 @@ func TestExactness(t *testing.T) {
 					go func(k int) {
 						defer wg.Done()
 						defer func() { <-sem }()
-						ops := []engine.CounterOp{{Key: fmt.Sprintf("key-%d", k), Hits: 1, TTL: time.Minute}}
+						ops := []engine.CounterOp{engine.Add(fmt.Sprintf("key-%d", k), 1, time.Minute)}
 						if err := r.Apply(context.Background(), ops, nil); err != nil {
 							t.Error(err)
 							return
@@ -145,7 +145,7 @@ func TestBatchingAndCoalescing(t *testing.T) {
 
 	results := make(chan uint64, 10)
 	send := func(key string, hits uint64) {
-		ops := []engine.CounterOp{{Key: key, Hits: hits, TTL: time.Minute}}
+		ops := []engine.CounterOp{engine.Add(key, hits, time.Minute)}
 		if err := r.Apply(context.Background(), ops, nil); err != nil {
 			t.Error(err)
 		}
@@ -193,7 +193,7 @@ func TestGroupCommit(t *testing.T) {
 
 	results := make(chan uint64, 10)
 	send := func(key string) {
-		ops := []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}
+		ops := []engine.CounterOp{engine.Add(key, 1, time.Minute)}
 		if err := r.Apply(context.Background(), ops, nil); err != nil {
 			t.Error(err)
 		}
@@ -256,7 +256,7 @@ func TestParallelMin(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Apply(context.Background(), []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}, nil); err != nil {
+			if err := r.Apply(context.Background(), []engine.CounterOp{engine.Add(key, 1, time.Minute)}, nil); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -302,7 +302,7 @@ func TestPerSecondLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	ops := []engine.CounterOp{{Key: "m", Hits: 1, TTL: time.Minute}, {Key: "s", Hits: 1, TTL: time.Second, PerSecond: true}}
+	ops := []engine.CounterOp{engine.Add("m", 1, time.Minute), {Key: "s", Hits: 1, TTL: time.Second, PerSecond: true}}
 	if err := r.Apply(context.Background(), ops, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -560,7 +560,7 @@ func TestIncrementReturnsWithinCallTimeout(t *testing.T) {
 	close(b.gate)
 	// The router still works, and pooled state from the abandoned call is not reused.
 	for i := 0; i < 3; i++ {
-		ops := []engine.CounterOp{{Key: "fresh", Hits: 1, TTL: time.Minute}}
+		ops := []engine.CounterOp{engine.Add("fresh", 1, time.Minute)}
 		if err := r.Apply(context.Background(), ops, nil); err != nil || ops[0].After != uint64(i+1) {
 			t.Fatalf("after a timeout, increment %d: %v, count %d", i+1, err, ops[0].After)
 		}
@@ -615,17 +615,17 @@ func TestCoalesceByKeyAndKind(t *testing.T) {
 		}
 		results <- result{name, ops[0].After}
 	}
-	go send("first", engine.CounterOp{Key: "k", Hits: 4, TTL: time.Minute})
+	go send("first", engine.Add("k", 4, time.Minute))
 	testenv.Eventually(t, "backend calls == 1", func() bool { return b.calls.Load() == 1 })
 	queued := []struct {
 		name string
 		op   engine.CounterOp
 	}{
-		{"read1", engine.CounterOp{Key: "k", Kind: engine.OpGet}},
-		{"inc2", engine.CounterOp{Key: "k", Hits: 2, TTL: time.Minute}},
+		{"read1", engine.Get("k")},
+		{"inc2", engine.Add("k", 2, time.Minute)},
 		{"read2", engine.CounterOp{Key: "k", Kind: engine.OpGet, Hits: 100}}, // a read's hits count nowhere
-		{"inc3", engine.CounterOp{Key: "k", Hits: 3, TTL: time.Minute}},
-		{"other", engine.CounterOp{Key: "o", Kind: engine.OpGet}},
+		{"inc3", engine.Add("k", 3, time.Minute)},
+		{"other", engine.Get("o")},
 	}
 	for i, q := range queued {
 		go send(q.name, q.op)
@@ -664,7 +664,7 @@ func TestSingleReadKeepsItsKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	inc := []engine.CounterOp{{Key: "k", Hits: 2, TTL: time.Minute}}
+	inc := []engine.CounterOp{engine.Add("k", 2, time.Minute)}
 	if err := r.Apply(context.Background(), inc, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -747,5 +747,52 @@ func TestManyOpRequestsExact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBackendGetsOnlyItsKind: what a backend receives, alone or coalesced,
+// carries only what its kind uses (CounterOp.Validate) and no lease terms:
+// those are the lease layer's, and an operation the lease layer passes on
+// keeps them.
+func TestBackendGetsOnlyItsKind(t *testing.T) {
+	b := &slowBackend{mem: memory.New(nil)}
+	r, err := actors.New(actors.Options{Shards: 1, Backend: func(int) engine.Backend { return b }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	terms := engine.LeaseTerms{Kind: engine.LeaseWindow, Pair: 1, Limit: 10, UnitSec: 60, At: 1}
+	leased := func(op engine.CounterOp) engine.CounterOp {
+		op.Lease = terms
+		return op
+	}
+	bucket := engine.Bucket{Now: 1, Interval: 1000, Burst: 5}
+	calls := [][]engine.CounterOp{
+		{leased(engine.Add("a", 1, time.Minute))},
+		{leased(engine.BucketStep("t", 1, bucket))},
+		{leased(engine.Add("a", 1, time.Minute)), leased(engine.Get("p")), leased(engine.BucketTake("t", 2, bucket)),
+			engine.Reserve("r", 3, time.Minute), engine.Release("r", 1), leased(engine.Add("a", 2, time.Minute))},
+	}
+	for _, ops := range calls {
+		if err := r.Apply(context.Background(), ops, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, batch := range b.batches {
+		for _, op := range batch {
+			n++
+			if err := op.Validate(); err != nil {
+				t.Error(err)
+			}
+			if op.Lease != (engine.LeaseTerms{}) {
+				t.Errorf("%v %q reached the backend with lease terms %+v", op.Kind, op.Key, op.Lease)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the backend got no operations")
 	}
 }

@@ -247,11 +247,11 @@ const linearMax = 16
 // coalesce merges the items of equal key and kind: slot[i] is the index in
 // uniq of items[i]'s entry. Token bucket steps are never merged: each stays
 // its own entry, in arrival order, and the backend applies them in that
-// order.
+// order. The entries carry what the backend does only (no lease terms).
 func coalesce(items []item) (uniq []engine.CounterOp, slot []int) {
 	if len(items) == 1 {
 		op := *items[0].op
-		op.After = 0
+		op.After, op.Lease = 0, engine.LeaseTerms{}
 		return []engine.CounterOp{op}, singleSlot
 	}
 	uniq = make([]engine.CounterOp, 0, len(items))
@@ -267,7 +267,7 @@ func coalesce(items []item) (uniq []engine.CounterOp, slot []int) {
 	for i, it := range items {
 		if it.op.Kind == engine.OpTokenBucket || it.op.Kind == engine.OpTokenTake {
 			op := *it.op
-			op.After = 0
+			op.After, op.Lease = 0, engine.LeaseTerms{}
 			slot[i] = len(uniq)
 			uniq = append(uniq, op)
 			continue

@@ -80,7 +80,7 @@ func TestTokenBucketDecisions(t *testing.T) {
 		}
 	}
 	ops := f.counter.ops[0]
-	if len(ops) != 1 || ops[0].Key != "algo_tb_x_tb" || ops[0].Kind != engine.OpTokenBucket || ops[0].Interval != 1e6 || ops[0].Burst != 3 {
+	if len(ops) != 1 || ops[0].Key != "algo_tb_x_tb" || ops[0].Kind != engine.OpTokenBucket || ops[0].Bucket.Interval != 1e6 || ops[0].Bucket.Burst != 3 {
 		t.Fatalf("op %+v", ops)
 	}
 	// Stats are the usual counters: 6 within, 2 over.
@@ -143,7 +143,7 @@ func TestTokenBucketWithEngineFeatures(t *testing.T) {
 		r := req("algo", kv("tb", "x"))
 		r.Descriptors[0].Limit = &engine.LimitOverride{RequestsPerUnit: 4, Unit: engine.UnitSecond}
 		f.do(t, r)
-		if op := f.counter.ops[0][0]; op.Kind != engine.OpTokenBucket || op.Interval != 250000 || op.Burst != 3 {
+		if op := f.counter.ops[0][0]; op.Kind != engine.OpTokenBucket || op.Bucket.Interval != 250000 || op.Bucket.Burst != 3 {
 			t.Fatalf("override op %+v", op)
 		}
 	})

@@ -33,8 +33,8 @@ func (tokenBucket) appendOps(_ *Service, d *descriptorAt, in *limitInfo, ops []C
 	burst := bucketBurst(l, l.RequestsPerUnit, interval)
 	in.limitN = uint64(burst)
 	in.op = len(ops)
-	return append(ops, CounterOp{Key: in.key, Hits: in.hits, Kind: OpTokenBucket, PerSecond: l.Unit == UnitSecond,
-		Now: d.now.UnixMicro(), Interval: interval, Burst: burst})
+	b := Bucket{Now: d.now.UnixMicro(), Interval: interval, Burst: burst}
+	return append(ops, BucketStep(in.key, in.hits, b).OnSecondLane(l.Unit == UnitSecond))
 }
 
 func (tokenBucket) overIfCounted(in *limitInfo, reads []CounterOp, hits uint64, _ time.Time) bool {
@@ -63,15 +63,16 @@ func (tokenBucket) counts(in *limitInfo, _ time.Time) (before, after uint64) {
 // tokens (over), or one token's time when the local cache refused it.
 func (tokenBucket) reset(in *limitInfo, v verdict, _ time.Duration, _ time.Time) time.Duration {
 	l := in.m.limit
-	b := &in.bucket
+	op := &in.bucket
+	b := &op.Bucket
 	switch v {
 	case localOver:
 		return time.Duration(bucketInterval(l.RequestsPerUnit, l.Unit)) * time.Microsecond
 	case over:
-		need := max(int64(b.After), b.Now) + int64(min(in.hits, uint64(b.Burst)+1))*b.Interval - b.Now - b.Burst*b.Interval
+		need := max(int64(op.After), b.Now) + int64(min(in.hits, uint64(b.Burst)+1))*b.Interval - b.Now - b.Burst*b.Interval
 		return time.Duration(max(need, 1)) * time.Microsecond
 	}
-	tat, _ := TokenBucketStep(int64(b.After), b)
+	tat, _ := TokenBucketStep(int64(op.After), op)
 	return bucketWait(tat, b.Now, b.Interval)
 }
 
@@ -116,12 +117,13 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // added, whether or not the bucket took them), and the burst as the limit.
 // A step is refused exactly when after > limit, as in TokenBucketStep.
 func bucketUsage(op *CounterOp) (before, after, limit uint64) {
-	debt := max(int64(op.After)-op.Now, 0)
-	if op.Interval <= 0 {
-		return 0, op.Hits, uint64(op.Burst)
+	b := &op.Bucket
+	debt := max(int64(op.After)-b.Now, 0)
+	if b.Interval <= 0 {
+		return 0, op.Hits, uint64(b.Burst)
 	}
-	used := uint64(ceilDiv(debt, op.Interval))
-	return used, used + op.Hits, uint64(op.Burst)
+	used := uint64(ceilDiv(debt, b.Interval))
+	return used, used + op.Hits, uint64(b.Burst)
 }
 
 // bucketWait is the time until the bucket holds one more token than now

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -47,26 +49,51 @@ func ParseCounting(s string) (Counting, bool) {
 // reservation, and says how: the lease layer reserves blocks of hits with
 // OpReserve (windows) or OpTokenTake (buckets) on the operation's own key,
 // so that exact-mode replicas and envoyproxy/ratelimit replicas on the same
-// store count against the same counter.
+// store count against the same counter. It is the Kind of an operation's
+// LeaseTerms.
 type LeaseKind uint8
 
 const (
 	// LeaseNone: the operation goes to the store.
 	LeaseNone LeaseKind = iota
-	// LeaseWindow: a fixed window's OpAdd; Limit is the most the counter
-	// may reach in its window of UnitSec seconds.
+	// LeaseWindow: a fixed window's OpAdd.
 	LeaseWindow
 	// LeaseSliding: a sliding window's OpAdd on the current window's
-	// counter; the operation right after it, LeaseSlidingPrev, reads the
-	// previous window's counter, whose weighted count shares Limit.
+	// counter; its LeaseSlidingPrev read, which shares its Pair label,
+	// reads the previous window's counter, whose weighted count shares
+	// the limit.
 	LeaseSliding
 	// LeaseSlidingPrev: the read of the previous window that belongs to
-	// the LeaseSliding operation before it.
+	// the LeaseSliding operation of the same Pair label.
 	LeaseSlidingPrev
-	// LeaseBucket: a token bucket step (Now, Interval and Burst as for
-	// OpTokenBucket).
+	// LeaseBucket: a token bucket step.
 	LeaseBucket
 )
+
+// ErrBrokenPair is a leased sliding window's operation whose read of the
+// previous window is missing, or a read whose operation is.
+var ErrBrokenPair = errors.New("engine: sliding window operation and its previous window's read are not paired")
+
+// SlidingRead is the read paired with ops[i], a LeaseSliding operation:
+// the LeaseSlidingPrev operation of the same Pair label, wherever it is in
+// ops (a caller may reorder or merge calls' operations). The engine puts
+// it right after its operation, so that place is looked at first; it is
+// taken only if its label matches. No read with the label is ErrBrokenPair.
+func SlidingRead(ops []CounterOp, i int) (*CounterOp, error) {
+	label := ops[i].Lease.Pair
+	if label == 0 {
+		return nil, fmt.Errorf("%w: %q has no pair label", ErrBrokenPair, ops[i].Key)
+	}
+	if j := i + 1; j < len(ops) && ops[j].Lease.Kind == LeaseSlidingPrev && ops[j].Lease.Pair == label {
+		return &ops[j], nil
+	}
+	for j := range ops {
+		if ops[j].Lease.Kind == LeaseSlidingPrev && ops[j].Lease.Pair == label {
+			return &ops[j], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no read for %q (pair %d)", ErrBrokenPair, ops[i].Key, label)
+}
 
 // leased reports whether rule l counts by lease under the service's options.
 func (s *Service) leased(l *RateLimit) bool {
@@ -78,22 +105,21 @@ func (s *Service) leased(l *RateLimit) bool {
 }
 
 // markLease sets the lease terms on the operations that appendOps made for
-// in. A window's operation carries the decision's time in Now: its key
-// names the window that time is in, and the lease layer reckons the
-// window's end from it (not from its own clock, read later).
+// in (see LeaseTerms). A sliding window's two operations get the same
+// Pair label: the place of its operation in ops, counted from 1, which
+// no other operation of the call has.
 func markLease(ops []CounterOp, in *limitInfo, alg Algorithm, now time.Time) {
 	op := &ops[in.op]
-	op.Limit, op.UnitSec = in.limitN, in.m.limit.Unit.Seconds()
+	op.Lease = LeaseTerms{Limit: uint32(min(in.limitN, math.MaxUint32)), UnitSec: int32(in.m.limit.Unit.Seconds()), At: now.UnixMicro()}
 	switch alg {
 	case SlidingWindow:
-		op.Lease = LeaseSliding
-		ops[in.prevOp].Lease = LeaseSlidingPrev
-		op.Now = now.UnixMicro()
+		op.Lease.Kind = LeaseSliding
+		op.Lease.Pair = uint32(in.op + 1)
+		ops[in.prevOp].Lease = LeaseTerms{Kind: LeaseSlidingPrev, Pair: op.Lease.Pair}
 	case TokenBucket:
-		op.Lease = LeaseBucket
+		op.Lease.Kind = LeaseBucket
 	default:
-		op.Lease = LeaseWindow
-		op.Now = now.UnixMicro()
+		op.Lease.Kind = LeaseWindow
 	}
 }
 

@@ -69,8 +69,8 @@ descriptors:
 	}
 	type term struct {
 		kind  engine.LeaseKind
-		limit uint64
-		unit  int64
+		limit uint32
+		unit  int32
 	}
 	tests := []struct {
 		name     string
@@ -105,9 +105,10 @@ descriptors:
 			}
 			for i, w := range tc.want {
 				op := rc.ops[i]
-				got := term{op.Lease, 0, 0}
-				if op.Lease != engine.LeaseNone && op.Lease != engine.LeaseSlidingPrev {
-					got.limit, got.unit = op.Limit, op.UnitSec
+				lt := op.Lease
+				got := term{lt.Kind, 0, 0}
+				if lt.Kind != engine.LeaseNone && lt.Kind != engine.LeaseSlidingPrev {
+					got.limit, got.unit = lt.Limit, lt.UnitSec
 				}
 				if got != w {
 					t.Errorf("op %d (%s): %+v, want %+v", i, op.Key, got, w)
@@ -115,13 +116,88 @@ descriptors:
 				// A leased window's operation carries the decision's time,
 				// inside the window its key names (the lease layer reckons
 				// the window's end from it).
-				if op.Lease == engine.LeaseWindow || op.Lease == engine.LeaseSliding {
-					start := op.Now / 1e6 / op.UnitSec * op.UnitSec
-					if op.Now <= 0 || !strings.HasSuffix(op.Key, "_"+strconv.FormatInt(start, 10)) {
-						t.Errorf("op %d (%s): Now %d is not in the key's window", i, op.Key, op.Now)
+				if lt.Kind == engine.LeaseWindow || lt.Kind == engine.LeaseSliding {
+					start := lt.At / 1e6 / int64(lt.UnitSec) * int64(lt.UnitSec)
+					if lt.At <= 0 || !strings.HasSuffix(op.Key, "_"+strconv.FormatInt(start, 10)) {
+						t.Errorf("op %d (%s): At %d is not in the key's window", i, op.Key, lt.At)
 					}
 				}
 			}
 		})
+	}
+}
+
+// TestSlidingPairLabels: the engine links each leased sliding window's
+// operation to its read of the previous window by a label no other pair
+// of the call has, also when a batch of requests shares one call and two
+// of them count on the same key: engine.SlidingRead finds each read after
+// the call's operations are shuffled.
+func TestSlidingPairLabels(t *testing.T) {
+	t.Parallel()
+	rules := `domain: d
+descriptors:
+  - {key: sw, rate_limit: {unit: minute, requests_per_unit: 20, algorithm: sliding_window}}
+  - {key: sh, rate_limit: {unit: hour, requests_per_unit: 20, algorithm: sliding_window}}
+  - {key: fw, rate_limit: {unit: minute, requests_per_unit: 10}}
+`
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "f.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &recordingCounter{b: memory.New(nil)}
+	o := engine.DefaultOptions()
+	o.Counter, o.Counting = rc, engine.CountLease
+	svc, err := engine.NewService(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	items := []engine.BatchItem{
+		{Req: req("d", kv("sw", "a"), kv("fw", ""), kv("sh", "a"))},
+		{Req: req("d", kv("sw", "a"))},
+		{Req: req("d", kv("fw", ""), kv("sw", "b"))},
+	}
+	svc.ShouldRateLimitBatch(context.Background(), nil, items)
+	for i, it := range items {
+		if it.Err != nil {
+			t.Fatalf("request %d: %v", i, it.Err)
+		}
+	}
+	ops := rc.ops
+	// The previous window's key of each sliding operation, by its key.
+	prevOf := map[string]string{}
+	labels := map[uint32]bool{}
+	for _, op := range ops {
+		if op.Lease.Kind != engine.LeaseSliding {
+			continue
+		}
+		if labels[op.Lease.Pair] {
+			t.Errorf("%s: label %d used twice", op.Key, op.Lease.Pair)
+		}
+		labels[op.Lease.Pair] = true
+		cut := strings.LastIndexByte(op.Key, '_')
+		start, _ := strconv.ParseInt(op.Key[cut+1:], 10, 64)
+		unit := int64(op.Lease.UnitSec)
+		prevOf[op.Key] = op.Key[:cut+1] + strconv.FormatInt(start-unit, 10)
+	}
+	if len(labels) != 4 {
+		t.Fatalf("%d sliding pairs, want 4: %+v", len(labels), ops)
+	}
+	// Reversed, each read stands before its operation, next to another
+	// pair's.
+	for l, r := 0, len(ops)-1; l < r; l, r = l+1, r-1 {
+		ops[l], ops[r] = ops[r], ops[l]
+	}
+	for i := range ops {
+		if ops[i].Lease.Kind != engine.LeaseSliding {
+			continue
+		}
+		read, err := engine.SlidingRead(ops, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if read.Key != prevOf[ops[i].Key] || read.Lease.Kind != engine.LeaseSlidingPrev {
+			t.Errorf("%s paired with %s (%v), want %s", ops[i].Key, read.Key, read.Lease.Kind, prevOf[ops[i].Key])
+		}
 	}
 }

@@ -246,7 +246,7 @@ func (s *Service) readFirst(ctx context.Context, infos []limitInfo, ops []Counte
 	for j := range reads {
 		reads[j].Hits = 0
 		if reads[j].Kind == OpAdd {
-			reads[j] = CounterOp{Key: ops[j].Key, Kind: OpGet, PerSecond: ops[j].PerSecond}
+			reads[j] = Get(ops[j].Key).OnSecondLane(ops[j].PerSecond)
 		}
 	}
 	if err := s.o.Counter.Apply(ctx, reads, batch); err != nil {

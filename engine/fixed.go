@@ -15,7 +15,7 @@ func (fixedWindow) key(s *Service, d *descriptorAt, in *limitInfo) string {
 func (fixedWindow) appendOps(s *Service, _ *descriptorAt, in *limitInfo, ops []CounterOp) []CounterOp {
 	l := in.m.limit
 	in.op = len(ops)
-	return append(ops, CounterOp{Key: in.key, Hits: in.hits, TTL: s.ttl(l.Unit), PerSecond: l.Unit == UnitSecond})
+	return append(ops, Add(in.key, in.hits, s.ttl(l.Unit)).OnSecondLane(l.Unit == UnitSecond))
 }
 
 func (fixedWindow) overIfCounted(in *limitInfo, reads []CounterOp, hits uint64, _ time.Time) bool {

@@ -39,7 +39,10 @@ type backendCounter struct {
 	batchCalls int
 	ops        [][]engine.CounterOp
 	err        error
-	mu         sync.Mutex
+	// invalid is the first operation that carried what its kind does not
+	// use (CounterOp.Validate); newFixture fails the test on it.
+	invalid error
+	mu      sync.Mutex
 }
 
 func (c *backendCounter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
@@ -49,6 +52,11 @@ func (c *backendCounter) Apply(ctx context.Context, ops []engine.CounterOp, batc
 	}
 	c.calls++
 	c.ops = append(c.ops, append([]engine.CounterOp(nil), ops...))
+	for i := range ops {
+		if err := ops[i].Validate(); err != nil && c.invalid == nil {
+			c.invalid = err
+		}
+	}
 	err := c.err
 	c.mu.Unlock()
 	if err != nil {
@@ -81,6 +89,13 @@ func newFixture(t *testing.T, mutate func(*engine.Options), files ...string) *fi
 		t.Fatal(err)
 	}
 	f.svc = svc
+	t.Cleanup(func() {
+		f.counter.mu.Lock()
+		defer f.counter.mu.Unlock()
+		if f.counter.invalid != nil {
+			t.Errorf("the engine sent an invalid operation: %v", f.counter.invalid)
+		}
+	})
 	if len(files) > 0 {
 		var cf []engine.ConfigFile
 		for _, name := range files {

@@ -80,14 +80,14 @@ func (r QuotaRule) WindowKey(t time.Time) string {
 func (r QuotaRule) ReserveOp(t time.Time, hits uint64, now time.Time) CounterOp {
 	start, length := r.Window(t)
 	ttl := start.Add(length).Sub(now) + r.svc.ttl(r.Limit.Unit) - length
-	return CounterOp{Key: r.WindowKey(t), Kind: OpReserve, Hits: hits,
-		TTL: time.Duration(CeilSeconds(max(ttl, time.Second))) * time.Second, PerSecond: r.Limit.Unit == UnitSecond}
+	ttl = time.Duration(CeilSeconds(max(ttl, time.Second))) * time.Second
+	return Reserve(r.WindowKey(t), hits, ttl).OnSecondLane(r.Limit.Unit == UnitSecond)
 }
 
 // ReleaseOp takes hits back from the counter of the window holding t (never
 // below 0; a counter that expired stays missing).
 func (r QuotaRule) ReleaseOp(t time.Time, hits uint64) CounterOp {
-	return CounterOp{Key: r.WindowKey(t), Kind: OpRelease, Hits: hits, PerSecond: r.Limit.Unit == UnitSecond}
+	return Release(r.WindowKey(t), hits).OnSecondLane(r.Limit.Unit == UnitSecond)
 }
 
 // TakeOp takes up to hits tokens from a token-bucket rule's bucket at now
@@ -96,8 +96,8 @@ func (r QuotaRule) ReleaseOp(t time.Time, hits uint64) CounterOp {
 func (r QuotaRule) TakeOp(hits uint64, now time.Time) CounterOp {
 	l := r.Limit
 	interval := bucketInterval(l.RequestsPerUnit, l.Unit)
-	return CounterOp{Key: r.WindowKey(now), Kind: OpTokenTake, Hits: hits, PerSecond: l.Unit == UnitSecond,
-		Now: now.UnixMicro(), Interval: interval, Burst: bucketBurst(l, l.RequestsPerUnit, interval)}
+	b := Bucket{Now: now.UnixMicro(), Interval: interval, Burst: bucketBurst(l, l.RequestsPerUnit, interval)}
+	return BucketTake(r.WindowKey(now), hits, b).OnSecondLane(l.Unit == UnitSecond)
 }
 
 // Granted is what a reservation of op.Hits got once applied: the hits at or

@@ -23,10 +23,10 @@ func (slidingWindow) appendOps(s *Service, d *descriptorAt, in *limitInfo, ops [
 	perSecond := l.Unit == UnitSecond
 	ttl := s.ttl(l.Unit) + time.Duration(l.Unit.Seconds())*time.Second
 	in.op = len(ops)
-	ops = append(ops, CounterOp{Key: in.key, Hits: in.hits, TTL: ttl, PerSecond: perSecond})
+	ops = append(ops, Add(in.key, in.hits, ttl).OnSecondLane(perSecond))
 	in.prevOp = len(ops)
 	prevKey := s.windowKey(d, in, l.Unit, d.unix-l.Unit.Seconds())
-	return append(ops, CounterOp{Key: prevKey, Kind: OpGet, PerSecond: perSecond})
+	return append(ops, Get(prevKey).OnSecondLane(perSecond))
 }
 
 func (slidingWindow) overIfCounted(in *limitInfo, reads []CounterOp, hits uint64, now time.Time) bool {

@@ -41,10 +41,9 @@ func BenchmarkColdKey(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				ops[0] = engine.CounterOp{Key: "cold_" + strconv.Itoa(i), Hits: 1, TTL: time.Minute,
-					Lease: engine.LeaseWindow, Limit: 1000, UnitSec: 60, Now: now.UnixMicro()}
-				if mode == "exact" {
-					ops[0].Lease = engine.LeaseNone
+				ops[0] = engine.Add("cold_"+strconv.Itoa(i), 1, time.Minute)
+				if mode == "lease" {
+					ops[0].Lease = engine.LeaseTerms{Kind: engine.LeaseWindow, Limit: 1000, UnitSec: 60, At: now.UnixMicro()}
 				}
 				if err := c.Apply(context.Background(), ops, nil); err != nil || ops[0].After != 1 {
 					b.Fatal(ops[0].After, err)

@@ -3,7 +3,9 @@
 // decision and the fleet still never goes over a limit.
 //
 // How a decision flows (Counter.Apply, for the operations the engine marked
-// with a engine.LeaseKind; the rest go to the next Counter as they are):
+// with engine.LeaseTerms; the rest go to the next Counter as they are; a
+// sliding window's read of the previous window is found by its pair label,
+// engine.SlidingRead):
 //
 //  1. The operation's key finds its state (one per cache key, under one
 //     of a few striped locks). A window's state holds spans of counts it

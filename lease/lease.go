@@ -167,15 +167,12 @@ func (c *Counter) stripe(key string) *stripe {
 
 // Apply answers ops: the leased ones here, the others through the next Counter.
 func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
-	leased := 0
-	for i := range ops {
-		if ops[i].Lease != engine.LeaseNone {
-			if ops[i].Lease != engine.LeaseSlidingPrev && ops[i].Hits == 0 {
-				unlease(ops, i) // a read: the store's count is the truth
-				continue
-			}
-			leased++
+	leased, err := unleaseReads(ops)
+	if err != nil {
+		if batch != nil {
+			batch.Close()
 		}
+		return err
 	}
 	if leased == 0 {
 		return c.next.Apply(ctx, ops, batch)
@@ -192,11 +189,14 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 	directs := buf[:0]
 	for i := range ops {
 		var prev *engine.CounterOp
-		switch ops[i].Lease {
+		switch ops[i].Lease.Kind {
 		case engine.LeaseNone, engine.LeaseSlidingPrev:
 			continue
 		case engine.LeaseSliding:
-			prev = &ops[i+1]
+			if prev, err = engine.SlidingRead(ops, i); err != nil {
+				c.launch(rs, batch)
+				return err
+			}
 		}
 		w, d, err := c.try(&ops[i], prev, &rs)
 		if err != nil {
@@ -205,7 +205,7 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 		}
 		switch {
 		case d != notDirect:
-			directs = append(directs, directOp{i, ops[i].Lease, d == cold})
+			directs = append(directs, directOp{i, prev, ops[i].Lease.Kind, d == cold})
 		case w != nil:
 			waiters = append(waiters, w)
 		}
@@ -237,19 +237,68 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 	return c.wait(ctx, waiters)
 }
 
-// unlease turns op i (and a sliding window's read that goes with it) back
-// into an exact operation.
-func unlease(ops []engine.CounterOp, i int) {
-	if ops[i].Lease == engine.LeaseSliding {
-		ops[i+1].Lease = engine.LeaseNone
+// unleaseReads turns the leased operations of no hits back into exact
+// ones (a read: the store's count is the truth), with a sliding window's
+// read that goes with each, and returns how many operations stay leased.
+// A sliding window's operation and its read are paired by their label
+// (engine.SlidingRead), never by their places; one without the other is
+// engine.ErrBrokenPair.
+func unleaseReads(ops []engine.CounterOp) (leased int, err error) {
+	sliding, reads, zero := 0, 0, false
+	for i := range ops {
+		switch ops[i].Lease.Kind {
+		case engine.LeaseNone:
+			continue
+		case engine.LeaseSliding:
+			sliding++
+		case engine.LeaseSlidingPrev:
+			reads++
+			leased++
+			continue
+		}
+		zero = zero || ops[i].Hits == 0
+		leased++
 	}
-	ops[i].Lease = engine.LeaseNone
+	if sliding != reads {
+		return 0, fmt.Errorf("%w: %d sliding window operations, %d reads", engine.ErrBrokenPair, sliding, reads)
+	}
+	if !zero {
+		return leased, nil
+	}
+	for i := range ops {
+		k := ops[i].Lease.Kind
+		if k == engine.LeaseNone || k == engine.LeaseSlidingPrev || ops[i].Hits != 0 {
+			continue
+		}
+		var prev *engine.CounterOp
+		if k == engine.LeaseSliding {
+			if prev, err = engine.SlidingRead(ops, i); err != nil {
+				return 0, err
+			}
+			leased--
+		}
+		unlease(&ops[i], prev)
+		leased--
+	}
+	return leased, nil
+}
+
+// unlease turns op (and prev, a sliding window's read that goes with it)
+// back into an exact operation. Their pair label stays: applyDirect
+// leases them again once they are answered.
+func unlease(op, prev *engine.CounterOp) {
+	if prev != nil {
+		prev.Lease.Kind = engine.LeaseNone
+	}
+	op.Lease.Kind = engine.LeaseNone
 }
 
 // directOp is a leased window operation sent as a reservation of its own
-// hits: ops[i], whose lease kind was kind.
+// hits: ops[i] (with prev, a sliding window's read), whose lease kind was
+// kind.
 type directOp struct {
 	i    int
+	prev *engine.CounterOp
 	kind engine.LeaseKind
 	cold bool // its key had no state
 }
@@ -273,7 +322,7 @@ const (
 func (c *Counter) applyDirect(ctx context.Context, ops []engine.CounterOp, direct []directOp, batch engine.Batch) error {
 	for _, d := range direct {
 		ops[d.i].Kind = engine.OpReserve
-		unlease(ops, d.i)
+		unlease(&ops[d.i], d.prev)
 	}
 	if _, ok := c.next.(engine.WaitBounder); !ok {
 		// The engine counts on WaitBound and set no deadline of its own;
@@ -286,13 +335,11 @@ func (c *Counter) applyDirect(ctx context.Context, ops []engine.CounterOp, direc
 	var rs []resv
 	for _, d := range direct {
 		op := &ops[d.i]
-		op.Kind, op.Lease = engine.OpAdd, d.kind
-		var prev *engine.CounterOp
-		if d.kind == engine.LeaseSliding {
-			prev = &ops[d.i+1]
-			prev.Lease = engine.LeaseSlidingPrev
+		op.Kind, op.Lease.Kind = engine.OpAdd, d.kind
+		if d.prev != nil {
+			d.prev.Lease.Kind = engine.LeaseSlidingPrev
 		}
-		c.settle(op, prev, d.cold, err == nil, &rs)
+		c.settle(op, d.prev, d.cold, err == nil, &rs)
 	}
 	c.launch(rs, nil)
 	return err
@@ -302,7 +349,7 @@ func (c *Counter) applyDirect(ctx context.Context, ops []engine.CounterOp, direc
 func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
 	n := 0
 	for i := range ops {
-		if ops[i].Lease == engine.LeaseNone {
+		if ops[i].Lease.Kind == engine.LeaseNone {
 			n++
 		}
 	}
@@ -311,7 +358,7 @@ func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch 
 	}
 	exact := make([]engine.CounterOp, 0, n)
 	for i := range ops {
-		if ops[i].Lease == engine.LeaseNone {
+		if ops[i].Lease.Kind == engine.LeaseNone {
 			exact = append(exact, ops[i])
 		}
 	}
@@ -320,7 +367,7 @@ func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch 
 	}
 	j := 0
 	for i := range ops {
-		if ops[i].Lease == engine.LeaseNone {
+		if ops[i].Lease.Kind == engine.LeaseNone {
 			ops[i].After = exact[j].After
 			j++
 		}
@@ -344,7 +391,7 @@ func (c *Counter) try(op, prev *engine.CounterOp, out *[]resv) (w *waiter, r rou
 	st := s.m[op.Key]
 	now := c.o.Clock().UnixMicro()
 	if st == nil {
-		if op.Lease != engine.LeaseBucket {
+		if op.Lease.Kind != engine.LeaseBucket {
 			return nil, cold, nil // settle makes the state from its answer
 		}
 		st = newState(op, prev, now)

@@ -41,7 +41,7 @@ func TestReloadRaisesLimit(t *testing.T) {
 	if ok := storm(t, rs, "fixed", 10100, []int{1}); sum(ok) != 10000 {
 		t.Fatalf("%d admitted under a limit of 10,000", sum(ok))
 	}
-	read := []engine.CounterOp{{Key: "d_k_fixed_1795313460", Kind: engine.OpGet}}
+	read := []engine.CounterOp{engine.Get("d_k_fixed_1795313460")}
 	if err := store.Exec(context.Background(), read); err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,18 @@ func (c *Counter) flush(st *state, now int64, out *[]resv) {
 }
 
 // resv is a reservation started and not yet sent: its key's state and
-// its operations.
+// its operations, the reservation itself (resvOp) and, for a sliding
+// window, its read of the previous window (resvRead). They are the lease
+// layer's own, made and read here only.
 type resv struct {
 	st  *state
 	ops []engine.CounterOp
 }
+
+const (
+	resvOp   = 0
+	resvRead = 1
+)
 
 // send starts st's reservation of n hits (with the refused hits it
 // carries), under st's stripe lock. With out, the reservation is added
@@ -50,14 +57,16 @@ func (c *Counter) send(st *state, n, now int64, out *[]resv) {
 	st.flying = n + st.refused
 	st.credit--
 	st.carried, st.refused = st.refused, 0
+	// A sliding window's reservation is followed by its read of the
+	// previous window: file takes them as resvOp and resvRead.
 	ops := make([]engine.CounterOp, 1, 2)
 	if st.kind == engine.LeaseBucket {
-		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpTokenTake, Hits: uint64(n), PerSecond: st.perSecond,
-			Now: now, Interval: st.interval, Burst: st.burst}
+		b := engine.Bucket{Now: now, Interval: st.interval, Burst: st.burst}
+		ops[resvOp] = engine.BucketTake(st.key, uint64(n), b).OnSecondLane(st.perSecond)
 	} else {
-		ops[0] = engine.CounterOp{Key: st.key, Kind: engine.OpReserve, Hits: uint64(n + st.carried), TTL: st.ttl, PerSecond: st.perSecond}
+		ops[resvOp] = engine.Reserve(st.key, uint64(n+st.carried), st.ttl).OnSecondLane(st.perSecond)
 		if st.kind == engine.LeaseSliding {
-			ops = append(ops, engine.CounterOp{Key: st.prevKey, Kind: engine.OpGet, PerSecond: st.perSecond})
+			ops = append(ops, engine.Get(st.prevKey).OnSecondLane(st.perSecond))
 		}
 	}
 	c.st.reservations.Inc()
@@ -206,12 +215,12 @@ func (c *Counter) filed(st *state, ops []engine.CounterOp, err error) {
 // file adds a reservation's answer to st: the counts (or tokens) it owns
 // now, and, when it came back short, how long the key is over.
 func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
-	op := &ops[0]
+	op := &ops[resvOp]
 	n := int64(op.Hits)
 	if st.kind == engine.LeaseBucket {
 		found := int64(min(op.After, 1<<62))
 		next, took := engine.TokenBucketTake(found, op)
-		base := max(found, op.Now)
+		base := max(found, op.Bucket.Now)
 		if took > 0 {
 			st.spans = append(st.spans, span{base + st.interval, next})
 			c.st.reserved.Add(took)
@@ -226,7 +235,7 @@ func (c *Counter) file(st *state, ops []engine.CounterOp, now int64) {
 		return
 	}
 	if st.kind == engine.LeaseSliding {
-		st.prev = ops[1].After
+		st.prev = ops[resvRead].After
 	}
 	n -= st.carried // the refused hits it carried sit below the block
 	st.carried = 0
@@ -287,7 +296,7 @@ func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv)
 	c.st.reservations.Inc()
 	c.st.waited.Inc()
 	if st == nil {
-		if op.Lease == engine.LeaseWindow && op.After <= op.Limit && !c.once.seen(hash) {
+		if op.Lease.Kind == engine.LeaseWindow && op.After <= uint64(op.Lease.Limit) && !c.once.seen(hash) {
 			// A fixed window within its limit, seen once: remembered in
 			// the once set only; its state is made at its next decision.
 			c.st.reserved.Add(uint64(h))

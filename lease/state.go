@@ -106,8 +106,8 @@ func (st *state) serve(now int64, err error) {
 }
 
 func newState(op, prev *engine.CounterOp, now int64) *state {
-	st := &state{kind: op.Lease, key: op.Key, ttl: op.TTL, perSecond: op.PerSecond,
-		limit: op.Limit, unitSec: op.UnitSec, interval: op.Interval, burst: op.Burst,
+	st := &state{kind: op.Lease.Kind, key: op.Key, ttl: op.TTL, perSecond: op.PerSecond,
+		limit: uint64(op.Lease.Limit), unitSec: int64(op.Lease.UnitSec), interval: op.Bucket.Interval, burst: op.Bucket.Burst,
 		rateAt: now, lastUse: now, spans: make([]span, 0, 2)}
 	if prev != nil {
 		st.prevKey = prev.Key
@@ -117,8 +117,8 @@ func newState(op, prev *engine.CounterOp, now int64) *state {
 		// (the engine's clock); this replica's clock, read later, may be
 		// past its end already.
 		at := now
-		if op.Now > 0 {
-			at = op.Now
+		if op.Lease.At > 0 {
+			at = op.Lease.At
 		}
 		unitUs := st.unitSec * 1e6
 		st.windowEnd = (at/unitUs + 1) * unitUs
@@ -132,15 +132,15 @@ func newState(op, prev *engine.CounterOp, now int64) *state {
 // at the old rate). Nothing is given back: fewer admitted, never more.
 func (st *state) retune(op *engine.CounterOp) {
 	if st.kind == engine.LeaseBucket {
-		if op.Interval != st.interval || op.Burst != st.burst {
-			st.interval, st.burst, st.spans = op.Interval, op.Burst, st.spans[:0]
+		if b := op.Bucket; b.Interval != st.interval || b.Burst != st.burst {
+			st.interval, st.burst, st.spans = b.Interval, b.Burst, st.spans[:0]
 		}
 		return
 	}
-	if op.Limit == st.limit {
+	if uint64(op.Lease.Limit) == st.limit {
 		return
 	}
-	st.limit = op.Limit
+	st.limit = uint64(op.Lease.Limit)
 	top := int64(min(st.limit, 1<<62))
 	kept := st.spans[:0]
 	for _, sp := range st.spans {

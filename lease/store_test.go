@@ -111,7 +111,7 @@ func startStore(t *testing.T, kind string) *store {
 		return &store{name: kind,
 			connect: func(t *testing.T) engine.Backend { return memcacheBackend(t, p.Addr) },
 			read: func(t *testing.T, key string) int64 {
-				ops := []engine.CounterOp{{Key: key, Kind: engine.OpGet}}
+				ops := []engine.CounterOp{engine.Get(key)}
 				if err := direct.Exec(context.Background(), ops); err != nil {
 					t.Fatalf("read %s: %v", key, err)
 				}

@@ -82,7 +82,7 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 	if st.refused > 0 {
 		// A sliding window's refused hits join its counter, as exact
 		// counting adds them (one write for all, from their decisions).
-		op := engine.CounterOp{Key: st.key, Hits: uint64(st.refused), TTL: st.ttl, PerSecond: st.perSecond}
+		op := engine.Add(st.key, uint64(st.refused), st.ttl).OnSecondLane(st.perSecond)
 		st.refused = 0
 		st.credit--
 		return op, true
@@ -106,5 +106,5 @@ func (c *Counter) review(st *state, now int64, all bool) (engine.CounterOp, bool
 	st.credit--
 	give := st.takeBack(have - keep)
 	st.seen -= give
-	return engine.CounterOp{Key: st.key, Kind: engine.OpRelease, Hits: uint64(give), PerSecond: st.perSecond}, true
+	return engine.Release(st.key, uint64(give)).OnSecondLane(st.perSecond), true
 }

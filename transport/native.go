@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
@@ -62,13 +61,12 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	// connections sent meanwhile share one.
 	nativeReflection(&o)
 	nativeLimits(l.GRPCLimits, &o)
+	// FramesPerRead and WriteYieldBelow keep h2grpc's defaults: no
+	// setting changes them.
 	var open func() engine.Batch
-	policy := actors.DefaultBatchPolicy()
 	if s.counters != nil {
 		open = s.counters.router.OpenBatch
-		policy = s.counters.router.Policy()
 	}
-	o.FramesPerRead, o.WriteYieldBelow = policy.FramesPerRead, policy.WriteYieldBelow
 	full := rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
 	o.Batches = map[string]h2grpc.BatchMethod{full: rls.nativeBatch(open, n.methodStats(full))}
 	return h2grpc.NewServer(o)

@@ -288,7 +288,7 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.CounterOp) error {
 			return nil
 		}
 		value := []byte(strconv.FormatInt(next, 10))
-		exp := b.expiration(engine.TokenBucketTTL(next, op.Now))
+		exp := b.expiration(engine.TokenBucketTTL(next, op.Bucket.Now))
 		err = b.addOrSwap(it, op.Key, value, exp)
 		switch {
 		case err == nil:

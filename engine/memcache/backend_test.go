@@ -96,7 +96,7 @@ func TestTwoNodes(t *testing.T) {
 	const n = 200
 	batch := make([]engine.CounterOp, n)
 	for i := range batch {
-		batch[i] = engine.CounterOp{Key: fmt.Sprintf("two_%d", i), Hits: uint64(i%5 + 1), TTL: time.Minute}
+		batch[i] = engine.Add(fmt.Sprintf("two_%d", i), uint64(i%5+1), time.Minute)
 	}
 	for round := uint64(1); round <= 3; round++ {
 		if err := b.Exec(ctx, batch); err != nil {
@@ -139,7 +139,7 @@ func TestTwoNodes(t *testing.T) {
 func TestLongTTLIsAbsolute(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	b := newBackend(t, options(m.Addr))
-	batch := []engine.CounterOp{{Key: "month", Hits: 2, TTL: 31 * 24 * time.Hour}}
+	batch := []engine.CounterOp{engine.Add("month", 2, 31*24*time.Hour)}
 	if err := b.Exec(testCtx(t), batch); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestAddRace(t *testing.T) {
 			t.Errorf("other replica's add: %v", err)
 		}
 	}
-	batch := []engine.CounterOp{{Key: "race", Hits: 3, TTL: time.Minute}}
+	batch := []engine.CounterOp{engine.Add("race", 3, time.Minute)}
 	if err := b.Exec(testCtx(t), batch); err != nil || batch[0].After != 3 {
 		t.Fatalf("Exec = %v, After %d", err, batch[0].After)
 	}
@@ -202,7 +202,7 @@ func TestConcurrentSameKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range perG {
-				batch := []engine.CounterOp{{Key: "hot", Hits: 1, TTL: time.Minute}, {Key: fmt.Sprintf("cold_%d_%d", g, i), Hits: 1, TTL: time.Minute}}
+				batch := []engine.CounterOp{engine.Add("hot", 1, time.Minute), engine.Add(fmt.Sprintf("cold_%d_%d", g, i), 1, time.Minute)}
 				if err := b.Exec(context.Background(), batch); err != nil {
 					errs <- err
 					return
@@ -240,7 +240,7 @@ func TestBadKeysRejected(t *testing.T) {
 			if err := b.ValidateKey(tc.key); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ValidateKey = %v, want %q", err, tc.want)
 			}
-			batch := []engine.CounterOp{{Key: "good", Hits: 1, TTL: time.Minute}, {Key: tc.key, Hits: 1, TTL: time.Minute}}
+			batch := []engine.CounterOp{engine.Add("good", 1, time.Minute), engine.Add(tc.key, 1, time.Minute)}
 			if err := b.Exec(testCtx(t), batch); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "probe_k_a") {
 				t.Fatalf("Exec = %v, want %q without the key's text", err, tc.want)
 			}
@@ -265,12 +265,12 @@ func TestNonCounterValueFailsBatch(t *testing.T) {
 	if err := c.Set(&memcache.Item{Key: "user_ann-secret-value", Value: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
-	err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "text", Hits: 1, TTL: time.Minute}})
+	err := b.Exec(testCtx(t), []engine.CounterOp{engine.Add("text", 1, time.Minute)})
 	if err == nil || !strings.Contains(err.Error(), "not a counter") {
 		t.Fatalf("err = %v", err)
 	}
 	// The key holds descriptor values: errors (and so logs) name it by hash.
-	err = b.Exec(testCtx(t), []engine.CounterOp{{Key: "user_ann-secret-value", Hits: 1, TTL: time.Minute}})
+	err = b.Exec(testCtx(t), []engine.CounterOp{engine.Add("user_ann-secret-value", 1, time.Minute)})
 	if err == nil || strings.Contains(err.Error(), "ann-secret-value") || !strings.Contains(err.Error(), "sha256:") {
 		t.Fatalf("err = %v, want the key named by hash", err)
 	}
@@ -286,7 +286,7 @@ func TestServerDownFailsBatchAndHealth(t *testing.T) {
 	}
 	waitHealth(true)
 	m.Kill()
-	err := b.Exec(ctx, []engine.CounterOp{{Key: "k", Hits: 1, TTL: time.Minute}})
+	err := b.Exec(ctx, []engine.CounterOp{engine.Add("k", 1, time.Minute)})
 	if err == nil || !strings.Contains(err.Error(), "GetMulti") {
 		t.Fatalf("Exec against a dead server = %v, want a GetMulti error", err)
 	}
@@ -296,7 +296,7 @@ func TestServerDownFailsBatchAndHealth(t *testing.T) {
 	waitHealth(false)
 	m.Restart(t)
 	waitHealth(true)
-	batch := []engine.CounterOp{{Key: "k", Hits: 4, TTL: time.Minute}}
+	batch := []engine.CounterOp{engine.Add("k", 4, time.Minute)}
 	if err := b.Exec(ctx, batch); err != nil || batch[0].After != 4 {
 		t.Fatalf("after restart: %v, After %d", err, batch[0].After)
 	}
@@ -314,7 +314,7 @@ func TestCloseDrains(t *testing.T) {
 	for i := range batches {
 		batch := make([]engine.CounterOp, keys)
 		for k := range batch {
-			batch[k] = engine.CounterOp{Key: fmt.Sprintf("drain_%d", k), Hits: 1, TTL: time.Minute}
+			batch[k] = engine.Add(fmt.Sprintf("drain_%d", k), 1, time.Minute)
 		}
 		if err := b.Exec(testCtx(t), batch); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
@@ -336,7 +336,7 @@ func TestCloseDrains(t *testing.T) {
 			t.Fatalf("drain_%d = %v, %v; want %d", k, it, err, batches)
 		}
 	}
-	if err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "x", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
+	if err := b.Exec(testCtx(t), []engine.CounterOp{engine.Add("x", 1, time.Second)}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Exec after Close = %v", err)
 	}
 	t.Logf("%d increments were still queued when Close began", queued)
@@ -408,7 +408,7 @@ func TestTLS(t *testing.T) {
 			o.TLS, o.TLSCACert = true, m.CACert
 			tc.mod(&o)
 			b := newBackend(t, o)
-			batch := []engine.CounterOp{{Key: "tls", Hits: 1, TTL: time.Minute}}
+			batch := []engine.CounterOp{engine.Add("tls", 1, time.Minute)}
 			err := b.Exec(testCtx(t), batch)
 			if (err == nil) != tc.ok {
 				t.Fatalf("Exec over TLS = %v, want ok=%v", err, tc.ok)
@@ -445,7 +445,7 @@ func TestSRV(t *testing.T) {
 	o.SRV, o.SRVRefresh, o.Resolver = name, 20*time.Millisecond, dns.resolver()
 	b := newBackend(t, o)
 	ctx := testCtx(t)
-	if err := b.Exec(ctx, []engine.CounterOp{{Key: "srv_a", Hits: 1, TTL: time.Minute}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{engine.Add("srv_a", 1, time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied(t, b, 1)
@@ -457,7 +457,7 @@ func TestSRV(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
 		key := fmt.Sprintf("srv_b%d", i)
-		if err := b.Exec(ctx, []engine.CounterOp{{Key: key, Hits: 1, TTL: time.Minute}}); err != nil {
+		if err := b.Exec(ctx, []engine.CounterOp{engine.Add(key, 1, time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 		waitApplied(t, b, uint64(i+2))
@@ -477,14 +477,14 @@ func TestOpGet(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	b := newBackend(t, options(m.Addr))
 	ctx := testCtx(t)
-	if err := b.Exec(ctx, []engine.CounterOp{{Key: "held", Hits: 4, TTL: time.Minute}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{engine.Add("held", 4, time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied(t, b, 1)
 	batch := []engine.CounterOp{
 		{Key: "held", Kind: engine.OpGet, Hits: 9, TTL: time.Second}, // hits and TTL are ignored
-		{Key: "missing", Kind: engine.OpGet},
-		{Key: "counted", Hits: 2, TTL: time.Minute},
+		engine.Get("missing"),
+		engine.Add("counted", 2, time.Minute),
 	}
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -525,7 +525,7 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 			defer wg.Done()
 			for range perReplica {
 				// An hour per token: nothing comes back during the test.
-				batch := []engine.CounterOp{{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 3600e6, Burst: burst}}
+				batch := []engine.CounterOp{engine.BucketStep("bucket", 1, engine.Bucket{Now: now, Interval: 3600e6, Burst: burst})}
 				err := b.Exec(testCtx(t), batch)
 				mu.Lock()
 				if err != nil && firstErr == nil {
@@ -547,7 +547,7 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 		t.Fatalf("%d steps admitted, want the burst %d", admitted, burst)
 	}
 	b := newBackend(t, options(m.Addr))
-	batch := []engine.CounterOp{{Key: "bucket", Kind: engine.OpGet}, {Key: "absent", Kind: engine.OpGet}}
+	batch := []engine.CounterOp{engine.Get("bucket"), engine.Get("absent")}
 	if err := b.Exec(testCtx(t), batch); err != nil {
 		t.Fatal(err)
 	}

@@ -216,14 +216,14 @@ func (b *Backend) Exec(_ context.Context, batch []engine.CounterOp) error {
 			inc.After = n
 			if tat, ok := engine.TokenBucketStep(int64(n), inc); ok && inc.Hits > 0 {
 				e = b.entry(e, inc.Key)
-				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Now))
+				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Bucket.Now))
 			}
 			continue
 		case engine.OpTokenTake:
 			inc.After = n
 			if tat, took := engine.TokenBucketTake(int64(n), inc); took > 0 {
 				e = b.entry(e, inc.Key)
-				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Now))
+				e.n, e.expires = uint64(tat), now+int64(engine.TokenBucketTTL(tat, inc.Bucket.Now))
 			}
 			continue
 		case engine.OpRelease:

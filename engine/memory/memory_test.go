@@ -29,7 +29,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 func inc(b *memory.Backend, keys ...string) ([]engine.CounterOp, error) {
 	batch := make([]engine.CounterOp, len(keys))
 	for i, k := range keys {
-		batch[i] = engine.CounterOp{Key: k, Hits: 1, TTL: time.Minute}
+		batch[i] = engine.Add(k, 1, time.Minute)
 	}
 	return batch, b.Exec(context.Background(), batch)
 }
@@ -119,14 +119,14 @@ func TestBudgetChargesOnlyStoredCounters(t *testing.T) {
 	budget := memory.NewBudget(1 << 20)
 	b := memory.NewWithOptions(memory.Options{Clock: clk.Now, Budget: budget})
 	defer b.Close()
-	batch := []engine.CounterOp{{Key: "read-only", Kind: engine.OpGet}}
+	batch := []engine.CounterOp{engine.Get("read-only")}
 	if err := b.Exec(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
 	if budget.Used() != 0 || b.Len() != 0 {
 		t.Fatalf("a read of a missing counter charged %d bytes, holds %d", budget.Used(), b.Len())
 	}
-	batch = []engine.CounterOp{{Key: "k", Kind: engine.OpGet}, {Key: "k", Hits: 1, TTL: time.Minute}}
+	batch = []engine.CounterOp{engine.Get("k"), engine.Add("k", 1, time.Minute)}
 	if err := b.Exec(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}

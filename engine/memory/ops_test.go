@@ -13,7 +13,7 @@ func TestOpGet(t *testing.T) {
 	b := New(func() time.Time { return now })
 	defer b.Close()
 	ctx := context.Background()
-	if err := b.Exec(ctx, []engine.CounterOp{{Key: "k", Hits: 4, TTL: 10 * time.Second}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{engine.Add("k", 4, 10*time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -23,13 +23,13 @@ func TestOpGet(t *testing.T) {
 		want    []uint64
 	}{
 		{"read", 0, []engine.CounterOp{{Key: "k", Kind: engine.OpGet, Hits: 9, TTL: time.Hour}}, []uint64{4}},
-		{"missing reads 0", 0, []engine.CounterOp{{Key: "none", Kind: engine.OpGet}}, []uint64{0}},
+		{"missing reads 0", 0, []engine.CounterOp{engine.Get("none")}, []uint64{0}},
 		{"read then add then read", 0, []engine.CounterOp{
-			{Key: "k", Kind: engine.OpGet}, {Key: "k", Hits: 1, TTL: 10 * time.Second}, {Key: "k", Kind: engine.OpGet},
+			engine.Get("k"), engine.Add("k", 1, 10*time.Second), engine.Get("k"),
 		}, []uint64{4, 5, 5}},
 		// The read above did not extend the TTL to an hour: the add at 1000s
 		// set it to 1010s.
-		{"expired reads 0", 10 * time.Second, []engine.CounterOp{{Key: "k", Kind: engine.OpGet}}, []uint64{0}},
+		{"expired reads 0", 10 * time.Second, []engine.CounterOp{engine.Get("k")}, []uint64{0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -61,7 +61,7 @@ func checkCounters(t *testing.T, b *Backend, check goredis.Cmdable, prefix strin
 	ctx := testCtx(t)
 	batch := make([]engine.CounterOp, n)
 	for i := range batch {
-		batch[i] = engine.CounterOp{Key: fmt.Sprintf("%s_%d", prefix, i), Hits: uint64(i + 1), TTL: time.Duration(60+i) * time.Second}
+		batch[i] = engine.Add(fmt.Sprintf("%s_%d", prefix, i), uint64(i+1), time.Duration(60+i)*time.Second)
 	}
 	var sent, answered time.Time // the last round: when its EXPIREs ran
 	for round := 1; round <= 2; round++ {
@@ -164,7 +164,7 @@ func TestHitsZeroReadsAndRefreshesTTL(t *testing.T) {
 	if err := c.Set(ctx, "k", 7, 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	batch := []engine.CounterOp{{Key: "k", Hits: 0, TTL: 90 * time.Second}, {Key: "fresh", Hits: 0, TTL: 5 * time.Second}}
+	batch := []engine.CounterOp{engine.Add("k", 0, 90*time.Second), engine.Add("fresh", 0, 5*time.Second)}
 	sent := time.Now()
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestRejectsBadIncrements(t *testing.T) {
 		want string
 	}{
 		{"zero ttl", engine.CounterOp{Key: "a", Hits: 1}, "TTL"},
-		{"huge hits", engine.CounterOp{Key: "a", Hits: 1 << 63, TTL: time.Second}, "int64"},
+		{"huge hits", engine.Add("a", 1<<63, time.Second), "int64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := b.Exec(testCtx(t), []engine.CounterOp{tc.inc})
@@ -203,7 +203,7 @@ func TestSubSecondTTLRoundsUp(t *testing.T) {
 	ctx := testCtx(t)
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	b := newBackend(t, singleOptions(r))
-	batch := []engine.CounterOp{{Key: "k", Hits: 1, TTL: 1500 * time.Millisecond}}
+	batch := []engine.CounterOp{engine.Add("k", 1, 1500*time.Millisecond)}
 	sent := time.Now()
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestStartupRetry(t *testing.T) {
 		t.Fatalf("New after the server came up: %v", got.err)
 	}
 	defer got.b.Close()
-	batch := []engine.CounterOp{{Key: "k", Hits: 3, TTL: time.Minute}}
+	batch := []engine.CounterOp{engine.Add("k", 3, time.Minute)}
 	if err := got.b.Exec(ctx, batch); err != nil || batch[0].After != 3 {
 		t.Fatalf("Exec = %v, After %d", err, batch[0].After)
 	}
@@ -316,7 +316,7 @@ func TestHealthFollowsConnections(t *testing.T) {
 			}
 			if !active {
 				// Without the switch health ignores Redis, like the reference.
-				if err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "k", Hits: 1, TTL: time.Minute}}); err == nil {
+				if err := b.Exec(testCtx(t), []engine.CounterOp{engine.Add("k", 1, time.Minute)}); err == nil {
 					t.Fatal("Exec against a dead server succeeded")
 				}
 				if !b.Healthy() {
@@ -348,7 +348,7 @@ func TestClosed(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := b.Exec(testCtx(t), []engine.CounterOp{{Key: "k", Hits: 1, TTL: time.Second}}); !errors.Is(err, ErrClosed) {
+	if err := b.Exec(testCtx(t), []engine.CounterOp{engine.Add("k", 1, time.Second)}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Exec after Close = %v", err)
 	}
 	if b.Healthy() {
@@ -404,7 +404,7 @@ func TestSentinelFailover(t *testing.T) {
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			batch := []engine.CounterOp{{Key: "failover", Hits: 1, TTL: time.Hour}}
+			batch := []engine.CounterOp{engine.Add("failover", 1, time.Hour)}
 			err := b.Exec(ctx, batch)
 			cancel()
 			mu.Lock()
@@ -500,16 +500,16 @@ func TestOpGet(t *testing.T) {
 	if err := c.Set(ctx, "held", 7, 100*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Exec(ctx, []engine.CounterOp{{Key: "warm", Hits: 1, TTL: time.Minute}}); err != nil {
+	if err := b.Exec(ctx, []engine.CounterOp{engine.Add("warm", 1, time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	get0, incr0, exp0 := cmdCalls(t, c, "get"), cmdCalls(t, c, "incrby"), cmdCalls(t, c, "expire")
 	_, _, reads0 := commandStats(t, c)
 	batch := []engine.CounterOp{
 		{Key: "held", Kind: engine.OpGet, Hits: 5, TTL: time.Second}, // hits and TTL are ignored
-		{Key: "missing", Kind: engine.OpGet},
-		{Key: "counted", Hits: 3, TTL: time.Minute},
-		{Key: "counted", Kind: engine.OpGet}, // after the increment, in batch order
+		engine.Get("missing"),
+		engine.Add("counted", 3, time.Minute),
+		engine.Get("counted"), // after the increment, in batch order
 	}
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -538,7 +538,7 @@ func TestOpGet(t *testing.T) {
 	if err := c.Set(ctx, "text", "abc", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	err := b.Exec(ctx, []engine.CounterOp{{Key: "text", Kind: engine.OpGet}})
+	err := b.Exec(ctx, []engine.CounterOp{engine.Get("text")})
 	if err == nil || !strings.Contains(err.Error(), `"text"`) {
 		t.Fatalf("GET of a non-counter: err = %v", err)
 	}
@@ -553,14 +553,14 @@ func TestOpGetCluster(t *testing.T) {
 	const n = 30
 	batch := make([]engine.CounterOp, 0, 2*n)
 	for i := range n {
-		batch = append(batch, engine.CounterOp{Key: fmt.Sprintf("g%d", i), Hits: uint64(i + 1), TTL: time.Minute})
+		batch = append(batch, engine.Add(fmt.Sprintf("g%d", i), uint64(i+1), time.Minute))
 	}
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	batch = batch[:0]
 	for i := range 2 * n { // half of them were never written
-		batch = append(batch, engine.CounterOp{Key: fmt.Sprintf("g%d", i), Kind: engine.OpGet})
+		batch = append(batch, engine.Get(fmt.Sprintf("g%d", i)))
 	}
 	if err := b.Exec(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -590,7 +590,7 @@ func TestReadsAndBucketSteps(t *testing.T) {
 	c := r.Client(t)
 	now := time.Now().UnixMicro()
 	step := func() engine.CounterOp {
-		return engine.CounterOp{Key: "bucket", Hits: 1, Kind: engine.OpTokenBucket, Now: now, Interval: 1000, Burst: 2}
+		return engine.BucketStep("bucket", 1, engine.Bucket{Now: now, Interval: 1000, Burst: 2})
 	}
 	var sent time.Time
 	for round, flush := range []bool{false, true} {
@@ -600,7 +600,7 @@ func TestReadsAndBucketSteps(t *testing.T) {
 			}
 			now += 10_000 // the bucket is full again
 		}
-		batch := []engine.CounterOp{{Key: "missing", Kind: engine.OpGet}, step(), step(), step()}
+		batch := []engine.CounterOp{engine.Get("missing"), step(), step(), step()}
 		sent = time.Now()
 		if err := b.Exec(ctx, batch); err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -636,11 +636,11 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 	c := r.Client(t)
 
 	batch := []engine.CounterOp{
-		{Key: "ordered", Kind: engine.OpGet},
-		{Key: "ordered", Hits: 2, TTL: time.Minute},
-		{Key: "other", Hits: 1, TTL: time.Hour},
-		{Key: "ordered", Kind: engine.OpGet},
-		{Key: "other", Kind: engine.OpGet},
+		engine.Get("ordered"),
+		engine.Add("ordered", 2, time.Minute),
+		engine.Add("other", 1, time.Hour),
+		engine.Get("ordered"),
+		engine.Get("other"),
 	}
 	sent := time.Now()
 	if err := b.Exec(ctx, batch); err != nil {
@@ -669,7 +669,7 @@ func TestBatchesKeepOrderAndTheirOwnCommands(t *testing.T) {
 				size := 1 + (n*7+w)%23
 				batch := make([]engine.CounterOp, size)
 				for i := range batch {
-					batch[i] = engine.CounterOp{Key: fmt.Sprintf("w%d_k%d", w, i), Hits: uint64(w + 1), TTL: time.Duration(100+w) * time.Second}
+					batch[i] = engine.Add(fmt.Sprintf("w%d_k%d", w, i), uint64(w+1), time.Duration(100+w)*time.Second)
 				}
 				if err := b.Exec(ctx, batch); err != nil {
 					errs <- err

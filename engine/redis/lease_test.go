@@ -85,12 +85,12 @@ func TestLeaseScriptsRerun(t *testing.T) {
 			now := int64(1_795_313_464_000_000)
 			batch := func() []engine.CounterOp {
 				return []engine.CounterOp{
-					{Key: "take", Kind: engine.OpTokenTake, Hits: 2, Now: now, Interval: 1000, Burst: 10},
-					{Key: "counter", Kind: engine.OpRelease, Hits: 3},
-					{Key: "counter{2}", Kind: engine.OpReserve, Hits: 4, TTL: time.Minute},
+					engine.BucketTake("take", 2, engine.Bucket{Now: now, Interval: 1000, Burst: 10}),
+					engine.Release("counter", 3),
+					engine.Reserve("counter{2}", 4, time.Minute),
 				}
 			}
-			if err := b.Exec(ctx, []engine.CounterOp{{Key: "counter", Kind: engine.OpReserve, Hits: 10, TTL: time.Minute}}); err != nil {
+			if err := b.Exec(ctx, []engine.CounterOp{engine.Reserve("counter", 10, time.Minute)}); err != nil {
 				t.Fatal(err)
 			}
 			for round := range 2 {

@@ -103,5 +103,5 @@ func scriptArgs(op *engine.CounterOp) []any {
 	if op.Kind == engine.OpRelease {
 		return []any{op.Hits}
 	}
-	return []any{op.Now, op.Interval, op.Burst, op.Hits}
+	return []any{op.Bucket.Now, op.Bucket.Interval, op.Bucket.Burst, op.Hits}
 }

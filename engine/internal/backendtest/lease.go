@@ -64,12 +64,8 @@ func (s Store) checkTTL(t testing.TB, what string, ttl, want time.Duration) {
 func ReserveRelease(t *testing.T, s Store) {
 	k := s.Prefix + "rr"
 	missing := s.Prefix + "rr-missing"
-	reserve := func(key string, n uint64, ttl time.Duration) engine.CounterOp {
-		return engine.CounterOp{Key: key, Kind: engine.OpReserve, Hits: n, TTL: ttl}
-	}
-	release := func(key string, n uint64) engine.CounterOp {
-		return engine.CounterOp{Key: key, Kind: engine.OpRelease, Hits: n}
-	}
+	reserve := engine.Reserve
+	release := engine.Release
 	secondTTL := 200 * time.Second
 	if !s.RefreshOnAdd {
 		secondTTL = 100 * time.Second // memcached keeps the TTL of the add that created the key
@@ -124,9 +120,7 @@ func ReserveRelease(t *testing.T, s Store) {
 // reserveConcurrently: concurrent reservations on one key each get their
 // own true value: together, every count from 1 to the total exactly once.
 func reserveConcurrently(t *testing.T, s Store) {
-	reserve := func(key string, n uint64, ttl time.Duration) engine.CounterOp {
-		return engine.CounterOp{Key: key, Kind: engine.OpReserve, Hits: n, TTL: ttl}
-	}
+	reserve := engine.Reserve
 	const workers, each = 8, 25
 	c := s.Prefix + "rr-concurrent"
 	var mu sync.Mutex
@@ -177,7 +171,7 @@ func afters(ops []engine.CounterOp) []uint64 {
 func TokenTake(t *testing.T, s Store) {
 	const n0 = int64(1_795_313_464_000_000) // µs; any fixed time works, the TAT is all the state
 	take := func(key string, hits uint64, now, interval, burst int64) engine.CounterOp {
-		return engine.CounterOp{Key: key, Kind: engine.OpTokenTake, Hits: hits, Now: now, Interval: interval, Burst: burst}
+		return engine.BucketTake(key, hits, engine.Bucket{Now: now, Interval: interval, Burst: burst})
 	}
 	k := s.Prefix + "take"
 	steps := []struct {
@@ -211,7 +205,7 @@ func TokenTake(t *testing.T, s Store) {
 			t.Fatalf("%s: found TAT %d, want %d", st.name, got.After, st.found)
 		}
 		if st.tat != st.found {
-			setAt = st.op.Now
+			setAt = st.op.Bucket.Now
 		}
 		checkTAT(t, s, st.name, k, st.tat, setAt)
 	}
