@@ -197,9 +197,6 @@ func New(o Options) (*Router, error) {
 	return r, nil
 }
 
-// Policy is the batch policy in use, defaults filled in.
-func (r *Router) Policy() BatchPolicy { return r.o.Batch }
-
 // Shards is the number of shards.
 func (r *Router) Shards() int { return len(r.pids) }
 
