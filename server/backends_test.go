@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
