@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/settings"
+	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -125,7 +126,7 @@ func (p *ops) close() {
 
 // decider is the decision call of the gRPC and HTTP servers, traced when
 // tracing is on.
-func (p *ops) decider(d Decider) Decider {
+func (p *ops) decider(d transport.Decider) transport.Decider {
 	if p.tracing == nil {
 		return d
 	}

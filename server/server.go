@@ -2,26 +2,29 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
+	grpchealth "google.golang.org/grpc/health"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/settings"
+	"github.com/sluicehq/sluice/transport"
 )
 
 // The server's parts live by concern: backends.go (stores and shards),
-// listeners.go (gRPC, HTTP and debug servers), reload.go (configuration
-// sources and loading), ops.go (statistics sink, TLS, xDS, tracing).
+// reload.go and files.go (configuration sources and loading), ops.go
+// (statistics sink, TLS, xDS, tracing), health.go; the wire is package
+// transport's.
 
 // Options assemble a Server. Only Settings is required.
 type Options struct {
@@ -42,25 +45,27 @@ type Options struct {
 	StatsOutput io.Writer
 }
 
-// Server is the rate limit service: engine, shards, backends and listeners.
-// NewServer builds every part; Run starts them and stops them again.
+// Server is the rate limit service: engine, shards, backends, the quota
+// service and the wire. NewServer builds every part; Run starts them and
+// stops them again.
 type Server struct {
 	settings settings.Settings
+	opts     Options
 	log      *slog.Logger
 	stats    *stats.Store
-	errs     *errorLog // failed decisions, one line per interval and kind
-	health   *Health
-	ghs      *health.Server
+	health   *health
+	ghs      *grpchealth.Server
 
 	ops      ops // statistics sink, TLS, xDS and tracing
 	counters *counters
 	svc      *engine.Service
 	loader   *loader
-	net      *listeners
-	// quota serves the Rate Limit Quota Service on the gRPC port; it
-	// exists while Run does.
-	quota *quotaServer
+	// wire is the gRPC, HTTP and debug servers; it exists while Run does.
+	wire atomic.Pointer[transport.Server]
 }
+
+// DebugEndpoint is an extra debug path (Options.DebugEndpoints).
+type DebugEndpoint = transport.DebugEndpoint
 
 // NewServer builds the backend (waiting for it to answer, as the reference
 // does before opening any listener), the shards and the engine. On error
@@ -77,28 +82,17 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 		o.Stats = stats.NewStore()
 	}
 	o.Stats.SetDynamicLimit(s.Limiter.StatsMaxDynamic, stats.DefaultMaxDynamicNameSize)
-	srv := &Server{settings: s, log: o.Logger, stats: o.Stats, ghs: health.NewServer()}
-	srv.health = NewHealth(srv.ghs, s.Config.HealthyWithConfig)
+	srv := &Server{settings: s, opts: o, log: o.Logger, stats: o.Stats, ghs: grpchealth.NewServer()}
+	srv.health = newHealth(srv.ghs, s.Config.HealthyWithConfig)
 
 	// The reporter is built before the shards but flushes only once Run has
 	// started, when they exist.
 	if srv.ops, err = newOps(s, o, o.Stats, srv.publishShardDepth); err != nil {
 		return nil, err
 	}
-	src, err := configSource(s, o, srv.ops.xds)
+	src, err := newConfigSource(s, o, srv.ops.xds)
 	if err != nil {
 		return nil, err
-	}
-	srv.net = &listeners{settings: s.Listen, debugEnd: o.DebugEndpoints, stats: o.Stats,
-		grpcOpts: append(append([]grpc.ServerOption{}, o.GRPCServerOptions...), srv.ops.grpcServerOptions()...),
-		// The native gRPC server does TLS itself; interceptors and stats
-		// handlers (the embedder's, tracing) exist only in grpc-go's.
-		nativeOK: len(o.GRPCServerOptions) == 0 && srv.ops.tracing == nil,
-		// A refused connection is told so in plaintext HTTP/2 only where
-		// the port speaks it (no TLS, no embedder's credentials).
-		plainGRPC: len(o.GRPCServerOptions) == 0 && srv.ops.tls == nil}
-	if srv.ops.tls != nil {
-		srv.net.nativeTLS = srv.ops.tls.TLSConfig()
 	}
 
 	c, err := newCounters(ctx, s, o, srv.ops.backendTracer())
@@ -110,7 +104,7 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 			c.Close()
 		}
 	}()
-	srv.health.Set(ComponentBackend, true)
+	srv.health.set(componentBackend, true)
 
 	eo := s.Limiter.Options
 	eo.Counter = srv.ops.traceCounter(c.lease)
@@ -124,9 +118,35 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	srv.counters = c
-	srv.errs = newErrorLog(srv.log, s.Log.RepeatInterval)
 	srv.loader = newLoader(s, o, src, srv.svc, srv.health)
 	return srv, nil
+}
+
+// wireOptions are the wire's parts: the decision call (traced when tracing
+// is on), the counters' batches, the quota service, health and the
+// listeners' settings.
+func (s *Server) wireOptions(q *quota.Service) transport.Options {
+	o := transport.Options{
+		Listen: s.settings.Listen, Logger: s.log, Stats: s.stats,
+		Decider:   s.ops.decider(s.svc),
+		OpenBatch: s.counters.router.OpenBatch, BatchPolicy: s.counters.router.Policy(),
+		Quota:   q,
+		Healthy: s.health.ok, GRPCHealth: s.ghs,
+		DumpConfig: s.DumpConfig, DebugEndpoints: s.opts.DebugEndpoints,
+		ErrorLogInterval:  s.settings.Log.RepeatInterval,
+		GRPCServerOptions: append(append([]grpc.ServerOption{}, s.opts.GRPCServerOptions...), s.ops.grpcServerOptions()...),
+		// The native gRPC server does TLS itself; interceptors and stats
+		// handlers (the embedder's, tracing) exist only in grpc-go's.
+		NativeAllowed: len(s.opts.GRPCServerOptions) == 0 && s.ops.tracing == nil,
+		// A refused connection is told so in plaintext HTTP/2 only where
+		// the port speaks it (no TLS, no embedder's credentials).
+		PlainGRPC: len(s.opts.GRPCServerOptions) == 0 && s.ops.tls == nil,
+		WrapHTTP:  s.ops.traceHTTP,
+	}
+	if s.ops.tls != nil {
+		o.TLS = s.ops.tls.TLSConfig()
+	}
+	return o
 }
 
 // publishShardDepth sets the shards' queue depth gauges (none before the
@@ -137,19 +157,22 @@ func (s *Server) publishShardDepth() {
 	}
 }
 
-// Health is the service health.
-func (s *Server) Health() *Health { return s.health }
-
 // Stats is the statistics store.
 func (s *Server) Stats() *stats.Store { return s.stats }
 
 // Addrs are the bound addresses (zero until Run listens).
-func (s *Server) Addrs() Addrs { return s.net.Addrs() }
+func (s *Server) Addrs() transport.Addrs {
+	if w := s.wire.Load(); w != nil {
+		return w.Addrs()
+	}
+	return transport.Addrs{}
+}
 
 // MetricsAddr is the pull metrics listener's address (USE_PROMETHEUS), or nil.
 func (s *Server) MetricsAddr() net.Addr { return s.ops.metrics.Addr() }
 
-// DumpConfig implements ConfigDumper.
+// DumpConfig is the loaded configuration as the debug server's /rlconfig
+// prints it ("" before any).
 func (s *Server) DumpConfig() string {
 	if c := s.svc.Config(); c != nil {
 		return c.Dump()
@@ -157,58 +180,40 @@ func (s *Server) DumpConfig() string {
 	return ""
 }
 
-// decider is the decision call of the gRPC and HTTP servers.
-func (s *Server) decider() Decider { return s.ops.decider(s.svc) }
-
 // Run loads configuration, listens, and serves until ctx ends; then it stops
 // gracefully: in-flight calls finish, then shards and backends close.
 // ready, if not nil, is closed once the listeners are open.
 func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 	cfgCtx, stopConfig := context.WithCancel(context.Background())
-	events := make(chan ConfigEvent)
 	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		if err := s.loader.source.Run(cfgCtx, events); err != nil {
-			s.log.Error("configuration source stopped", "error", err)
-		}
-	}()
-	if len(s.counters.back.health) > 0 {
-		bg.Add(1)
-		go func() { defer bg.Done(); s.watchBackendHealth(cfgCtx) }()
-	}
-	first := make(chan struct{})
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		once := sync.OnceFunc(func() { close(first) })
-		defer once()
-		for ev := range events {
-			if !s.loader.applyWithin(cfgCtx, ev) {
-				return // shutting down: never wait for a parse
-			}
-			once()
-		}
-	}()
+	first := s.startConfig(cfgCtx, &bg)
+	var (
+		q    *quota.Service
+		wire *transport.Server
+	)
 	defer func() {
 		stopConfig()
 		bg.Wait()
-		if s.quota != nil {
-			s.quota.close()
+		if wire != nil {
+			wire.Close()
+		}
+		if q != nil {
+			closeQuota(q)
 		}
 		s.counters.Close()
-		s.errs.close()
 		s.ops.close() // last, so the final statistics flush sees everything
 	}()
 	if err := s.ops.start(cfgCtx, &bg); err != nil {
 		return err
 	}
-	q, err := newQuotaServer(s.settings.Limiter.Quota, s.svc, s.ops.traceCounter(s.counters.lease), s.counters.back, s.stats, s.log)
+	q, err := s.newQuota()
 	if err != nil {
 		return err
 	}
-	s.quota = q
+	if wire, err = transport.New(s.wireOptions(q)); err != nil {
+		return err
+	}
+	s.wire.Store(wire)
 
 	if !s.settings.Config.ForceStart {
 		select {
@@ -217,30 +222,59 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 			return nil
 		}
 	}
+	return wire.Run(ctx, ready, func() { s.health.set(componentSigterm, false) })
+}
 
-	errc, err := s.net.serve(s)
-	if err != nil {
-		return err
+// startConfig starts the configuration source, its loader and the backend
+// health watch, all ending with ctx and joining bg; the channel closes once
+// the first configuration event is applied (or the source ended without
+// one).
+func (s *Server) startConfig(ctx context.Context, bg *sync.WaitGroup) <-chan struct{} {
+	events := make(chan ConfigEvent)
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		if err := s.loader.source.Run(ctx, events); err != nil {
+			s.log.Error("configuration source stopped", "error", err)
+		}
+	}()
+	if len(s.counters.back.health) > 0 {
+		bg.Add(1)
+		go func() { defer bg.Done(); s.watchBackendHealth(ctx) }()
 	}
-	if ready != nil {
-		close(ready)
-	}
+	first := make(chan struct{})
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		once := sync.OnceFunc(func() { close(first) })
+		defer once()
+		for ev := range events {
+			if !s.loader.applyWithin(ctx, ev) {
+				return // shutting down: never wait for a parse
+			}
+			once()
+		}
+	}()
+	return first
+}
 
-	var runErr error
-	running := 3
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-		runErr = fmt.Errorf("server stopped: %w", runErr)
-		running--
-	}
-	s.health.Set(ComponentSigterm, false)
-	s.quota.stopStreams()
-	s.net.shutdown()
-	if err := served(errc, running); runErr == nil {
-		runErr = err
-	}
-	return runErr
+// newQuota is the Rate Limit Quota Service, counting through the same
+// (traced) leases as the decisions.
+func (s *Server) newQuota() (*quota.Service, error) {
+	o := s.settings.Limiter.Quota
+	o.Log = s.log
+	o.Budget = s.counters.back.budget // the quota service's buckets count in the memory cap
+	return quota.New(o, s.svc, s.ops.traceCounter(s.counters.lease), s.counters.back.board, s.stats)
+}
+
+// closeQuota stops the quota service; its streams must have ended. What
+// this replica holds beyond what its Envoys may spend until they reach
+// another replica is given back first (within a few seconds).
+func closeQuota(q *quota.Service) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	q.Drain(ctx)
+	q.Close()
 }
 
 // watchBackendHealth mirrors the stores' own health into the service's
@@ -249,7 +283,7 @@ func (s *Server) watchBackendHealth(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
-		s.health.Set(ComponentBackend, s.counters.back.Healthy())
+		s.health.set(componentBackend, s.counters.back.Healthy())
 		select {
 		case <-ctx.Done():
 			return

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 func TestSettingsDefaults(t *testing.T) {
@@ -129,7 +129,7 @@ func TestEnvAliases(t *testing.T) {
 
 func TestLogFormats(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := transport.NewLogger(&buf, settings.LogSettings{Level: "debug", Format: "json"})
+	log, err := server.NewLogger(&buf, settings.LogSettings{Level: "debug", Format: "json"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestLogFormats(t *testing.T) {
 		t.Errorf("json line %v", line)
 	}
 	buf.Reset()
-	log, _ = transport.NewLogger(&buf, settings.LogSettings{Level: "warn", Format: "text"})
+	log, _ = server.NewLogger(&buf, settings.LogSettings{Level: "warn", Format: "text"})
 	log.Info("hidden")
 	log.Error("shown")
 	if got := buf.String(); strings.Contains(got, "hidden") || !strings.Contains(got, `level=error msg=shown`) || !strings.HasPrefix(got, "time=") {

@@ -87,8 +87,8 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 		}
 		n.grpc = n.newGRPCServer(s)
 	}
-	n.http = newDrainServer(n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs))))
-	n.debug = newDrainServer(n.settings.HTTPTimeouts.Server(newDebugHandler(s, n.debugEnd)))
+	n.http = newDrainServer(n.settings.HTTPTimeouts.Server(s.wrapHTTP(newHTTPHandler(s.decider(), s.o.Healthy, s.log, s.errs))))
+	n.debug = newDrainServer(n.settings.HTTPTimeouts.Server(newDebugHandler(s.dumpConfig, n.debugEnd)))
 	errc := make(chan error, 3)
 	go func() { errc <- n.grpc.Serve(lns[0]) }()
 	go func() { errc <- n.http.Serve(lns[1]) }()

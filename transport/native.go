@@ -64,9 +64,9 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	nativeLimits(l.GRPCLimits, &o)
 	var open func() engine.Batch
 	policy := actors.DefaultBatchPolicy()
-	if s.counters != nil {
-		open = s.counters.router.OpenBatch
-		policy = s.counters.router.Policy()
+	if s.o.OpenBatch != nil {
+		open = s.o.OpenBatch
+		policy = s.o.BatchPolicy
 	}
 	o.FramesPerRead, o.WriteYieldBelow = policy.FramesPerRead, policy.WriteYieldBelow
 	full := rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
