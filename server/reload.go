@@ -12,16 +12,16 @@ import (
 	"github.com/sluicehq/sluice/transport/xds"
 )
 
-// ConfigSource produces configuration events until its context ends, then
+// configSource produces configuration events until its context ends, then
 // closes the channel. FileSource is one; the xDS client is another.
-type ConfigSource interface {
+type configSource interface {
 	Run(ctx context.Context, out chan<- ConfigEvent) error
 }
 
 // loader applies configuration events to the engine, keeping the previous
 // rules when a load fails.
 type loader struct {
-	source       ConfigSource
+	source       configSource
 	svc          *engine.Service
 	health       *health
 	log          *slog.Logger
@@ -47,11 +47,9 @@ type runtimeStats struct {
 	numValues          *stats.Gauge
 }
 
-// newConfigSource is the caller's source, else the one CONFIG_TYPE names.
-func newConfigSource(s settings.Settings, o Options, x *xds.Source) (ConfigSource, error) {
+// newConfigSource is the source CONFIG_TYPE names.
+func newConfigSource(s settings.Settings, o Options, x *xds.Source) (configSource, error) {
 	switch {
-	case o.ConfigSource != nil:
-		return o.ConfigSource, nil
 	case s.Config.Type == "FILE":
 		return NewFileSource(s.Config, o.Logger), nil
 	case x != nil:
@@ -60,7 +58,7 @@ func newConfigSource(s settings.Settings, o Options, x *xds.Source) (ConfigSourc
 	return nil, fmt.Errorf("no configuration source for CONFIG_TYPE=%s", s.Config.Type)
 }
 
-func newLoader(s settings.Settings, o Options, src ConfigSource, svc *engine.Service, h *health) *loader {
+func newLoader(s settings.Settings, o Options, src configSource, svc *engine.Service, h *health) *loader {
 	l := &loader{source: src, svc: svc, health: h, log: o.Logger, mergeDomains: s.Config.MergeDomains,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),

@@ -32,8 +32,6 @@ type Options struct {
 	Logger   *slog.Logger
 	Stats    *stats.Store
 	Clock    func() time.Time
-	// ConfigSource overrides the one Settings.Config describes.
-	ConfigSource ConfigSource
 	// GRPCServerOptions are added to the gRPC server's (TLS credentials, interceptors).
 	GRPCServerOptions []grpc.ServerOption
 	// DebugEndpoints are extra debug paths.
@@ -127,7 +125,7 @@ func NewServer(ctx context.Context, o Options) (_ *Server, err error) {
 // listeners' settings.
 func (s *Server) wireOptions(q *quota.Service) transport.Options {
 	o := transport.Options{
-		Listen: s.settings.Listen, Logger: s.log, Stats: s.stats,
+		Listen: listen(s.settings.Listen), Logger: s.log, Stats: s.stats,
 		Decider:   s.ops.decider(s.svc),
 		OpenBatch: s.counters.router.OpenBatch, BatchPolicy: s.counters.router.Policy(),
 		Quota:   q,
@@ -149,6 +147,21 @@ func (s *Server) wireOptions(q *quota.Service) transport.Options {
 	return o
 }
 
+// listen is where the wire listens, as the settings say.
+func listen(l settings.ListenSettings) transport.Listen {
+	caps := l.MaxConnections.Resolved()
+	return transport.Listen{
+		GRPCAddr: l.GRPCAddr(), GRPCUDS: l.GRPCUDS, HTTPAddr: l.HTTPAddr(), DebugAddr: l.DebugAddr(),
+		GRPCGo:           l.GRPCServer == settings.GRPCServerGRPCGo,
+		StreamWorkers:    l.GRPCStreamWorkers,
+		MaxConnectionAge: l.MaxConnectionAge, MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+		MaxConcurrentStreams: l.GRPCLimits.MaxConcurrentStreams,
+		IdleTimeout:          l.GRPCLimits.IdleTimeout, StallTimeout: l.GRPCLimits.StallTimeout,
+		HTTPServer:   l.HTTPTimeouts.Server,
+		MaxGRPCConns: caps.GRPC, MaxHTTPConns: caps.HTTP, MaxDebugConns: caps.Debug,
+	}
+}
+
 // publishShardDepth sets the shards' queue depth gauges (none before the
 // shards exist).
 func (s *Server) publishShardDepth() {
@@ -156,9 +169,6 @@ func (s *Server) publishShardDepth() {
 		s.counters.publishShardDepth()
 	}
 }
-
-// Stats is the statistics store.
-func (s *Server) Stats() *stats.Store { return s.stats }
 
 // Addrs are the bound addresses (zero until Run listens).
 func (s *Server) Addrs() transport.Addrs {

@@ -36,7 +36,7 @@ const (
 
 // nativeServer serves ShouldRateLimit and the health service with h2grpc.
 func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
-	l := n.settings
+	l := n.opts
 	rls := newRLSServer(s.decider(), s.log, s.errs)
 	o := h2grpc.Options{
 		Methods: map[string]h2grpc.Method{
@@ -49,7 +49,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		BidiMethods: map[string]h2grpc.BidiMethod{
 			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: s.quota.native,
 		},
-		Workers:               l.GRPCStreamWorkers,
+		Workers:               l.StreamWorkers,
 		MaxHeaderListSize:     nativeHeaderList,
 		MaxConnectionAge:      l.MaxConnectionAge,
 		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
@@ -61,7 +61,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	// backend calls for it (when they make any), so that batches other
 	// connections sent meanwhile share one.
 	nativeReflection(&o)
-	nativeLimits(l.GRPCLimits, &o)
+	nativeLimits(l, &o)
 	var open func() engine.Batch
 	policy := actors.DefaultBatchPolicy()
 	if s.o.OpenBatch != nil {

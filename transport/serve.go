@@ -15,14 +15,13 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/quota"
-	"github.com/sluicehq/sluice/settings"
 )
 
 // Options are what the wire serves and how. The assembly (package server)
 // builds every part; the wire only answers calls with them.
 type Options struct {
 	// Listen are the addresses and the limits of each port's connections.
-	Listen settings.ListenSettings
+	Listen Listen
 	Logger *slog.Logger
 	Stats  *stats.Store
 
@@ -63,6 +62,36 @@ type Options struct {
 	WrapHTTP func(http.Handler) http.Handler
 }
 
+// Listen is where the wire listens and how it bounds what clients hold.
+type Listen struct {
+	// GRPCAddr, HTTPAddr and DebugAddr are host:port (port 0: the kernel
+	// picks one); GRPCUDS, if set, is a unix socket the gRPC port listens
+	// on instead of GRPCAddr.
+	GRPCAddr, GRPCUDS, HTTPAddr, DebugAddr string
+	// GRPCGo has grpc-go's server serve the gRPC port where the native
+	// one (h2grpc, about half its CPU per call) could.
+	GRPCGo bool
+	// StreamWorkers are the goroutines kept between calls to serve them
+	// (0: a new goroutine per call).
+	StreamWorkers int
+	// MaxConnectionAge and MaxConnectionAgeGrace end a gRPC connection
+	// that has lived that long (GOAWAY, then the grace for its calls).
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// MaxConcurrentStreams, IdleTimeout and StallTimeout bound what one
+	// client may hold of the gRPC port, with either server: the calls a
+	// connection may have open, how long it may go without one, and how
+	// long a call's request message may take to follow its headers.
+	MaxConcurrentStreams      int
+	IdleTimeout, StallTimeout time.Duration
+	// HTTPServer is the server of the HTTP and debug ports for a handler:
+	// their timeouts.
+	HTTPServer func(http.Handler) *http.Server
+	// MaxGRPCConns, MaxHTTPConns and MaxDebugConns cap the connections
+	// open at once on each port (0: no cap); one beyond is refused
+	// politely (accept.go).
+	MaxGRPCConns, MaxHTTPConns, MaxDebugConns int
+}
+
 // Server is the wire of one running service: the gRPC server (native or
 // grpc-go's) with RLS, RLQS, health and reflection; the HTTP server with
 // /json and /healthcheck; the debug server. Build it with New, serve with
@@ -87,10 +116,13 @@ func New(o Options) (*Server, error) {
 	if o.Stats == nil {
 		o.Stats = stats.NewStore()
 	}
+	if o.Listen.HTTPServer == nil {
+		o.Listen.HTTPServer = func(h http.Handler) *http.Server { return &http.Server{Handler: h} }
+	}
 	s := &Server{o: o, log: o.Logger, ghs: o.GRPCHealth,
 		errs:  newErrorLog(o.Logger, o.ErrorLogInterval),
 		quota: newQuotaServer(o.Quota, o.Logger)}
-	s.net = &listeners{settings: o.Listen, debugEnd: o.DebugEndpoints, stats: o.Stats,
+	s.net = &listeners{opts: o.Listen, debugEnd: o.DebugEndpoints, stats: o.Stats,
 		grpcOpts: o.GRPCServerOptions, nativeOK: o.NativeAllowed && len(o.GRPCServerOptions) == 0,
 		nativeTLS: o.TLS, plainGRPC: o.PlainGRPC}
 	return s, nil
