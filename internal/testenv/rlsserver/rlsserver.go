@@ -1,8 +1,10 @@
 // Package rlsserver runs the rate limit service (server.Server) in the
 // test's own process, for tests that need a real one on loopback ports:
 // one way to start it, wait until it serves, and stop it, instead of a
-// copy in every test file. (testenv itself cannot import transport: the
-// packages transport is built from use testenv in their own tests.)
+// copy in every test file; and Harness, the memory-backed service with
+// its rule directory, log and clients that the tests of package server
+// and package transport share. (testenv itself cannot import server: the
+// packages server is built from use testenv in their own tests.)
 package rlsserver
 
 import (
