@@ -3,12 +3,7 @@ package server_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
-	)
-}
+func TestMain(m *testing.M) { rlsserver.VerifyNoLeaks(m) }

@@ -18,6 +18,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -252,4 +253,14 @@ descriptors:
 // k in domain x.
 func ExactRules(keys int) map[string]string {
 	return map[string]string{"x.yaml": fmt.Sprintf("domain: x\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: %d}}\n", 10000/keys)}
+}
+
+// VerifyNoLeaks runs a package's tests (TestMain) and fails them if a
+// goroutine outlives them, but for protoactor's throttles, which it never
+// stops.
+func VerifyNoLeaks(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
+	)
 }
