@@ -120,9 +120,8 @@ func TestEnvAliases(t *testing.T) {
 		{map[string]string{"TAGGED_STATSD_MOGRIFIERS": "a"}, "USE_DOG_STATSD_MOGRIFIERS", "a"},
 		{map[string]string{"TAGGED_STATSD_MOGRIFIERS_A_PATTERN": "p"}, "DOG_STATSD_MOGRIFIER_A_PATTERN", "p"},
 	} {
-		e := settings.NewEnv(settings.FromMap(tc.env))
-		if got := e.String(tc.name, ""); got != tc.want || e.Err() != nil {
-			t.Errorf("%v: %s = %q (%v), want %q", tc.env, tc.name, got, e.Err(), tc.want)
+		if got, err := settings.ReadForTest(tc.env, tc.name); got != tc.want || err != nil {
+			t.Errorf("%v: %s = %q (%v), want %q", tc.env, tc.name, got, err, tc.want)
 		}
 	}
 }
