@@ -58,7 +58,7 @@ type Server struct {
 	counters *counters
 	svc      *engine.Service
 	loader   *loader
-	// wire is the gRPC, HTTP and debug servers; it exists while Run does.
+	// wire is the gRPC, HTTP and debug servers, built by Run.
 	wire atomic.Pointer[transport.Server]
 }
 
