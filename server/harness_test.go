@@ -12,12 +12,10 @@ var (
 	start             = rlsserver.StartEnv
 	startClock        = rlsserver.StartEnvClock
 	readFile          = rlsserver.ReadRules
-	jsonEqual         = rlsserver.JSONEqual
 	settingsFor       = rlsserver.SettingsFor
 	newServer         = rlsserver.NewServer
 	rlsReq            = rlsserver.RLSReq
 	forEachGRPCServer = rlsserver.ForEachGRPCServer
-	with              = rlsserver.With
 	exactRules        = rlsserver.ExactRules
 	quotaServers      = rlsserver.GRPCServers
 )

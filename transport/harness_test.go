@@ -8,13 +8,11 @@ import "github.com/sluicehq/sluice/internal/testenv/rlsserver"
 type harness = rlsserver.Harness
 
 var (
-	t0                = rlsserver.T0
 	start             = rlsserver.StartEnv
 	startClock        = rlsserver.StartEnvClock
 	readFile          = rlsserver.ReadRules
 	jsonEqual         = rlsserver.JSONEqual
 	settingsFor       = rlsserver.SettingsFor
-	newServer         = rlsserver.NewServer
 	rlsReq            = rlsserver.RLSReq
 	forEachGRPCServer = rlsserver.ForEachGRPCServer
 	with              = rlsserver.With
