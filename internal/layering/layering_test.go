@@ -86,13 +86,16 @@ func TestOnlyCommandsAssemble(t *testing.T) {
 		f := strings.Fields(line)
 		pkg, imports := f[0], f[1:]
 		if pkg == module+"/cmd" || strings.HasPrefix(pkg, module+"/cmd/") || pkg == assembly ||
-			pkg == module+"/internal/testenv/rlsserver" { // test support: starts a whole service
+			pkg == module+"/internal/testenv/rlsserver" { // test support, which no package imports
 			continue
 		}
 		checked++
 		for _, imp := range imports {
 			if imp == assembly || strings.HasPrefix(imp, assembly+"/") {
 				t.Errorf("%s imports %s; only cmd may", pkg, imp)
+			}
+			if imp == module+"/internal/testenv/rlsserver" {
+				t.Errorf("%s imports %s, which is for tests", pkg, imp)
 			}
 		}
 	}
