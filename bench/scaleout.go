@@ -171,6 +171,6 @@ func renderScaleOut(rows []scaleRow) string {
 			num(r.cpuMs, 1), r.exactOK, r.exactErr, verdict)
 	}
 	b.WriteString("\nThe callers' connections are spread evenly over the replicas; exactness sends 20,000 concurrent decisions " +
-		"for one fresh key from 400 callers over all replicas. `go test ./transport -run TestExactnessAcrossReplicas` pins the same promise.\n\n")
+		"for one fresh key from 400 callers over all replicas. `go test ./server -run TestExactnessAcrossReplicas` pins the same promise.\n\n")
 	return b.String()
 }

@@ -35,8 +35,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 func TestMain(m *testing.M) {
@@ -345,7 +345,7 @@ func TestComposeWiring(t *testing.T) {
 var t0 = time.Unix(1795313464, 0)
 
 type sluice struct {
-	srv     *transport.Server
+	srv     *server.Server
 	redis   *testenv.Redis
 	grpc    *grpc.ClientConn
 	metrics string // scrape URL
@@ -383,7 +383,7 @@ func startComposeSluice(t *testing.T) *sluice {
 	if err != nil {
 		t.Fatalf("the compose environment: %v", err)
 	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings,
+	srv, err := server.NewServer(context.Background(), server.Options{Settings: settings,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // k8sObject is the part of a manifest these tests read. The manifests'
@@ -204,9 +204,9 @@ func TestKubernetesConfigMapUpdateReloadsRules(t *testing.T) {
 	k := &kubelet{dir: dir}
 	k.write(t, files)
 
-	src := transport.NewFileSource(settings.Config, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	src := server.NewFileSource(settings.Config, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
-	events := make(chan transport.ConfigEvent)
+	events := make(chan server.ConfigEvent)
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, events) }()
 	defer func() {
@@ -318,7 +318,7 @@ func TestKubernetesHealthFollowsRedis(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Deployment's environment: %v", err)
 	}
-	srv, err := transport.NewServer(context.Background(), transport.Options{Settings: settings,
+	srv, err := server.NewServer(context.Background(), server.Options{Settings: settings,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

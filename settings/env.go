@@ -44,15 +44,15 @@ func aliasOf(name string) string {
 	return ""
 }
 
-// Env reads variables with defaults and remembers the first error, so a
+// env reads variables with defaults and remembers the first error, so a
 // settings reader can read everything and report once.
-type Env struct {
+type env struct {
 	lookup func(string) (string, bool)
 	err    error
 }
 
-// NewEnv reads from lookup (os.LookupEnv at the edge, a map in tests).
-func NewEnv(lookup func(string) (string, bool)) *Env { return &Env{lookup: lookup} }
+// newEnv reads from lookup (os.LookupEnv at the edge, a map in tests).
+func newEnv(lookup func(string) (string, bool)) *env { return &env{lookup: lookup} }
 
 // FromMap is a lookup over a map, for tests and examples.
 func FromMap(m map[string]string) func(string) (string, bool) {
@@ -60,16 +60,16 @@ func FromMap(m map[string]string) func(string) (string, bool) {
 }
 
 // Err is the first problem met.
-func (e *Env) Err() error { return e.err }
+func (e *env) Err() error { return e.err }
 
-func (e *Env) fail(err error) {
+func (e *env) fail(err error) {
 	if e.err == nil {
 		e.err = err
 	}
 }
 
 // Lookup returns the value under either spelling of name (name is the upstream spelling).
-func (e *Env) Lookup(name string) (string, bool) {
+func (e *env) Lookup(name string) (string, bool) {
 	v, ok := e.lookup(name)
 	alias := aliasOf(name)
 	if alias == "" {
@@ -86,7 +86,7 @@ func (e *Env) Lookup(name string) (string, bool) {
 	return v, ok
 }
 
-func (e *Env) String(name, def string) string {
+func (e *env) String(name, def string) string {
 	if v, ok := e.Lookup(name); ok {
 		return v
 	}
@@ -95,7 +95,7 @@ func (e *Env) String(name, def string) string {
 
 // parse reads name with conv; unset or empty is def, a value conv refuses
 // is an error saying what the value should be (want).
-func parse[T any](e *Env, name string, def T, want string, conv func(string) (T, error)) T {
+func parse[T any](e *env, name string, def T, want string, conv func(string) (T, error)) T {
 	v, ok := e.Lookup(name)
 	if !ok || v == "" {
 		return def
@@ -108,15 +108,15 @@ func parse[T any](e *Env, name string, def T, want string, conv func(string) (T,
 	return x
 }
 
-func (e *Env) Bool(name string, def bool) bool {
+func (e *env) Bool(name string, def bool) bool {
 	return parse(e, name, def, "a boolean (true or false)", strconv.ParseBool)
 }
 
-func (e *Env) Int(name string, def int) int {
+func (e *env) Int(name string, def int) int {
 	return parse(e, name, def, "an integer", strconv.Atoi)
 }
 
-func (e *Env) Float32(name string, def float32) float32 {
+func (e *env) Float32(name string, def float32) float32 {
 	return parse(e, name, def, "a number", func(v string) (float32, error) {
 		f, err := strconv.ParseFloat(v, 32)
 		return float32(f), err
@@ -125,7 +125,7 @@ func (e *Env) Float32(name string, def float32) float32 {
 
 // Duration accepts Go durations ("1s", "500ms"); a bare integer is seconds, as
 // several of the reference's variables are documented in seconds.
-func (e *Env) Duration(name string, def time.Duration) time.Duration {
+func (e *env) Duration(name string, def time.Duration) time.Duration {
 	return parse(e, name, def, "a duration (like 10s or 1m)", func(v string) (time.Duration, error) {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			return time.Duration(n) * time.Second, nil
@@ -135,7 +135,7 @@ func (e *Env) Duration(name string, def time.Duration) time.Duration {
 }
 
 // Map reads "k1:v1,k2:v2" (EXTRA_TAGS, additional headers).
-func (e *Env) Map(name string) map[string]string {
+func (e *env) Map(name string) map[string]string {
 	v, ok := e.Lookup(name)
 	if !ok || strings.TrimSpace(v) == "" {
 		return nil
@@ -153,7 +153,7 @@ func (e *Env) Map(name string) map[string]string {
 }
 
 // List reads a comma-separated list, dropping empty items.
-func (e *Env) List(name string) []string {
+func (e *env) List(name string) []string {
 	v, _ := e.Lookup(name)
 	var out []string
 	for _, s := range strings.Split(v, ",") {
@@ -166,7 +166,7 @@ func (e *Env) List(name string) []string {
 
 // FromEnv reads every setting, with the reference's defaults.
 func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
-	e := NewEnv(lookup)
+	e := newEnv(lookup)
 	var s Settings
 	s.Listen = ListenSettings{
 		Host:                  e.String("HOST", "0.0.0.0"),
@@ -239,7 +239,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 
 // connLimitsFromEnv reads what bounds the HTTP ports' and the gRPC port's
 // connections.
-func connLimitsFromEnv(e *Env) (HTTPTimeouts, GRPCLimits) {
+func connLimitsFromEnv(e *env) (HTTPTimeouts, GRPCLimits) {
 	ht, gl := DefaultHTTPTimeouts(), DefaultGRPCLimits()
 	return HTTPTimeouts{
 			ReadHeader: e.Duration("SLUICE_HTTP_READ_HEADER_TIMEOUT", ht.ReadHeader),
@@ -253,7 +253,7 @@ func connLimitsFromEnv(e *Env) (HTTPTimeouts, GRPCLimits) {
 }
 
 // configFromEnv reads the rule source's settings.
-func configFromEnv(e *Env) ConfigSettings {
+func configFromEnv(e *env) ConfigSettings {
 	return ConfigSettings{
 		Type:              strings.ToUpper(e.String("CONFIG_TYPE", "FILE")),
 		RuntimeRoot:       e.String("RUNTIME_ROOT", "/srv/runtime_data/current"),
@@ -272,7 +272,7 @@ func configFromEnv(e *Env) ConfigSettings {
 // redisFromEnv reads one instance's REDIS_* (or REDIS_PERSECOND_*) variables.
 // The per-second instance shares the main one's TLS files and startup
 // backoff unless it names its own.
-func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
+func redisFromEnv(e *env, p string, main *redis.Options) RedisSettings {
 	def := redis.DefaultOptions()
 	if p == "REDIS_PERSECOND_" {
 		def.URL = "/var/run/nutcracker/ratelimitpersecond.sock"
@@ -322,7 +322,7 @@ func redisFromEnv(e *Env, p string, main *redis.Options) RedisSettings {
 }
 
 // memcacheFromEnv reads the MEMCACHE_* (MCSTORE_*) variables.
-func memcacheFromEnv(e *Env) memcache.Options {
+func memcacheFromEnv(e *env) memcache.Options {
 	o := memcache.DefaultOptions()
 	o.HostPorts = e.List("MEMCACHE_HOST_PORT")
 	o.SRV = e.String("MEMCACHE_SRV", "")
@@ -337,7 +337,7 @@ func memcacheFromEnv(e *Env) memcache.Options {
 }
 
 // countingFromEnv reads SLUICE_COUNTING, the counting of rules that name none.
-func countingFromEnv(e *Env) engine.Counting {
+func countingFromEnv(e *env) engine.Counting {
 	counting := strings.ToLower(e.String("SLUICE_COUNTING", "exact"))
 	c, ok := engine.ParseCounting(counting)
 	if !ok || c == engine.CountDefault {
@@ -347,7 +347,7 @@ func countingFromEnv(e *Env) engine.Counting {
 }
 
 // leaseFromEnv reads the quota lease knobs (SLUICE_COUNTING=lease).
-func leaseFromEnv(e *Env) lease.Options {
+func leaseFromEnv(e *env) lease.Options {
 	d := lease.DefaultOptions()
 	return lease.Options{
 		Horizon:       e.Duration("SLUICE_LEASE_HORIZON", d.Horizon),
@@ -359,7 +359,7 @@ func leaseFromEnv(e *Env) lease.Options {
 	}
 }
 
-func readOpsSettings(e *Env, s *Settings) {
+func readOpsSettings(e *env, s *Settings) {
 	s.Stats = statsFromEnv(e)
 	s.TLS = tlsreload.Settings{
 		Enabled:      e.Bool("GRPC_SERVER_USE_TLS", false),
@@ -373,7 +373,7 @@ func readOpsSettings(e *Env, s *Settings) {
 }
 
 // statsFromEnv reads the reference's stats variables (gostats, statsd_exporter, godogstats).
-func statsFromEnv(e *Env) metrics.Settings {
+func statsFromEnv(e *env) metrics.Settings {
 	d := metrics.DefaultSettings()
 	st := metrics.Settings{
 		Disabled:               e.Bool("DISABLE_STATS", false),
@@ -403,7 +403,7 @@ func statsFromEnv(e *Env) metrics.Settings {
 }
 
 // xdsFromEnv reads the CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables.
-func xdsFromEnv(e *Env) xds.Settings {
+func xdsFromEnv(e *env) xds.Settings {
 	d := xds.DefaultSettings()
 	md, err := xds.ParseNodeMetadata(e.String("CONFIG_GRPC_XDS_NODE_METADATA", ""))
 	if err != nil {
@@ -430,7 +430,7 @@ func xdsFromEnv(e *Env) xds.Settings {
 
 // tracingFromEnv reads TRACING_* and the standard OTLP exporter variables;
 // the traces-specific OTEL_EXPORTER_OTLP_TRACES_* win over the general ones.
-func tracingFromEnv(e *Env) tracing.Settings {
+func tracingFromEnv(e *env) tracing.Settings {
 	d := tracing.DefaultSettings()
 	otlp := func(name string) string {
 		if v := e.String("OTEL_EXPORTER_OTLP_TRACES_"+name, ""); v != "" {
@@ -473,7 +473,7 @@ func tracingFromEnv(e *Env) tracing.Settings {
 }
 
 // quotaFromEnv reads the Rate Limit Quota Service's knobs (SLUICE_RLQS_*).
-func quotaFromEnv(e *Env) quota.Options {
+func quotaFromEnv(e *env) quota.Options {
 	o := quota.DefaultOptions()
 	a := &o.Alloc
 	a.Floor = float64(e.Float32("SLUICE_RLQS_FLOOR", float32(a.Floor)))
@@ -512,7 +512,7 @@ func quotaFromEnv(e *Env) quota.Options {
 
 // keyOrderFromEnv reads "domain=k1,k2;other=k3": per domain, the BucketId
 // keys in the order they are matched against nested descriptors.
-func keyOrderFromEnv(e *Env, name string) map[string][]string {
+func keyOrderFromEnv(e *env, name string) map[string][]string {
 	v, _ := e.Lookup(name)
 	var out map[string][]string
 	for _, part := range strings.Split(v, ";") {

@@ -43,7 +43,7 @@ func DefaultMaxConnections() MaxConnections {
 	}
 }
 
-func maxConnectionsFromEnv(e *Env) MaxConnections {
+func maxConnectionsFromEnv(e *env) MaxConnections {
 	return MaxConnections{
 		GRPC:  e.Int("SLUICE_GRPC_MAX_CONNECTIONS", 0),
 		HTTP:  e.Int("SLUICE_HTTP_MAX_CONNECTIONS", 0),

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 func TestSettingsDefaults(t *testing.T) {
@@ -120,16 +120,15 @@ func TestEnvAliases(t *testing.T) {
 		{map[string]string{"TAGGED_STATSD_MOGRIFIERS": "a"}, "USE_DOG_STATSD_MOGRIFIERS", "a"},
 		{map[string]string{"TAGGED_STATSD_MOGRIFIERS_A_PATTERN": "p"}, "DOG_STATSD_MOGRIFIER_A_PATTERN", "p"},
 	} {
-		e := settings.NewEnv(settings.FromMap(tc.env))
-		if got := e.String(tc.name, ""); got != tc.want || e.Err() != nil {
-			t.Errorf("%v: %s = %q (%v), want %q", tc.env, tc.name, got, e.Err(), tc.want)
+		if got, err := settings.ReadForTest(tc.env, tc.name); got != tc.want || err != nil {
+			t.Errorf("%v: %s = %q (%v), want %q", tc.env, tc.name, got, err, tc.want)
 		}
 	}
 }
 
 func TestLogFormats(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := transport.NewLogger(&buf, settings.LogSettings{Level: "debug", Format: "json"})
+	log, err := server.NewLogger(&buf, settings.LogSettings{Level: "debug", Format: "json"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +141,7 @@ func TestLogFormats(t *testing.T) {
 		t.Errorf("json line %v", line)
 	}
 	buf.Reset()
-	log, _ = transport.NewLogger(&buf, settings.LogSettings{Level: "warn", Format: "text"})
+	log, _ = server.NewLogger(&buf, settings.LogSettings{Level: "warn", Format: "text"})
 	log.Info("hidden")
 	log.Error("shown")
 	if got := buf.String(); strings.Contains(got, "hidden") || !strings.Contains(got, `level=error msg=shown`) || !strings.HasPrefix(got, "time=") {

@@ -12,15 +12,15 @@ import (
 // failures waited out, connections capped. On error the listeners are
 // closed.
 func (n *listeners) guard(lns [3]net.Listener, log *slog.Logger) ([3]net.Listener, error) {
-	caps := n.settings.MaxConnections.Resolved()
+	l := n.opts
 	grpcRefuse := netx.RefuseHTTP2
 	if !n.plainGRPC {
 		grpcRefuse = nil
 	}
 	cfgs := [3]netx.Config{
-		{Max: caps.GRPC, Refuse: grpcRefuse, Name: "grpc", Log: log},
-		{Max: caps.HTTP, Refuse: netx.RefuseHTTP, Name: "http", Log: log},
-		{Max: caps.Debug, Refuse: netx.RefuseHTTP, Name: "debug", Log: log},
+		{Max: l.MaxGRPCConns, Refuse: grpcRefuse, Name: "grpc", Log: log},
+		{Max: l.MaxHTTPConns, Refuse: netx.RefuseHTTP, Name: "http", Log: log},
+		{Max: l.MaxDebugConns, Refuse: netx.RefuseHTTP, Name: "debug", Log: log},
 	}
 	var out [3]net.Listener
 	for i, ln := range lns {

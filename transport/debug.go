@@ -14,13 +14,10 @@ import (
 	"github.com/sluicehq/sluice/internal/redact"
 )
 
-// ConfigDumper is what the debug server prints at /rlconfig.
-type ConfigDumper interface{ DumpConfig() string }
-
 // newDebugHandler serves the reference's debug paths: an index at /, pprof,
 // /rlconfig and /stats (expvar, as the reference: the rate limit counters go
 // to the stats sinks, not here).
-func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Handler {
+func newDebugHandler(dumpConfig func() string, extra map[string]DebugEndpoint) http.Handler {
 	mux := http.NewServeMux()
 	endpoints := map[string]string{
 		"/debug/pprof/":        "root of various pprof endpoints. hit for help.",
@@ -37,7 +34,7 @@ func newDebugHandler(cfg ConfigDumper, extra map[string]DebugEndpoint) http.Hand
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		// As the reference: the type is sniffed from the text, so an empty
 		// dump (no configuration) has no Content-Type at all.
-		if dump := cfg.DumpConfig(); dump != "" {
+		if dump := dumpConfig(); dump != "" {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			io.WriteString(w, dump)
 		}

@@ -13,7 +13,7 @@ func TestDebugRedactsCommandLine(t *testing.T) {
 	defer func() { os.Args = saved }()
 	h := start(t, nil, map[string]string{"a.yaml": "domain: d\n"})
 	for _, path := range []string{"/debug/pprof/cmdline", "/stats"} {
-		code, body := h.get(t, h.debug+path)
+		code, body := h.Get(t, h.Debug+path)
 		if code != 200 {
 			t.Fatalf("%s: %d", path, code)
 		}

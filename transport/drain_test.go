@@ -69,7 +69,7 @@ func keepAliveShutdown(t *testing.T) (int64, int64) {
 			refused := 0
 			for i := 0; i < maxPerLoop && time.Now().Before(deadline); i++ {
 				var wrote atomic.Bool
-				req, err := http.NewRequest(http.MethodPost, h.http+"/json", bytes.NewReader(body))
+				req, err := http.NewRequest(http.MethodPost, h.HTTP+"/json", bytes.NewReader(body))
 				if err != nil {
 					t.Error(err)
 					return
@@ -110,7 +110,7 @@ func keepAliveShutdown(t *testing.T) (int64, int64) {
 			t.Fatal("the clients did not get going")
 		}
 	}
-	h.stop(t) // SIGTERM's path: the context ends, the servers drain
+	h.Stop(t) // SIGTERM's path: the context ends, the servers drain
 	wg.Wait()
 	if n := lost.Load(); n > 0 {
 		var msgs []string

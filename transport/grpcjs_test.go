@@ -91,7 +91,7 @@ func grpcjsCalls(t *testing.T, node string, h *harness, ca []byte) {
 		{Name: "deadline passed", Method: rls, Request: decide, DeadlineMs: ms(-1000)},
 		{Name: "decide after", Method: rls, Request: decide, Gzip: true},
 	}
-	spec := map[string]any{"target": h.grpc, "calls": calls}
+	spec := map[string]any{"target": h.GRPC, "calls": calls}
 	if ca != nil {
 		spec["ca"] = string(ca)
 	}

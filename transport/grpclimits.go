@@ -11,18 +11,17 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
 // native sets the limits in the native server's options.
-func nativeLimits(l settings.GRPCLimits, o *h2grpc.Options) {
+func nativeLimits(l Listen, o *h2grpc.Options) {
 	o.MaxConcurrentStreams = uint32(l.MaxConcurrentStreams)
 	o.IdleTimeout, o.StallTimeout = l.IdleTimeout, l.StallTimeout
 }
 
 // guard is what the guard of grpc-go's connections keeps (h2grpc.Guard).
-func guardLimits(l settings.GRPCLimits) h2grpc.GuardOptions {
+func guardLimits(l Listen) h2grpc.GuardOptions {
 	return h2grpc.GuardOptions{MaxOpenStreams: 2 * l.MaxConcurrentStreams}
 }
 
@@ -39,12 +38,12 @@ const (
 // server takes them (a second apart; a flood is cut off after three).
 // Write buffers are released while a connection is quiet (grpc-go's
 // default since SharedWriteBuffer was deprecated).
-func grpcGoLimits(l settings.GRPCLimits, age, grace time.Duration) []grpc.ServerOption {
+func grpcGoLimits(l Listen) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     l.IdleTimeout,
-			MaxConnectionAge:      age,
-			MaxConnectionAgeGrace: grace,
+			MaxConnectionAge:      l.MaxConnectionAge,
+			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.MaxConcurrentStreams(uint32(l.MaxConcurrentStreams)),

@@ -58,7 +58,7 @@ const (
 func TestGRPCStreamsPerConnectionBounded(t *testing.T) {
 	forEachGRPCServer(t, func(t *testing.T, env map[string]string) {
 		h := start(t, with(env, "SLUICE_GRPC_STALL_TIMEOUT", "1h"), map[string]string{"a.yaml": anyValueRule})
-		c := dialH2(t, h.grpc)
+		c := dialH2(t, h.GRPC)
 		c.settled()
 		before := rssMB(t)
 		const n, limit = 100_000, 1024
@@ -132,7 +132,7 @@ func TestGRPCUnreadAnswersBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := dialH2(t, h.grpc)
+		c := dialH2(t, h.GRPC)
 		c.settled()
 		// All the window there is: nothing but the socket holds answers
 		// back, as with a client that reads nothing.
@@ -187,7 +187,7 @@ func TestGRPCControlFloodsCutOff(t *testing.T) {
 		h := start(t, env, map[string]string{"a.yaml": anyValueRule})
 		for _, kind := range []string{"SETTINGS", "PING"} {
 			t.Run(kind, func(t *testing.T) {
-				c := dialH2(t, h.grpc)
+				c := dialH2(t, h.GRPC)
 				c.settled()
 				const n = 100_000
 				wrote := make(chan int, 1)
@@ -259,7 +259,7 @@ func TestGRPCGoTLSGuarded(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pem)
-	nc, err := tls.Dial("tcp", h.grpc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"h2"}})
+	nc, err := tls.Dial("tcp", h.GRPC, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestGRPCIdleConnectionClosed(t *testing.T) {
 	forEachGRPCServer(t, func(t *testing.T, env map[string]string) {
 		const idle = 300 * time.Millisecond
 		h := start(t, with(env, "SLUICE_GRPC_IDLE_TIMEOUT", idle.String()), map[string]string{"a.yaml": anyValueRule})
-		c := dialH2(t, h.grpc)
+		c := dialH2(t, h.GRPC)
 		c.settled()
 		start := time.Now()
 		code := c.untilClosed(20 * time.Second)
@@ -317,7 +317,7 @@ func TestGRPCStalledStreamsClosed(t *testing.T) {
 	forEachGRPCServer(t, func(t *testing.T, env map[string]string) {
 		const stall = 300 * time.Millisecond
 		h := start(t, with(with(env, "SLUICE_GRPC_STALL_TIMEOUT", stall.String()), "SLUICE_GRPC_IDLE_TIMEOUT", "1h"), map[string]string{"a.yaml": anyValueRule})
-		c := dialH2(t, h.grpc)
+		c := dialH2(t, h.GRPC)
 		c.settled()
 		start := time.Now()
 		c.write(func() error {
@@ -390,7 +390,7 @@ func rawCall(cc *grpc.ClientConn, method string, in []byte) error {
 func TestMalformedRequestIsInvalidArgument(t *testing.T) {
 	forEachGRPCServer(t, func(t *testing.T, env map[string]string) {
 		h := start(t, env, map[string]string{"a.yaml": anyValueRule})
-		cc := h.grpcConn(t)
+		cc := h.GRPCConn(t)
 		bad := []byte{0x0a, 0x05, 'd'} // field 1, 5 bytes long, cut short
 		for _, m := range []string{rlsMethod, "/grpc.health.v1.Health/Check"} {
 			err := rawCall(cc, m, bad)
@@ -507,7 +507,7 @@ func TestBadRequestsSameOnBothServers(t *testing.T) {
 	got := map[string]map[string]string{}
 	forEachGRPCServer(t, func(t *testing.T, env map[string]string) {
 		h := start(t, env, map[string]string{"a.yaml": anyValueRule})
-		c := dialH2(t, h.grpc)
+		c := dialH2(t, h.GRPC)
 		c.settled()
 		out := map[string]string{}
 		for i, tc := range cases {

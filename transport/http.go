@@ -28,10 +28,10 @@ const maxJSONBody = 1 << 20
 // that a backend outage takes replicas out of the Service without
 // restarting them (a restart cures no outage, and its back-off can outlast
 // it).
-func newHTTPHandler(d Decider, h *Health, log *slog.Logger, errs *errorLog) http.Handler {
+func newHTTPHandler(d Decider, healthy func() bool, log *slog.Logger, errs *errorLog) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/json", jsonHandler(d, log, errs))
-	mux.HandleFunc("/healthcheck", healthHandler(h))
+	mux.HandleFunc("/healthcheck", healthHandler(healthy))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "OK")
@@ -85,9 +85,9 @@ func jsonHandler(d Decider, log *slog.Logger, errs *errorLog) http.HandlerFunc {
 	}
 }
 
-func healthHandler(h *Health) http.HandlerFunc {
+func healthHandler(healthy func() bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		if !h.OK() {
+		if !healthy() {
 			w.Header().Set("Content-Length", "0")
 			w.WriteHeader(http.StatusInternalServerError)
 			return

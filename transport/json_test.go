@@ -76,7 +76,7 @@ func TestJSONTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := start(t, nil, map[string]string{"probe.yaml": readFile(t, "probe.yaml"), "rl.yaml": readFile(t, "rl.yaml")})
 			for i, s := range tc.steps {
-				status, hdr, body := h.post(t, "/json", s.body)
+				status, hdr, body := h.Post(t, "/json", s.body)
 				if status != s.status {
 					t.Fatalf("step %d: status %d, want %d (body %q)", i+1, status, s.status, body)
 				}
@@ -103,16 +103,16 @@ func TestJSONTable(t *testing.T) {
 func TestJSONMethodsAndPaths(t *testing.T) {
 	h := start(t, nil, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
 	// Any method reaches /json; a GET has no body, so it is a bad request.
-	if status, body := h.get(t, h.http+"/json"); status != 400 || body != "Bad Request\n" {
+	if status, body := h.Get(t, h.HTTP+"/json"); status != 400 || body != "Bad Request\n" {
 		t.Errorf("GET /json: %d %q", status, body)
 	}
 	for _, p := range []string{"/", "/json/", "/nope"} {
-		if status, body := h.get(t, h.http+p); status != 404 || body != "404 page not found\n" {
+		if status, body := h.Get(t, h.HTTP+p); status != 404 || body != "404 page not found\n" {
 			t.Errorf("GET %s: %d %q", p, status, body)
 		}
 	}
 	// /healthcheck answers any method.
-	status, hdr, body := h.post(t, "/healthcheck", "")
+	status, hdr, body := h.Post(t, "/healthcheck", "")
 	if status != 200 || body != "OK" || hdr.Get("Content-Type") != "text/plain; charset=utf-8" {
 		t.Errorf("POST /healthcheck: %d %q %q", status, body, hdr.Get("Content-Type"))
 	}
@@ -121,7 +121,7 @@ func TestJSONMethodsAndPaths(t *testing.T) {
 func TestHeadersAndDynamicMetadata(t *testing.T) {
 	h := start(t, map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "RESPONSE_DYNAMIC_METADATA": "true"},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	status, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"hour5"}]},{"entries":[{"key":"k","value":"two"}]}]}`)
+	status, _, body := h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"hour5"}]},{"entries":[{"key":"k","value":"two"}]}]}`)
 	want := `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":5,"unit":"HOUR"},"limitRemaining":4,"durationUntilReset":"2936s"},{"code":"OK","currentLimit":{"requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"56s"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"2"},{"key":"RateLimit-Remaining","value":"1"},{"key":"RateLimit-Reset","value":"56"}],"dynamicMetadata":{"descriptors":[{"entries":["k=hour5"]},{"entries":["k=two"]}],"domain":"probe"}}`
 	if status != http.StatusOK || !jsonEqual(t, body, want) {
 		t.Fatalf("%d\n got %s\nwant %s", status, body, want)
@@ -144,12 +144,12 @@ func TestAlgorithmsEndToEnd(t *testing.T) {
 		{"sw", `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":3,"unit":"MINUTE"},"limitRemaining":2,"durationUntilReset":"56s"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"3"},{"key":"RateLimit-Remaining","value":"2"},{"key":"RateLimit-Reset","value":"56"}]}`},
 	}
 	for i, s := range steps {
-		status, _, body := h.post(t, "/json", `{"domain":"algo","descriptors":[{"entries":[{"key":"`+s.desc+`","value":"x"}]}]}`)
+		status, _, body := h.Post(t, "/json", `{"domain":"algo","descriptors":[{"entries":[{"key":"`+s.desc+`","value":"x"}]}]}`)
 		if status != http.StatusOK && !(status == http.StatusTooManyRequests && strings.Contains(s.want, "OVER_LIMIT")) || !jsonEqual(t, body, s.want) {
 			t.Fatalf("step %d: %d\n got %s\nwant %s", i, status, body, s.want)
 		}
 	}
-	_, dump := h.get(t, h.debug+"/rlconfig")
+	_, dump := h.Get(t, h.Debug+"/rlconfig")
 	if !strings.Contains(dump, "algo.tb: unit=SECOND requests_per_unit=4, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 2\n") ||
 		!strings.Contains(dump, "algo.sw: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false, algorithm: sliding_window\n") {
 		t.Fatalf("/rlconfig:\n%s", dump)

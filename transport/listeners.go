@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice/engine/stats"
-	"github.com/sluicehq/sluice/settings"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
 
@@ -30,7 +29,7 @@ type Addrs struct{ GRPC, HTTP, Debug net.Addr }
 
 // listeners are the gRPC, HTTP and debug servers of one Run.
 type listeners struct {
-	settings settings.ListenSettings
+	opts Listen
 	// grpcOpts are added to the gRPC server's own: the caller's, then TLS
 	// and tracing.
 	grpcOpts []grpc.ServerOption
@@ -68,7 +67,7 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.settings.GRPCServer != settings.GRPCServerGRPCGo && n.nativeOK {
+	if !n.opts.GRPCGo && n.nativeOK {
 		if n.nativeTLS != nil {
 			lns[0] = tls.NewListener(lns[0], h2grpc.TLSConfig(n.nativeTLS))
 		}
@@ -83,12 +82,12 @@ func (n *listeners) serve(s *Server) (<-chan error, error) {
 	} else {
 		if n.nativeTLS == nil {
 			// With TLS, the credentials guard the connections.
-			lns[0] = h2grpc.GuardListener(lns[0], guardLimits(n.settings.GRPCLimits))
+			lns[0] = h2grpc.GuardListener(lns[0], guardLimits(n.opts))
 		}
 		n.grpc = n.newGRPCServer(s)
 	}
-	n.http = newDrainServer(n.settings.HTTPTimeouts.Server(s.ops.traceHTTP(newHTTPHandler(s.decider(), s.health, s.log, s.errs))))
-	n.debug = newDrainServer(n.settings.HTTPTimeouts.Server(newDebugHandler(s, n.debugEnd)))
+	n.http = newDrainServer(n.opts.HTTPServer(s.wrapHTTP(newHTTPHandler(s.decider(), s.o.Healthy, s.log, s.errs))))
+	n.debug = newDrainServer(n.opts.HTTPServer(newDebugHandler(s.dumpConfig, n.debugEnd)))
 	errc := make(chan error, 3)
 	go func() { errc <- n.grpc.Serve(lns[0]) }()
 	go func() { errc <- n.http.Serve(lns[1]) }()
@@ -131,23 +130,23 @@ func (n *listeners) shutdown() {
 }
 
 func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
-	l := n.settings
-	opts := append(grpcGoLimits(l.GRPCLimits, l.MaxConnectionAge, l.MaxConnectionAgeGrace),
+	l := n.opts
+	opts := append(grpcGoLimits(l),
 		grpc.ChainUnaryInterceptor(n.statsInterceptor),
 		// RLS messages are coded by hand (wire.go); the rest by protobuf.
 		grpc.ForceServerCodecV2(newRLSCodec()),
 	)
-	if l.GRPCStreamWorkers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(l.GRPCStreamWorkers)))
+	if l.StreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(l.StreamWorkers)))
 	}
 	opts = append(opts, n.grpcOpts...)
 	if n.nativeTLS != nil {
 		// After the TLS option of grpcOpts, which it replaces.
-		opts = append(opts, grpc.Creds(guardedCreds{credentials.NewTLS(n.nativeTLS), guardLimits(l.GRPCLimits)}))
+		opts = append(opts, grpc.Creds(guardedCreds{credentials.NewTLS(n.nativeTLS), guardLimits(l)}))
 	}
 	g := grpc.NewServer(opts...)
 	rls := newRLSServer(s.decider(), s.log, s.errs)
-	stall := l.GRPCLimits.StallTimeout
+	stall := l.StallTimeout
 	g.RegisterService(guardedDesc(rls.serviceDesc(), stall), rls)
 	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall), s.ghs)
 	g.RegisterService(guardedDesc(&rlqsv3.RateLimitQuotaService_ServiceDesc, stall), s.quota)
@@ -203,7 +202,7 @@ func lastSlash(s string) int {
 // reference, or gRPC on a unix socket with GRPC_UDS.
 func (n *listeners) listen() ([3]net.Listener, error) {
 	var lns [3]net.Listener
-	l := n.settings
+	l := n.opts
 	var err error
 	closeAll := func() {
 		for _, ln := range lns {
@@ -216,13 +215,13 @@ func (n *listeners) listen() ([3]net.Listener, error) {
 		_ = os.Remove(l.GRPCUDS) // a stale socket from a previous run
 		lns[0], err = net.Listen("unix", l.GRPCUDS)
 	} else {
-		lns[0], err = listenReusePort(l.GRPCAddr())
+		lns[0], err = listenReusePort(l.GRPCAddr)
 	}
 	if err == nil {
-		lns[1], err = listenReusePort(l.HTTPAddr())
+		lns[1], err = listenReusePort(l.HTTPAddr)
 	}
 	if err == nil {
-		lns[2], err = listenReusePort(l.DebugAddr())
+		lns[2], err = listenReusePort(l.DebugAddr)
 	}
 	if err != nil {
 		closeAll()

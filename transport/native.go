@@ -35,7 +35,7 @@ const (
 
 // nativeServer serves ShouldRateLimit and the health service with h2grpc.
 func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
-	l := n.settings
+	l := n.opts
 	rls := newRLSServer(s.decider(), s.log, s.errs)
 	o := h2grpc.Options{
 		Methods: map[string]h2grpc.Method{
@@ -48,7 +48,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 		BidiMethods: map[string]h2grpc.BidiMethod{
 			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: s.quota.native,
 		},
-		Workers:               l.GRPCStreamWorkers,
+		Workers:               l.StreamWorkers,
 		MaxHeaderListSize:     nativeHeaderList,
 		MaxConnectionAge:      l.MaxConnectionAge,
 		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
@@ -60,12 +60,12 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 	// backend calls for it (when they make any), so that batches other
 	// connections sent meanwhile share one.
 	nativeReflection(&o)
-	nativeLimits(l.GRPCLimits, &o)
+	nativeLimits(l, &o)
 	// FramesPerRead and WriteYieldBelow keep h2grpc's defaults: no
 	// setting changes them.
 	var open func() engine.Batch
-	if s.counters != nil {
-		open = s.counters.router.OpenBatch
+	if s.o.OpenBatch != nil {
+		open = s.o.OpenBatch
 	}
 	full := rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
 	o.Batches = map[string]h2grpc.BatchMethod{full: rls.nativeBatch(open, n.methodStats(full))}

@@ -26,7 +26,7 @@ const rlsService = "envoy.service.ratelimit.v3.RateLimitService"
 func TestServerReflection(t *testing.T) {
 	forEachGRPCServer(t, func(t *testing.T, srv map[string]string) {
 		h := start(t, srv, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-		conn := h.grpcConn(t)
+		conn := h.GRPCConn(t)
 		for _, version := range []string{"v1", "v1alpha"} {
 			t.Run(version, func(t *testing.T) {
 				ask := reflectionClient(t, conn, version)

@@ -18,9 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
-	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
@@ -41,14 +39,8 @@ type quotaServer struct {
 	maxMsg int
 }
 
-func newQuotaServer(o quota.Options, svc *engine.Service, counter engine.Counter, back *backends, st *stats.Store, log *slog.Logger) (*quotaServer, error) {
-	o.Log = log
-	o.Budget = back.budget // the quota service's buckets count in the memory cap
-	q, err := quota.New(o, svc, counter, back.board, st)
-	if err != nil {
-		return nil, err
-	}
-	return &quotaServer{svc: q, log: log, drain: make(chan struct{}), maxMsg: maxAnswerBytes}, nil
+func newQuotaServer(svc *quota.Service, log *slog.Logger) *quotaServer {
+	return &quotaServer{svc: svc, log: log, drain: make(chan struct{}), maxMsg: maxAnswerBytes}
 }
 
 // maxAnswerBytes bounds one RateLimitQuotaResponse: gRPC clients refuse
@@ -58,17 +50,6 @@ const maxAnswerBytes = 4<<20 - 64<<10
 
 // stopStreams ends the streams being served and those opened later.
 func (q *quotaServer) stopStreams() { q.drainOnce.Do(func() { close(q.drain) }) }
-
-// close stops the quota service; the streams must have ended. What this
-// replica holds beyond what its Envoys may spend until they reach another
-// replica is given back first (within a few seconds).
-func (q *quotaServer) close() {
-	q.stopStreams()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	q.svc.Drain(ctx)
-	q.svc.Close()
-}
 
 // native is the method on the native server, whose messages are bytes.
 func (q *quotaServer) native(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {

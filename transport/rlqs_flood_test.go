@@ -47,7 +47,7 @@ func TestQuotaBucketFlood(t *testing.T) {
 				map[string]string{"q.yaml": quotaRules}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			conn := h.grpcConn(t)
+			conn := h.GRPCConn(t)
 			client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
 
 			// The probe and the RLS caller run through the flood.
@@ -61,11 +61,11 @@ func TestQuotaBucketFlood(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				// Another Envoy: its own connection.
-				lat, waiting, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(h.grpcConn(t)))
+				lat, waiting, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)))
 			}()
 			go func() {
 				defer wg.Done()
-				rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(h.grpcConn(t)))
+				rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)))
 			}()
 
 			// The flood: every stream sends its thousand buckets and reads
@@ -104,20 +104,20 @@ func TestQuotaBucketFlood(t *testing.T) {
 					t.Errorf("flood stream %d: %d of %d buckets answered (tracked or refused)", i, answered[i], perStream)
 				}
 			}
-			refused := h.stats.Counter("ratelimit.rlqs.refused_buckets").Value()
+			refused := h.Stats.Counter("ratelimit.rlqs.refused_buckets").Value()
 			if want := uint64(streams*perStream - maxReporters); refused < want {
 				t.Errorf("%d buckets refused, want at least %d beyond the cap of %d", refused, want, maxReporters)
 			}
-			if g := h.stats.Gauge("ratelimit.rlqs.reporters").Value(); g > maxReporters {
+			if g := h.Stats.Gauge("ratelimit.rlqs.reporters").Value(); g > maxReporters {
 				t.Errorf("%d reporters tracked, over the cap of %d", g, maxReporters)
 			}
 			// Every flood stream has closed: their buckets go once what
 			// they were sent has expired (ghosts), leaving the probe's.
 			testenv.Eventually(t, "the flood's streams gone from the streams gauge", func() bool {
-				return h.stats.Gauge("ratelimit.rlqs.streams").Value() <= 1
+				return h.Stats.Gauge("ratelimit.rlqs.streams").Value() <= 1
 			})
 			testenv.Eventually(t, "the flood's buckets forgotten after their TTL", func() bool {
-				return h.stats.Gauge("ratelimit.rlqs.reporters").Value() <= 200
+				return h.Stats.Gauge("ratelimit.rlqs.reporters").Value() <= 200
 			})
 			stopProbe()
 			wg.Wait()

@@ -17,18 +17,6 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-const quotaRules = `domain: q
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000}
-  - key: user
-    value: free
-    rate_limit: {unit: second, requests_per_unit: 0}
-  - key: user
-    value: vip
-    rate_limit: {unlimited: true}
-`
-
 func usage(bucket map[string]string, elapsed time.Duration, allowed, denied uint64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
 	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: bucket},
 		TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: allowed, NumRequestsDenied: denied}
@@ -42,7 +30,7 @@ func TestQuotaStreamAssigns(t *testing.T) {
 			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server}, map[string]string{"q.yaml": quotaRules}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(h.grpcConn(t)).StreamRateLimitQuotas(ctx)
+			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)).StreamRateLimitQuotas(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +82,7 @@ func TestQuotaStreamDrain(t *testing.T) {
 			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server}, map[string]string{"q.yaml": quotaRules}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(h.grpcConn(t)).StreamRateLimitQuotas(ctx)
+			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)).StreamRateLimitQuotas(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +94,7 @@ func TestQuotaStreamDrain(t *testing.T) {
 				t.Fatal(err)
 			}
 			stopped := make(chan struct{})
-			go func() { h.stop(t); close(stopped) }()
+			go func() { h.Stop(t); close(stopped) }()
 			for {
 				_, err := stream.Recv()
 				if err == nil {
@@ -134,7 +122,7 @@ func TestQuotaStreamBadReport(t *testing.T) {
 			h := startClock(t, map[string]string{"SLUICE_GRPC_SERVER": server}, map[string]string{"q.yaml": quotaRules}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(h.grpcConn(t)).StreamRateLimitQuotas(ctx)
+			stream, err := rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)).StreamRateLimitQuotas(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +150,7 @@ func TestQuotaStreamTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			conn, err := grpc.NewClient(h.grpc, grpc.WithTransportCredentials(creds))
+			conn, err := grpc.NewClient(h.GRPC, grpc.WithTransportCredentials(creds))
 			if err != nil {
 				t.Fatal(err)
 			}

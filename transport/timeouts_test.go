@@ -18,7 +18,7 @@ func TestListenerTimeouts(t *testing.T) {
 	h := start(t, map[string]string{
 		"SLUICE_HTTP_READ_HEADER_TIMEOUT": "200ms", "SLUICE_HTTP_READ_TIMEOUT": "400ms", "SLUICE_HTTP_IDLE_TIMEOUT": "400ms",
 	}, map[string]string{"a.yaml": "domain: d\n"})
-	a := h.srv.Addrs()
+	a := h.Srv.Addrs()
 	for _, port := range []struct {
 		name string
 		addr string

@@ -10,18 +10,18 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // runServer runs a memory-backed service on loopback ports until the test ends.
-func runServer(t *testing.T, env map[string]string, rules string) *transport.Server {
+func runServer(t *testing.T, env map[string]string, rules string) *server.Server {
 	t.Helper()
 	settings, err := settings.FromEnv(settings.FromMap(serverEnv(t, env, rules)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rlsserver.Start(t, transport.Options{Settings: settings}).Server
+	return rlsserver.Start(t, server.Options{Settings: settings}).Server
 }
 
 // serverEnv is the environment of a memory-backed server on loopback with
@@ -65,7 +65,7 @@ func TestHealthcheckCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := func(s *transport.Server) string { return "http://" + s.Addrs().HTTP.String() + "/healthcheck" }
+	url := func(s *server.Server) string { return "http://" + s.Addrs().HTTP.String() + "/healthcheck" }
 	// -timeout 2m: the 2 s default is for a container's probe; a starved
 	// test machine may answer later, which is not what is tested here.
 	for _, tc := range []struct {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/server"
 )
 
 // captureStdout runs fn with os.Stdout redirected.
@@ -62,7 +62,7 @@ func TestConfigCheck(t *testing.T) {
 
 // startServer runs a memory-backed rate limit server with one rule file; env
 // adds settings.
-func startServer(t *testing.T, env map[string]string) *transport.Server {
+func startServer(t *testing.T, env map[string]string) *server.Server {
 	t.Helper()
 	return runServer(t, env, "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1000}}\n")
 }

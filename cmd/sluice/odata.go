@@ -22,8 +22,8 @@ import (
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/odata"
 	"github.com/sluicehq/sluice/odata/sqlstore"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
 
@@ -208,7 +208,7 @@ func (c *odataConfig) complete(log *slog.Logger) error {
 	if c.accessLog {
 		// Its own logger at info level: the access log is not silenced by
 		// LOG_LEVEL=warn, only by -access-log=false.
-		al, err := transport.NewLogger(os.Stderr, settings.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
+		al, err := server.NewLogger(os.Stderr, settings.LogSettings{Level: "info", Format: os.Getenv("LOG_FORMAT")})
 		if err != nil {
 			return err
 		}

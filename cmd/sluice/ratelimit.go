@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/internal/gcfloor"
 	"github.com/sluicehq/sluice/odata"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
 
@@ -41,7 +41,7 @@ func runRateLimit(args []string) error {
 
 // rateLimit is a built rate limit server and its logger.
 type rateLimit struct {
-	srv *transport.Server
+	srv *server.Server
 	log *slog.Logger
 	// metricsPath is where pull metrics are served (PROMETHEUS_PATH), when on.
 	metricsPath string
@@ -74,7 +74,7 @@ func planRateLimit(lookup func(string) (string, bool)) (*rateLimitPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	log, err := transport.NewLogger(os.Stderr, settings.Log)
+	log, err := server.NewLogger(os.Stderr, settings.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -108,16 +108,16 @@ func startRateLimit(ctx context.Context, lookup func(string) (string, bool), od 
 // endpoint when it is on, and its costliest keys are on the debug port.
 func (p *rateLimitPlan) start(ctx context.Context, od *odata.Metrics) (*rateLimit, error) {
 	settings, log, pulled := p.settings, p.log, p.pulled
-	opts := transport.Options{Settings: settings, Logger: log}
+	opts := server.Options{Settings: settings, Logger: log}
 	if od != nil {
 		if pulled {
 			opts.MetricsCollectors = []prometheus.Collector{od}
 		}
-		opts.DebugEndpoints = map[string]transport.DebugEndpoint{
+		opts.DebugEndpoints = map[string]server.DebugEndpoint{
 			"/odata/topkeys": {Help: "the OData API keys whose requests took the most time (?n=20)", Handler: od.TopKeysHandler()},
 		}
 	}
-	srv, err := transport.NewServer(ctx, opts)
+	srv, err := server.NewServer(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ import (
 )
 
 // drainGrace is how long sluice's shutdown waits for in-flight gRPC calls
-// (transport.Server.shutdown) after SIGTERM.
+// (package transport's listeners.shutdown) after SIGTERM.
 const drainGrace = 10 * time.Second
 
 func decoder() runtime.Decoder {

@@ -1,3 +1,5 @@
-// Package layering holds only a test: it keeps the dependency direction of
-// DESIGN.md (transport → actors → engine; odata → engine/actors) from rotting.
+// Package layering holds only tests: they keep the dependency direction of
+// DESIGN.md (cmd → server → transport, actors, lease, quota → engine;
+// odata → engine/actors) from rotting, and only the commands importing the
+// assembly (package server).
 package layering

@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	sluiceserver "github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 const probeRules = `domain: probe
@@ -49,7 +49,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 type server struct {
-	srv  *transport.Server
+	srv  *sluiceserver.Server
 	stop func()
 }
 
@@ -77,7 +77,7 @@ func startServer(t *testing.T, env map[string]string, stdout io.Writer) *server 
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := rlsserver.Start(t, transport.Options{Settings: settings,
+	rs := rlsserver.Start(t, sluiceserver.Options{Settings: settings,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: logLevel(env["LOG_LEVEL"])})), StatsOutput: stdout})
 	s := &server{srv: rs.Server, stop: func() {
 		rs.Stop()

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // The service with GRPC_SERVER_USE_TLS and mutual TLS: a client with the
@@ -50,7 +50,7 @@ func serviceMutualTLS(t *testing.T, grpcServer string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := rlsserver.Start(t, transport.Options{Settings: set})
+	srv := rlsserver.Start(t, server.Options{Settings: set})
 
 	call := func(cfg *tls.Config) error {
 		conn, err := grpc.NewClient(srv.Addrs().GRPC.String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
@@ -85,7 +85,7 @@ func serviceMutualTLS(t *testing.T, grpcServer string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := transport.NewServer(context.Background(), transport.Options{Settings: bad}); err == nil || !strings.Contains(err.Error(), "TLS") {
+	if _, err := server.NewServer(context.Background(), server.Options{Settings: bad}); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("missing certificate: %v", err)
 	}
 }

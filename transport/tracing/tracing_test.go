@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/tracing"
 )
 
@@ -100,7 +100,7 @@ const rules = "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, 
 
 // startService runs the service on loopback with tracing env on top; stop
 // waits for Run to return, which flushes the spans.
-func startService(t *testing.T, env map[string]string) (*transport.Server, func()) {
+func startService(t *testing.T, env map[string]string) (*server.Server, func()) {
 	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "app", "config")
@@ -122,7 +122,7 @@ func startService(t *testing.T, env map[string]string) (*transport.Server, func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := rlsserver.Start(t, transport.Options{Settings: settings})
+	rs := rlsserver.Start(t, server.Options{Settings: settings})
 	stop := func() {
 		rs.Stop()
 		http.DefaultClient.CloseIdleConnections()
@@ -132,7 +132,7 @@ func startService(t *testing.T, env map[string]string) (*transport.Server, func(
 	return srv, stop
 }
 
-func grpcDecide(t *testing.T, srv *transport.Server, md metadata.MD) {
+func grpcDecide(t *testing.T, srv *server.Server, md metadata.MD) {
 	t.Helper()
 	conn, err := grpc.NewClient(srv.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -147,7 +147,7 @@ func grpcDecide(t *testing.T, srv *transport.Server, md metadata.MD) {
 	}
 }
 
-func httpDecide(t *testing.T, srv *transport.Server, headers map[string]string) {
+func httpDecide(t *testing.T, srv *server.Server, headers map[string]string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", "http://"+srv.Addrs().HTTP.String()+"/json",
 		strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"w"}]}]}`))

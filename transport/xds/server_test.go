@@ -15,8 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // The service with CONFIG_TYPE=GRPC_XDS_SOTW: rules come from the management
@@ -40,7 +40,7 @@ func TestServiceFromManagementServer(t *testing.T) {
 	st := stats.NewStore()
 	now := time.Unix(1795313464, 0) // one fixed minute window: no window ends during the test
 	// The listeners open only once the first configuration arrived.
-	srv := rlsserver.Start(t, transport.Options{Settings: settings, Stats: st, Clock: func() time.Time { return now }})
+	srv := rlsserver.Start(t, server.Options{Settings: settings, Stats: st, Clock: func() time.Time { return now }})
 	mg.waitACK("v1")
 
 	conn, err := grpc.NewClient(srv.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -1,8 +1,10 @@
-// Package rlsserver runs the rate limit service (transport.Server) in the
+// Package rlsserver runs the rate limit service (server.Server) in the
 // test's own process, for tests that need a real one on loopback ports:
 // one way to start it, wait until it serves, and stop it, instead of a
-// copy in every test file. (testenv itself cannot import transport: the
-// packages transport is built from use testenv in their own tests.)
+// copy in every test file; and Harness, the memory-backed service with
+// its rule directory, log and clients that the tests of package server
+// and package transport share. (testenv itself cannot import server: the
+// packages server is built from use testenv in their own tests.)
 package rlsserver
 
 import (
@@ -14,12 +16,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/server"
 )
 
-// Server is a running transport.Server.
+// Server is a running server.Server.
 type Server struct {
-	*transport.Server
+	*server.Server
 	t      testing.TB
 	cancel context.CancelFunc
 	done   chan error
@@ -30,12 +32,12 @@ type Server struct {
 // it, and returns once it serves; a server that stops or does not start
 // within testenv.EventuallyBound fails the test. It is stopped when the
 // test ends, or earlier by Stop.
-func Start(t testing.TB, o transport.Options) *Server {
+func Start(t testing.TB, o server.Options) *Server {
 	t.Helper()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	srv, err := transport.NewServer(context.Background(), o)
+	srv, err := server.NewServer(context.Background(), o)
 	if err != nil {
 		t.Fatalf("starting the rate limit service: %v", err)
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -11,9 +11,6 @@ import (
 	"github.com/sluicehq/sluice/internal/rlqssim"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
-
-// quotaServers are the gRPC servers the RLQS tests run on.
-var quotaServers = []string{"native", "grpc-go"}
 
 // quotaFleet is the fleet: ten Envoys asking 3,000/s of a 1,000/s
 // rule (one 2,100, two 300, seven 43), half of them the newest global
@@ -97,7 +94,7 @@ func TestQuotaFleetNeverOver(t *testing.T) {
 					env["BACKEND_TYPE"], env["REDIS_SOCKET_TYPE"], env["REDIS_URL"] = "redis", "tcp", r.Addr
 				}
 				h := startClock(t, env, map[string]string{"q.yaml": quotaRules}, nil)
-				f, err := rlqssim.NewFleet(quotaFleet([]string{h.grpc}))
+				f, err := rlqssim.NewFleet(quotaFleet([]string{h.GRPC}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -135,7 +132,7 @@ func TestQuotaFleetReplicas(t *testing.T) {
 			env := slowMachine(map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_GRPC_SERVER": server})
 			h1 := startClock(t, env, map[string]string{"q.yaml": quotaRules}, nil)
 			h2 := startClock(t, env, map[string]string{"q.yaml": quotaRules}, nil)
-			f, err := rlqssim.NewFleet(quotaFleet([]string{h1.grpc, h2.grpc}))
+			f, err := rlqssim.NewFleet(quotaFleet([]string{h1.GRPC, h2.GRPC}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +145,7 @@ func TestQuotaFleetReplicas(t *testing.T) {
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				rlqssim.RunRLS(runCtx, h2.grpc, "q", []engine.Entry{{Key: "user", Value: "ann"}}, 300, func(at time.Time) {
+				rlqssim.RunRLS(runCtx, h2.GRPC, "q", []engine.Entry{{Key: "user", Value: "ann"}}, 300, func(at time.Time) {
 					mu.Lock()
 					defer mu.Unlock()
 					if s := int(at.Unix() - f.Start().Unix()); s >= 0 && s < len(rls) {
@@ -162,7 +159,7 @@ func TestQuotaFleetReplicas(t *testing.T) {
 				f.Cut(2)
 				sleepCtx(runCtx, 3*time.Second)
 				f.SetTargetDown(0, true)
-				h1.stop(t)
+				h1.Stop(t)
 			}()
 			err = f.Run(ctx, 14*time.Second)
 			stop()

@@ -1,4 +1,4 @@
-package transport
+package server
 
 import (
 	"context"
@@ -12,18 +12,18 @@ import (
 	"github.com/sluicehq/sluice/transport/xds"
 )
 
-// ConfigSource produces configuration events until its context ends, then
+// configSource produces configuration events until its context ends, then
 // closes the channel. FileSource is one; the xDS client is another.
-type ConfigSource interface {
+type configSource interface {
 	Run(ctx context.Context, out chan<- ConfigEvent) error
 }
 
 // loader applies configuration events to the engine, keeping the previous
 // rules when a load fails.
 type loader struct {
-	source       ConfigSource
+	source       configSource
 	svc          *engine.Service
-	health       *Health
+	health       *health
 	log          *slog.Logger
 	mergeDomains bool
 
@@ -47,11 +47,9 @@ type runtimeStats struct {
 	numValues          *stats.Gauge
 }
 
-// configSource is the caller's source, else the one CONFIG_TYPE names.
-func configSource(s settings.Settings, o Options, x *xds.Source) (ConfigSource, error) {
+// newConfigSource is the source CONFIG_TYPE names.
+func newConfigSource(s settings.Settings, o Options, x *xds.Source) (configSource, error) {
 	switch {
-	case o.ConfigSource != nil:
-		return o.ConfigSource, nil
 	case s.Config.Type == "FILE":
 		return NewFileSource(s.Config, o.Logger), nil
 	case x != nil:
@@ -60,7 +58,7 @@ func configSource(s settings.Settings, o Options, x *xds.Source) (ConfigSource, 
 	return nil, fmt.Errorf("no configuration source for CONFIG_TYPE=%s", s.Config.Type)
 }
 
-func newLoader(s settings.Settings, o Options, src ConfigSource, svc *engine.Service, h *Health) *loader {
+func newLoader(s settings.Settings, o Options, src configSource, svc *engine.Service, h *health) *loader {
 	l := &loader{source: src, svc: svc, health: h, log: o.Logger, mergeDomains: s.Config.MergeDomains,
 		loadSuccess: o.Stats.Counter("ratelimit.service.config_load_success"),
 		loadError:   o.Stats.Counter("ratelimit.service.config_load_error"),
@@ -149,7 +147,7 @@ func (l *loader) load(ev ConfigEvent, cfg *engine.Config) error {
 	}
 	l.svc.SetConfig(cfg)
 	l.loadSuccess.Inc()
-	l.health.Set(ComponentConfig, len(cfg.Domains()) > 0)
+	l.health.set(componentConfig, len(cfg.Domains()) > 0)
 	if len(cfg.Domains()) == 0 {
 		what := "is missing or has no rule file"
 		if len(ev.Files) > 0 {

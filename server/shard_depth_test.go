@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestShardQueueDepthMetric(t *testing.T) {
 		"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_SHARDS": "1", "SLUICE_MAX_IN_FLIGHT": "1",
 		"SLUICE_BACKEND_TIMEOUT": "20s", "USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0",
 	}, map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	url := "http://" + h.srv.MetricsAddr().String() + "/metrics"
+	url := "http://" + h.Srv.MetricsAddr().String() + "/metrics"
 	depth := func() float64 {
 		resp, err := http.Get(url)
 		if err != nil {
@@ -64,7 +64,7 @@ func TestShardQueueDepthMetric(t *testing.T) {
 	}
 	defer unpause()
 
-	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+	c := rlsv3.NewRateLimitServiceClient(h.GRPCConn(t))
 	const n = 6
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

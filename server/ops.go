@@ -1,4 +1,4 @@
-package transport
+package server
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/settings"
+	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/transport/metrics"
 	"github.com/sluicehq/sluice/transport/tlsreload"
 	"github.com/sluicehq/sluice/transport/tracing"
@@ -34,9 +35,9 @@ type ops struct {
 	backendKind string
 }
 
-// newOps builds the statistics sink, gRPC TLS, tracing and, unless the caller
-// brings its own configuration source, the xDS client. refresh is called
-// before each statistics flush.
+// newOps builds the statistics sink, gRPC TLS, tracing and, with
+// CONFIG_TYPE=GRPC_XDS_SOTW, the xDS client. refresh is called before each
+// statistics flush.
 func newOps(s settings.Settings, o Options, st *stats.Store, refresh func()) (ops, error) {
 	p := ops{log: o.Logger, backendKind: s.Backend.Type}
 	var err error
@@ -63,7 +64,7 @@ func newOps(s settings.Settings, o Options, st *stats.Store, refresh func()) (op
 			return ops{}, err
 		}
 	}
-	if o.ConfigSource == nil && s.Config.Type == "GRPC_XDS_SOTW" {
+	if s.Config.Type == "GRPC_XDS_SOTW" {
 		// Validated before the ACK with the loader apply uses, on a private
 		// stats store so a rejected rule set leaves no counters behind.
 		validate := func(files []engine.ConfigFile) error {
@@ -125,7 +126,7 @@ func (p *ops) close() {
 
 // decider is the decision call of the gRPC and HTTP servers, traced when
 // tracing is on.
-func (p *ops) decider(d Decider) Decider {
+func (p *ops) decider(d transport.Decider) transport.Decider {
 	if p.tracing == nil {
 		return d
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -135,7 +135,7 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 				}
 				send := func(body, want string) {
 					t.Helper()
-					_, _, got := h.post(t, "/json", body)
+					_, _, got := h.Post(t, "/json", body)
 					if line := statusLine(t, got); line != want {
 						t.Fatalf("%s: got %s, want %s", body, line, want)
 					}
@@ -198,10 +198,10 @@ func TestStopIncrementWhenOverLimit(t *testing.T) {
 
 				p := "ratelimit.service.rate_limit.probe."
 				// Stats count the full hits, also for keys not incremented (#808).
-				if got := h.stats.CounterValue(p + "near.total_hits"); got != 4+9+2+2 {
+				if got := h.Stats.CounterValue(p + "near.total_hits"); got != 4+9+2+2 {
 					t.Errorf("near total_hits = %d, want 17", got)
 				}
-				if got := h.stats.CounterValue(p + "k_two.over_limit"); got != 2 {
+				if got := h.Stats.CounterValue(p + "k_two.over_limit"); got != 2 {
 					t.Errorf("k_two over_limit = %d, want 2", got)
 				}
 			})
@@ -218,7 +218,7 @@ func TestHitsAddendOverInt64(t *testing.T) {
 	req := rlsReq("probe", "near", "big")
 	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 	before := sb.calls()
-	_, err := rlsv3.NewRateLimitServiceClient(h.grpcConn(t)).ShouldRateLimit(context.Background(), req)
+	_, err := rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)).ShouldRateLimit(context.Background(), req)
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "hits_addend 18446744073709551615") {
 		t.Fatalf("got %v, want InvalidArgument naming the hits_addend", err)
 	}
@@ -230,7 +230,7 @@ func TestHitsAddendOverInt64(t *testing.T) {
 	}
 	// The largest addend Redis can take is accepted.
 	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(math.MaxInt64)
-	resp, err := rlsv3.NewRateLimitServiceClient(h.grpcConn(t)).ShouldRateLimit(context.Background(), req)
+	resp, err := rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)).ShouldRateLimit(context.Background(), req)
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("MaxInt64: %v %v", resp, err)
 	}
@@ -245,28 +245,28 @@ func TestServerStatsFamilies(t *testing.T) {
 	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
 		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": sec.Addr},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml"), "rl.yaml": readFile(t, "rl.yaml")})
-	if code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"persec"}]},{"entries":[{"key":"k","value":"two"}]}]}`); code != 200 {
+	if code, _, body := h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"persec"}]},{"entries":[{"key":"k","value":"two"}]}]}`); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
-	h.stats.Collect() // what a flush does first
+	h.Stats.Collect() // what a flush does first
 	for _, scope := range []string{"ratelimit.redis_pool", "ratelimit.redis_per_second_pool"} {
-		if v := h.stats.Gauge(scope + ".cx_active").Value(); v < 1 {
+		if v := h.Stats.Gauge(scope + ".cx_active").Value(); v < 1 {
 			t.Errorf("%s.cx_active = %d", scope, v)
 		}
-		if v := h.stats.CounterValue(scope + ".cx_total"); v < 1 {
+		if v := h.Stats.CounterValue(scope + ".cx_total"); v < 1 {
 			t.Errorf("%s.cx_total = %d", scope, v)
 		}
 	}
-	if v := h.stats.Gauge("ratelimit.go.numGoroutine").Value(); v < 1 {
+	if v := h.Stats.Gauge("ratelimit.go.numGoroutine").Value(); v < 1 {
 		t.Errorf("ratelimit.go.numGoroutine = %d", v)
 	}
-	if v := h.stats.CounterValue("ratelimit.go.totalAlloc"); v == 0 {
+	if v := h.Stats.CounterValue("ratelimit.go.totalAlloc"); v == 0 {
 		t.Error("ratelimit.go.totalAlloc = 0")
 	}
-	if v := h.stats.CounterValue("runtime.load_attempts"); v < 1 {
+	if v := h.Stats.CounterValue("runtime.load_attempts"); v < 1 {
 		t.Errorf("runtime.load_attempts = %d", v)
 	}
-	if v := h.stats.Gauge("runtime.num_values").Value(); v != 2 {
+	if v := h.Stats.Gauge("runtime.num_values").Value(); v != 2 {
 		t.Errorf("runtime.num_values = %d, want 2 (the files loaded)", v)
 	}
 }

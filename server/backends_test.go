@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func TestRedisKeysAndTTLsAreTheReferences(t *testing.T) {
 		`{"domain":"rl","descriptors":[{"entries":[{"key":"source_cluster","value":"proxy"},{"key":"destination_cluster","value":"override"}]}]}`,
 		`{"domain":"probe","descriptors":[{"entries":[{"key":"free","value":"x"}]}]}`,
 	} {
-		if code, _, resp := h.post(t, "/json", body); code != 200 {
+		if code, _, resp := h.Post(t, "/json", body); code != 200 {
 			t.Fatalf("%s: %d %s", body, code, resp)
 		}
 	}
@@ -81,7 +81,7 @@ func TestPerSecondRedis(t *testing.T) {
 	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
 		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "KVSTORE_PERSECOND_URL": sec.Addr},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"persec"}]},{"entries":[{"key":"k","value":"two"}]}]}`)
+	code, _, body := h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"persec"}]},{"entries":[{"key":"k","value":"two"}]}]}`)
 	if code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -103,7 +103,7 @@ func exactness(t *testing.T, keys int, hs ...*harness) {
 	const total, limit = 20000, 10000
 	var clients []rlsv3.RateLimitServiceClient
 	for _, h := range hs {
-		clients = append(clients, rlsv3.NewRateLimitServiceClient(h.grpcConn(t)))
+		clients = append(clients, rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)))
 	}
 	okPerKey := make([]atomic.Int64, keys)
 	var wg sync.WaitGroup
@@ -134,10 +134,6 @@ func exactness(t *testing.T, keys int, hs ...*harness) {
 			t.Fatalf("key %d: %d OK, want exactly %d", k, got, limit/keys)
 		}
 	}
-}
-
-func exactRules(keys int) map[string]string {
-	return map[string]string{"x.yaml": fmt.Sprintf("domain: x\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: %d}}\n", 10000/keys)}
 }
 
 // TestExactnessOnRedis: the exactness promise holds on every Redis topology.
@@ -173,7 +169,7 @@ func TestExactnessOnRedis(t *testing.T) {
 				env["CACHE_KEY_PREFIX"] = fmt.Sprintf("run%d:", keys) // each round its own counters
 				h := start(t, env, exactRules(keys))
 				exactness(t, keys, h)
-				h.stop(t)
+				h.Stop(t)
 			}
 		})
 	}
@@ -212,7 +208,7 @@ func TestExactnessAcrossReplicas(t *testing.T) {
 				}
 				exactness(t, keys, hs...)
 				for _, h := range hs {
-					h.stop(t)
+					h.Stop(t)
 				}
 			}
 		})
@@ -230,7 +226,7 @@ func TestMemcacheBackend(t *testing.T) {
 	mc := gomemcache.New(a.Addr, b.Addr) // the backend's server order, so the same node per key
 	key := fmt.Sprintf("probe_k_two_%d", t0.Unix()/60*60)
 	for i, want := range []int{200, 200, 429} {
-		if code, _, body := h.post(t, "/json", two); code != want {
+		if code, _, body := h.Post(t, "/json", two); code != want {
 			t.Fatalf("request %d: %d %s", i+1, code, body)
 		}
 		testenv.Eventually(t, fmt.Sprintf("increment %d in memcached", i+1), func() bool {
@@ -238,32 +234,32 @@ func TestMemcacheBackend(t *testing.T) {
 			return err == nil && string(it.Value) == fmt.Sprint(i+1)
 		})
 	}
-	if code, _ := h.get(t, h.http+"/healthcheck"); code != 200 {
+	if code, _ := h.Get(t, h.HTTP+"/healthcheck"); code != 200 {
 		t.Errorf("memcache health %d: sluice's must follow reality, unlike the reference", code)
 	}
 	// A key over 250 bytes fails that request, clearly, and is counted.
 	long := strings.Repeat("v", 260)
-	code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"`+long+`"}]}]}`)
-	if code != 400 || body != "Bad Request\n" || !strings.Contains(h.logs.String(), "250-byte limit") {
+	code, _, body := h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"`+long+`"}]}]}`)
+	if code != 400 || body != "Bad Request\n" || !strings.Contains(h.Logs.String(), "250-byte limit") {
 		t.Errorf("long key: %d %q", code, body)
 	}
-	code, _, body = h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a b"}]}]}`)
+	code, _, body = h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a b"}]}]}`)
 	// (Its log line is folded into the repeat count of the first one: one
 	// warning per interval, see internal/ratelog.)
 	if code != 400 || body != "Bad Request\n" {
 		t.Errorf("key with a space: %d %q", code, body)
 	}
-	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != 2 {
+	if got := h.Stats.CounterValue("ratelimit.service.call.should_rate_limit.service_error"); got != 2 {
 		t.Errorf("service_error = %d", got)
 	}
 	// Both nodes hold keys once enough distinct keys are written.
 	for i := 0; i < 50; i++ {
-		h.post(t, "/json", fmt.Sprintf(`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"v%d"}]}]}`, i))
+		h.Post(t, "/json", fmt.Sprintf(`{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"v%d"}]}]}`, i))
 	}
 	a.Kill()
-	testenv.Eventually(t, "unhealthy with a node down", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 500 })
+	testenv.Eventually(t, "unhealthy with a node down", func() bool { code, _ := h.Get(t, h.HTTP+"/healthcheck"); return code == 500 })
 	a.Restart(t)
-	testenv.Eventually(t, "healthy again", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
+	testenv.Eventually(t, "healthy again", func() bool { code, _ := h.Get(t, h.HTTP+"/healthcheck"); return code == 200 })
 }
 
 // TestBackendDownAndBack: with Redis gone every request is answered within
@@ -274,7 +270,7 @@ func TestBackendDownAndBack(t *testing.T) {
 	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_BACKEND_TIMEOUT": "300ms", "REDIS_TIMEOUT": "200ms",
 		"SLUICE_LOG_REPEAT_INTERVAL": "1h"},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	c := rlsv3.NewRateLimitServiceClient(h.grpcConn(t))
+	c := rlsv3.NewRateLimitServiceClient(h.GRPCConn(t))
 	ctx := context.Background()
 	if _, err := c.ShouldRateLimit(ctx, rlsReq("probe", "near", "a")); err != nil {
 		t.Fatal(err)
@@ -301,19 +297,19 @@ func TestBackendDownAndBack(t *testing.T) {
 	if slow.Load() > 0 || wrong.Load() > 0 {
 		t.Fatalf("%d answers took over 3s, %d were not Unavailable", slow.Load(), wrong.Load())
 	}
-	if code, _, body := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a"}]}]}`); code != 503 {
+	if code, _, body := h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"near","value":"a"}]}]}`); code != 503 {
 		t.Errorf("HTTP with redis down: %d %q", code, body)
 	}
-	if code, _, _ := h.post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"free","value":"a"}]},{"entries":[{"key":"zzz","value":"a"}]}]}`); code != 200 {
+	if code, _, _ := h.Post(t, "/json", `{"domain":"probe","descriptors":[{"entries":[{"key":"free","value":"a"}]},{"entries":[{"key":"zzz","value":"a"}]}]}`); code != 200 {
 		t.Errorf("unlimited+unmatched with redis down: %d", code)
 	}
-	if got := h.stats.CounterValue("ratelimit.service.call.should_rate_limit.redis_error"); got == 0 {
+	if got := h.Stats.CounterValue("ratelimit.service.call.should_rate_limit.redis_error"); got == 0 {
 		t.Error("redis_error not counted")
 	}
 	// 41 failed decisions, one WARN line: the rest are counted for the
 	// interval's report, not logged one by one.
-	if n := strings.Count(h.logs.String(), `level=WARN msg="error: `); n != 1 {
-		t.Errorf("%d WARN lines for 41 failed decisions, want 1:\n%s", n, h.logs.String())
+	if n := strings.Count(h.Logs.String(), `level=WARN msg="error: `); n != 1 {
+		t.Errorf("%d WARN lines for 41 failed decisions, want 1:\n%s", n, h.Logs.String())
 	}
 	r.Restart(t)
 	testenv.Eventually(t, "decisions to resume", func() bool {
@@ -348,7 +344,7 @@ func TestLocalCacheSparesRedis(t *testing.T) {
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
 	const two = `{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"two"}]}]}`
 	for i, want := range []int{200, 200, 429, 429, 429, 429} {
-		if code, _, _ := h.post(t, "/json", two); code != want {
+		if code, _, _ := h.Post(t, "/json", two); code != want {
 			t.Fatalf("request %d: %d, want %d", i+1, code, want)
 		}
 	}
@@ -356,10 +352,10 @@ func TestLocalCacheSparesRedis(t *testing.T) {
 		t.Fatalf("redis count %q (%v), want 3", v, err)
 	}
 	p := "ratelimit.service.rate_limit.probe.k_two."
-	if got := h.stats.CounterValue(p + "over_limit_with_local_cache"); got != 3 {
+	if got := h.Stats.CounterValue(p + "over_limit_with_local_cache"); got != 3 {
 		t.Errorf("over_limit_with_local_cache = %d", got)
 	}
-	if got := h.stats.CounterValue(p + "over_limit"); got != 4 {
+	if got := h.Stats.CounterValue(p + "over_limit"); got != 4 {
 		t.Errorf("over_limit = %d", got)
 	}
 }
@@ -372,15 +368,15 @@ func TestLivenessIgnoresRedis(t *testing.T) {
 	h := start(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
 		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true", "REDIS_TIMEOUT": "200ms"},
 		map[string]string{"probe.yaml": readFile(t, "probe.yaml")})
-	if code, _ := h.get(t, h.http+"/healthcheck"); code != 200 {
+	if code, _ := h.Get(t, h.HTTP+"/healthcheck"); code != 200 {
 		t.Fatalf("/healthcheck with Redis up: %d", code)
 	}
 	r.Kill()
 	testenv.Eventually(t, "/healthcheck to follow Redis down", func() bool {
-		code, _ := h.get(t, h.http+"/healthcheck")
+		code, _ := h.Get(t, h.HTTP+"/healthcheck")
 		return code == 500
 	})
-	if code, body := h.get(t, h.http+"/livez"); code != 200 || body != "OK" {
+	if code, body := h.Get(t, h.HTTP+"/livez"); code != 200 || body != "OK" {
 		t.Fatalf("/livez with Redis down: %d %q, want 200 OK", code, body)
 	}
 }

@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"os"
@@ -27,13 +27,13 @@ func TestNoRulesIsLoud(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := start(t, tc.env, nil)
-			if got := h.stats.CounterValue("ratelimit.service.config_load_empty"); got != 1 {
+			if got := h.Stats.CounterValue("ratelimit.service.config_load_empty"); got != 1 {
 				t.Errorf("config_load_empty = %d after the first load, want 1", got)
 			}
-			if !strings.Contains(h.logs.String(), "NO RATE LIMIT RULES: the rules directory ") {
-				t.Errorf("no warning:\n%s", h.logs.String())
+			if !strings.Contains(h.Logs.String(), "NO RATE LIMIT RULES: the rules directory ") {
+				t.Errorf("no warning:\n%s", h.Logs.String())
 			}
-			if code, _ := h.get(t, h.http+"/healthcheck"); (code == 200) != (tc.healthy == 200) {
+			if code, _ := h.Get(t, h.HTTP+"/healthcheck"); (code == 200) != (tc.healthy == 200) {
 				t.Errorf("/healthcheck %d, want %d", code, tc.healthy)
 			}
 		})
@@ -44,21 +44,21 @@ func TestNoRulesIsLoud(t *testing.T) {
 // load is warned of and counted too.
 func TestNoRulesWarnsAtEveryLoad(t *testing.T) {
 	h := start(t, map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, nil)
-	rule := filepath.Join(h.cfgDir, "a.yaml")
+	rule := filepath.Join(h.CfgDir, "a.yaml")
 	tmp := filepath.Join(t.TempDir(), "a.yaml")
 	os.WriteFile(tmp, []byte("domain: a\ndescriptors:\n  - {key: x, rate_limit: {unit: second, requests_per_unit: 1}}\n"), 0o644)
 	if err := os.Rename(tmp, rule); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "healthy with rules", func() bool { code, _ := h.get(t, h.http+"/healthcheck"); return code == 200 })
+	testenv.Eventually(t, "healthy with rules", func() bool { code, _ := h.Get(t, h.HTTP+"/healthcheck"); return code == 200 })
 	if err := os.Remove(rule); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "a second empty load", func() bool { return h.stats.CounterValue("ratelimit.service.config_load_empty") == 2 })
-	if n := strings.Count(h.logs.String(), "NO RATE LIMIT RULES"); n != 2 {
+	testenv.Eventually(t, "a second empty load", func() bool { return h.Stats.CounterValue("ratelimit.service.config_load_empty") == 2 })
+	if n := strings.Count(h.Logs.String(), "NO RATE LIMIT RULES"); n != 2 {
 		t.Errorf("%d warnings, want 2", n)
 	}
-	if code, _ := h.get(t, h.http+"/healthcheck"); code == 200 {
+	if code, _ := h.Get(t, h.HTTP+"/healthcheck"); code == 200 {
 		t.Error("healthy again without rules")
 	}
 }

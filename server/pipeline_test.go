@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -95,12 +95,12 @@ func TestPipelineLimitPerStore(t *testing.T) {
 			h, main, sec := pipeStores(t, map[string]string{"REDIS_PIPELINE_LIMIT": tc.mainLimit, "REDIS_PERSECOND_PIPELINE_LIMIT": tc.secLimit})
 			// One decision first: every connection exists before counting,
 			// so no handshake read is in the figures.
-			if code, _, body := h.post(t, "/json", pipeBody("warm", 1, 1)); code != 200 {
+			if code, _, body := h.Post(t, "/json", pipeBody("warm", 1, 1)); code != 200 {
 				t.Fatalf("%d %s", code, body)
 			}
 			mi0, mr0 := serverCounts(t, main)
 			si0, sr0 := serverCounts(t, sec)
-			if code, _, body := h.post(t, "/json", pipeBody("k", tc.mainKeys, tc.secKeys)); code != 200 {
+			if code, _, body := h.Post(t, "/json", pipeBody("k", tc.mainKeys, tc.secKeys)); code != 200 {
 				t.Fatalf("%d %s", code, body)
 			}
 			mi1, mr1 := serverCounts(t, main)
@@ -150,7 +150,7 @@ func TestPipelineWindowPerStore(t *testing.T) {
 				{"main", pipeBody("w", 1, 0), "pipe_m_w0_1795313460", main, tc.mainHeld},
 				{"per-second", pipeBody("w", 0, 1), "pipe_s_w0_1795313464", sec, tc.secHeld},
 			} {
-				code, _, body := h.post(t, "/json", lane.body)
+				code, _, body := h.Post(t, "/json", lane.body)
 				n, err := lane.c.Exists(context.Background(), lane.key).Result()
 				if err != nil {
 					t.Fatal(err)

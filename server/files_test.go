@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // With RUNTIME_WATCH_ROOT=false, a config directory deleted and created again
@@ -35,10 +35,10 @@ func TestFileSourceRecreatedDirectory(t *testing.T) {
 			if tc.remove != "" {
 				write(t, dir, "a.yaml", "domain: first\n")
 			}
-			src := transport.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+			src := server.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
 				slog.New(slog.NewTextHandler(io.Discard, nil)))
 			ctx, cancel := context.WithCancel(context.Background())
-			events := make(chan transport.ConfigEvent)
+			events := make(chan server.ConfigEvent)
 			done := make(chan error, 1)
 			go func() { done <- src.Run(ctx, events) }()
 			defer func() {
@@ -49,7 +49,7 @@ func TestFileSourceRecreatedDirectory(t *testing.T) {
 					t.Errorf("Run: %v", err)
 				}
 			}()
-			waitEvent := func(what string, ok func(transport.ConfigEvent) bool) {
+			waitEvent := func(what string, ok func(server.ConfigEvent) bool) {
 				t.Helper()
 				deadline := time.After(10 * time.Second)
 				for {
@@ -64,19 +64,19 @@ func TestFileSourceRecreatedDirectory(t *testing.T) {
 				}
 			}
 			if tc.remove != "" {
-				waitEvent("the first rules", func(ev transport.ConfigEvent) bool { return names(ev) == "a.yaml" })
+				waitEvent("the first rules", func(ev server.ConfigEvent) bool { return names(ev) == "a.yaml" })
 				if err := os.RemoveAll(filepath.Join(root, tc.remove)); err != nil {
 					t.Fatal(err)
 				}
-				waitEvent("the directory gone", func(ev transport.ConfigEvent) bool { return ev.Err != nil })
+				waitEvent("the directory gone", func(ev server.ConfigEvent) bool { return ev.Err != nil })
 			} else {
-				waitEvent("the directory missing", func(ev transport.ConfigEvent) bool { return ev.Err != nil })
+				waitEvent("the directory missing", func(ev server.ConfigEvent) bool { return ev.Err != nil })
 			}
 			// Twice: the second time proves the new directory itself is watched.
 			write(t, dir, "b.yaml", "domain: second\n")
-			waitEvent("the new directory's rules", func(ev transport.ConfigEvent) bool { return ev.Err == nil && names(ev) == "b.yaml" })
+			waitEvent("the new directory's rules", func(ev server.ConfigEvent) bool { return ev.Err == nil && names(ev) == "b.yaml" })
 			write(t, dir, "c.yaml", "domain: third\n")
-			waitEvent("a file added to the new directory", func(ev transport.ConfigEvent) bool { return names(ev) == "b.yaml c.yaml" })
+			waitEvent("a file added to the new directory", func(ev server.ConfigEvent) bool { return names(ev) == "b.yaml c.yaml" })
 		})
 	}
 }
@@ -91,7 +91,7 @@ func write(t *testing.T, dir, name, body string) {
 	}
 }
 
-func names(ev transport.ConfigEvent) string {
+func names(ev server.ConfigEvent) string {
 	var n []string
 	for _, f := range ev.Files {
 		n = append(n, f.Name)
@@ -107,10 +107,10 @@ func TestFileSourceFileMovedOut(t *testing.T) {
 	dir := filepath.Join(root, "app", "config")
 	write(t, dir, "a.yaml", "domain: a\n")
 	write(t, dir, "b.yaml", "domain: b\n")
-	src := transport.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+	src := server.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
-	events := make(chan transport.ConfigEvent)
+	events := make(chan server.ConfigEvent)
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, events) }()
 	defer func() {
@@ -157,7 +157,7 @@ func TestFileSourceSkipsFIFO(t *testing.T) {
 		t.Skipf("mkfifo: %v", err)
 	}
 	var log strings.Builder
-	src := transport.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
+	src := server.NewFileSource(settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config"},
 		slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil)))
 	type loaded struct {
 		files []engine.ConfigFile
@@ -192,11 +192,11 @@ func TestFileSourceSizeCap(t *testing.T) {
 	write(t, dir, "b.yaml", strings.Replace(body, "domain: d", "domain: e", 1))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := settings.ConfigSettings{RuntimeRoot: root, Subdirectory: "app", AppDirectory: "config", MaxBytes: int64(2 * len(body))}
-	if files, err := transport.NewFileSource(cfg, quiet).Load(); err != nil || len(files) != 2 {
+	if files, err := server.NewFileSource(cfg, quiet).Load(); err != nil || len(files) != 2 {
 		t.Fatalf("at the cap: %v, %d files", err, len(files))
 	}
 	cfg.MaxBytes--
-	_, err := transport.NewFileSource(cfg, quiet).Load()
+	_, err := server.NewFileSource(cfg, quiet).Load()
 	if err == nil || !strings.Contains(err.Error(), "SLUICE_CONFIG_MAX_BYTES") {
 		t.Fatalf("a byte over the cap: %v", err)
 	}

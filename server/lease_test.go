@@ -1,4 +1,4 @@
-package transport_test
+package server_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 )
 
 const leaseRules = `domain: ls
@@ -45,7 +46,7 @@ func TestLeaseCountsAsExact(t *testing.T) {
 		stats map[string]uint64
 	}
 	values := []string{"fixed", "sliding", "bucket", "shadow", "exact"}
-	clk := &clock{t: t0}
+	clk := rlsserver.NewClock(t0)
 	run := func(counting string) (outcome, *harness, *testenv.Redis) {
 		r := testenv.StartRedis(t, testenv.RedisOptions{})
 		h := startClock(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
@@ -63,7 +64,7 @@ func TestLeaseCountsAsExact(t *testing.T) {
 					hits = `,"hitsAddend":2`
 				}
 				body := fmt.Sprintf(`{"domain":"ls"%s,"descriptors":[{"entries":[{"key":"k","value":%q}]}]}`, hits, v)
-				code, _, resp := h.post(t, "/json", body)
+				code, _, resp := h.Post(t, "/json", body)
 				if code != 200 && code != 429 {
 					t.Fatalf("%s %s: %d %s", counting, body, code, resp)
 				}
@@ -74,7 +75,7 @@ func TestLeaseCountsAsExact(t *testing.T) {
 		for _, v := range values {
 			p := "ratelimit.service.rate_limit.ls.k_" + v + "."
 			for _, s := range []string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"} {
-				out.stats[v+"."+s] = h.stats.CounterValue(p + s)
+				out.stats[v+"."+s] = h.Stats.CounterValue(p + s)
 			}
 		}
 		return out, h, r
@@ -89,22 +90,20 @@ func TestLeaseCountsAsExact(t *testing.T) {
 			t.Errorf("%s: lease %d, exact %d", k, leased.stats[k], v)
 		}
 	}
-	local := h.stats.CounterValue("ratelimit.lease.local_decisions")
-	waited := h.stats.CounterValue("ratelimit.lease.waited_decisions")
+	local := h.Stats.CounterValue("ratelimit.lease.local_decisions")
+	waited := h.Stats.CounterValue("ratelimit.lease.waited_decisions")
 	if local+waited != 4*8 || local == 0 {
 		t.Errorf("lease answered %d locally and %d after waiting, want 32 in all, most locally", local, waited)
 	}
-	if _, dump := h.get(t, h.debug+"/rlconfig"); !strings.Contains(dump, "ls.k_exact: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false, counting: exact") {
+	if _, dump := h.Get(t, h.Debug+"/rlconfig"); !strings.Contains(dump, "ls.k_exact: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false, counting: exact") {
 		t.Errorf("/rlconfig does not show the rule's counting:\n%s", dump)
 	}
 	// A key's rate needs time between its decisions: 10 ms apart, so that
 	// from the third on the lease reserves ahead (a cold key's first
 	// reservations are the hits asked).
 	for i := 0; i < 10; i++ {
-		clk.mu.Lock()
-		clk.t = clk.t.Add(10 * time.Millisecond)
-		clk.mu.Unlock()
-		if code, _, resp := h.post(t, "/json", `{"domain":"ls","descriptors":[{"entries":[{"key":"k","value":"big"}]}]}`); code != 200 {
+		clk.Advance(10 * time.Millisecond)
+		if code, _, resp := h.Post(t, "/json", `{"domain":"ls","descriptors":[{"entries":[{"key":"k","value":"big"}]}]}`); code != 200 {
 			t.Fatalf("big %d: %d %s", i, code, resp)
 		}
 	}
@@ -113,12 +112,12 @@ func TestLeaseCountsAsExact(t *testing.T) {
 	if err != nil || held <= 10 {
 		t.Fatalf("before stop the store holds %d (%v): the lease should have reserved ahead of 10 decisions", held, err)
 	}
-	h.stop(t)
+	h.Stop(t)
 	// What was admitted stays counted; what was reserved beyond it went back.
 	if v, err := c.Get(context.Background(), "ls_k_big_1795313460").Result(); err != nil || v != "10" {
 		t.Errorf("after stop: %q (%v), want 10", v, err)
 	}
-	if got := h.stats.CounterValue("ratelimit.lease.returned_hits"); got != uint64(held-10) {
+	if got := h.Stats.CounterValue("ratelimit.lease.returned_hits"); got != uint64(held-10) {
 		t.Errorf("returned_hits %d, want %d", got, held-10)
 	}
 }

@@ -1,44 +1,44 @@
-package transport
+package server
 
 import (
 	"sort"
 	"strings"
 	"sync"
 
-	"google.golang.org/grpc/health"
+	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Health components, as the reference names its own.
 const (
-	ComponentBackend = "redis" // the counter store, whatever its kind
-	ComponentSigterm = "sigterm"
-	ComponentConfig  = "config"
+	componentBackend = "redis" // the counter store, whatever its kind
+	componentSigterm = "sigterm"
+	componentConfig  = "config"
 )
 
-// Health is the service's overall health: healthy only when every component is.
+// health is the service's overall health: healthy only when every component is.
 // It mirrors itself into the gRPC health server under the service name
 // "ratelimit" (the empty name stays SERVING, as grpc-go's default).
-type Health struct {
+type health struct {
 	mu         sync.Mutex
 	components map[string]bool
-	grpc       *health.Server
+	grpc       *grpchealth.Server
 }
 
-// NewHealth starts with the backend not yet ready, SIGTERM not received and,
+// newHealth starts with the backend not yet ready, SIGTERM not received and,
 // when configured, no config loaded.
-func NewHealth(g *health.Server, requireConfig bool) *Health {
-	h := &Health{components: map[string]bool{ComponentBackend: false, ComponentSigterm: true}, grpc: g}
+func newHealth(g *grpchealth.Server, requireConfig bool) *health {
+	h := &health{components: map[string]bool{componentBackend: false, componentSigterm: true}, grpc: g}
 	if requireConfig {
-		h.components[ComponentConfig] = false
+		h.components[componentConfig] = false
 	}
 	h.publish()
 	return h
 }
 
-// Set records a component's state. Unknown components are ignored unless
-// created by NewHealth (config is only tracked when required).
-func (h *Health) Set(component string, ok bool) {
+// set records a component's state. Unknown components are ignored unless
+// created by newHealth (config is only tracked when required).
+func (h *health) set(component string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, tracked := h.components[component]; !tracked {
@@ -48,15 +48,15 @@ func (h *Health) Set(component string, ok bool) {
 	h.publishLocked()
 }
 
-// OK is the overall state.
-func (h *Health) OK() bool {
+// ok is the overall state.
+func (h *health) ok() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.okLocked()
 }
 
 // String lists failing components, for logs.
-func (h *Health) String() string {
+func (h *health) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var bad []string
@@ -72,7 +72,7 @@ func (h *Health) String() string {
 	return "unhealthy: " + strings.Join(bad, ", ")
 }
 
-func (h *Health) okLocked() bool {
+func (h *health) okLocked() bool {
 	for _, ok := range h.components {
 		if !ok {
 			return false
@@ -81,13 +81,13 @@ func (h *Health) okLocked() bool {
 	return true
 }
 
-func (h *Health) publish() {
+func (h *health) publish() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.publishLocked()
 }
 
-func (h *Health) publishLocked() {
+func (h *health) publishLocked() {
 	if h.grpc == nil {
 		return
 	}

@@ -1,12 +1,10 @@
-package transport_test
+package server_test
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 )
-
-const anyValueRule = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
 
 func jsonReq(value string) string {
 	return `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"` + value + `"}]}]}`
@@ -18,17 +16,17 @@ func jsonReq(value string) string {
 func TestMemoryBackendBounds(t *testing.T) {
 	h := start(t, map[string]string{"SLUICE_MEMORY_MAX_BYTES": "4096", "SLUICE_MEMORY_MAX_KEY_BYTES": "200", "SLUICE_SHARDS": "2"},
 		map[string]string{"a.yaml": anyValueRule})
-	code, _, body := h.post(t, "/json", jsonReq(strings.Repeat("v", 300)))
+	code, _, body := h.Post(t, "/json", jsonReq(strings.Repeat("v", 300)))
 	// /json answers the reference's plain "Bad Request"; the reason is logged.
-	if code != 400 || body != "Bad Request\n" || !strings.Contains(h.logs.String(), "over the limit of 200 bytes") {
+	if code != 400 || body != "Bad Request\n" || !strings.Contains(h.Logs.String(), "over the limit of 200 bytes") {
 		t.Errorf("oversized key: %d %q", code, body)
 	}
-	if code, _, body := h.post(t, "/json", jsonReq("first")); code != 200 {
+	if code, _, body := h.Post(t, "/json", jsonReq("first")); code != 200 {
 		t.Fatalf("first key: %d %q", code, body)
 	}
 	full := 0
 	for i := 0; i < 200 && full == 0; i++ {
-		code, _, body := h.post(t, "/json", jsonReq(fmt.Sprintf("value-%d", i)))
+		code, _, body := h.Post(t, "/json", jsonReq(fmt.Sprintf("value-%d", i)))
 		switch {
 		case code == 503 && strings.Contains(body, "memory backend full"):
 			full = i
@@ -39,7 +37,7 @@ func TestMemoryBackendBounds(t *testing.T) {
 	if full == 0 {
 		t.Fatal("200 distinct keys of ~50 bytes fit in 4096 bytes")
 	}
-	if code, _, body := h.post(t, "/json", jsonReq("first")); code != 200 {
+	if code, _, body := h.Post(t, "/json", jsonReq("first")); code != 200 {
 		t.Errorf("a held counter while full: %d %q", code, body)
 	}
 }
