@@ -135,11 +135,19 @@ func (in *intake) place(l *lane) {
 	in.small.set(l, len(l.q) > 0 && express(&l.q[0]))
 }
 
-// express reports whether m is a small report: served beside a flood's
-// backlog (see shard.takeExpress). Acks and closes are not: they touch
-// every bucket of their stream.
+// express reports whether m is served beside a flood's backlog (see
+// shard.go): a small report, or the ack or close of a light stream (they
+// touch every bucket of their stream; the probe Envoy's ack, queued
+// before its next report, held that report back as long as the flood's
+// store calls were behind).
 func express(m *msg) bool {
-	return m.kind == msgReport && len(m.usages) <= expressUsages
+	switch m.kind {
+	case msgReport:
+		return len(m.usages) <= expressUsages
+	case msgAck, msgClose:
+		return m.light
+	}
+	return false
 }
 
 // fade counts n usages taken: later charges weigh more, so earlier ones

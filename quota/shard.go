@@ -27,6 +27,7 @@ type msg struct {
 	at     time.Time
 	info   streamInfo
 	sweep  bool      // answer the stream's refused buckets
+	light  bool      // msgAck, msgClose: the stream tracks few buckets
 	upTo   time.Time // msgAck: what was acknowledged
 	usages []usageAt
 	call   *call
@@ -65,6 +66,9 @@ const (
 	// operations (hundreds of ms each on a loaded machine).
 	expressUsages = 4
 	expressHigh   = 64
+	// expressBuckets: a stream tracking at most this many buckets is
+	// light (Stream.light).
+	expressBuckets = 128
 )
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
@@ -234,6 +238,11 @@ func (sh *shard) xfull() bool { return sh.xcalling && len(sh.xops) >= expressHig
 
 // handle takes one message.
 func (sh *shard) handle(m msg) {
+	if !sh.s.manual && m.light && express(&m) {
+		// What a light stream's ack or close makes dirty leaves in an
+		// express call: it may have been taken while the store is behind.
+		defer sh.expressAll(sh.byStream[m.st])
+	}
 	switch m.kind {
 	case msgReport:
 		for i := range m.usages {
@@ -257,6 +266,16 @@ func (sh *shard) handle(m msg) {
 		close(m.done)
 	case msgAck:
 		sh.acked(m.st, m.upTo, m.at)
+	}
+}
+
+// expressAll makes the operations of the hubs of hs that wait to be
+// served leave in an express call.
+func (sh *shard) expressAll(hs []*hub) {
+	for _, h := range hs {
+		if h.queued {
+			h.express = true
+		}
 	}
 }
 
