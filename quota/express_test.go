@@ -74,6 +74,7 @@ func TestSmallReportNotHeldBehindBackedUpStore(t *testing.T) {
 	release := func() { openOnce.Do(func() { close(gc.open) }) }
 	o := quota.DefaultOptions()
 	o.Shards = 1
+	o.CallTimeout = time.Hour // the held calls must not time out
 	svc, err := quota.New(o, rules, gc, nil, st)
 	if err != nil {
 		t.Fatal(err)
