@@ -291,9 +291,15 @@ func (sh *shard) finish(now time.Time) {
 	for len(sh.dirty) > 0 || sh.s.manual && len(sh.ops) > 0 {
 		dirty := sh.dirty
 		sh.dirty = nil
-		for _, h := range dirty {
+		for i, h := range dirty {
+			if !h.queued {
+				continue // served already (express)
+			}
 			h.queued = false
 			sh.serve(h, now)
+			if !sh.s.manual && i%expressEvery == expressEvery-1 {
+				sh.interleave(now)
+			}
 		}
 		if sh.s.manual && len(sh.ops) > 0 {
 			sh.callNow() // may make more hubs dirty, served in this loop
@@ -478,5 +484,8 @@ func (sh *shard) result(c *call) {
 			err = c.err
 		}
 		p.h.bookOp(sh, p, err, now)
+		if c.express && p.h.queued {
+			p.h.express = true // answered in the next interleave
+		}
 	}
 }
