@@ -1,7 +1,5 @@
 package quota
 
-import "time"
-
 // expressEvery is how many hubs a shard serves in a row before it looks
 // for express work (interleave): serving the hundred hubs a flood's store
 // answer woke, or a batch of its new buckets, took 100-250 ms on a loaded
@@ -13,8 +11,10 @@ const expressEvery = 16
 // a backlog of hubs: the store answers that came back (an express one
 // wakes its hubs as express), the small reports and light streams' acks
 // the intake has (while the express calls keep up), then serves the
-// express hubs at once, sends their actions and their store call.
-func (sh *shard) interleave(now time.Time) {
+// express hubs at once, sends their actions and their store call. They
+// are planned at the time they are served, not when the backlog's serve
+// began: an assignment is counted from when it was decided.
+func (sh *shard) interleave() {
 	for done := false; !done; {
 		select {
 		case m := <-sh.results:
@@ -31,6 +31,7 @@ func (sh *shard) interleave(now time.Time) {
 		sh.handle(m)
 	}
 	served := false
+	now := sh.s.o.Clock()
 	for _, h := range sh.dirty {
 		if h.queued && h.express {
 			h.queued = false

@@ -20,6 +20,11 @@ import (
 // together share a tag, and a probe whose own ack had moved its tag past
 // theirs waited for one report of each (seconds on a busy machine).
 //
+// While the store is behind on the flood's operations, the shard takes
+// only express messages (a small report, a light stream's ack or close),
+// least charged lane first: small keeps the lanes whose next message is
+// one.
+//
 // Back-pressure stays: a stream has at most laneSize messages waiting for
 // a shard, and its owner waits for room (its Envoy's HTTP/2 window fills
 // in turn). A stream's own messages (reports, an ack, its close) keep

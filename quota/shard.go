@@ -298,7 +298,7 @@ func (sh *shard) finish(now time.Time) {
 			h.queued = false
 			sh.serve(h, now)
 			if !sh.s.manual && i%expressEvery == expressEvery-1 {
-				sh.interleave(now)
+				sh.interleave()
 			}
 		}
 		if sh.s.manual && len(sh.ops) > 0 {
