@@ -17,7 +17,12 @@
 //     small report is not served after every report a flood of other
 //     streams queued first; and it takes none while a store call is out
 //     and opsHigh operations wait for the next, so that what waits, waits
-//     in the lanes rather than in a store call as long as the flood.
+//     in the lanes rather than in a store call as long as the flood. Small
+//     reports (and a light stream's acks and close) are express: taken
+//     even then, their buckets served between a backlog's, and their
+//     operations sent in a store call of their own beside the flood's
+//     (express.go), so that a probe Envoy's new bucket waits for neither
+//     the flood's call out nor a place in the next.
 //  2. The shard's goroutine (loop) takes the usages: each bucket finds its
 //     hub (one per domain and BucketId on this replica), the Envoy's
 //     reporter in it takes the report's demand. A bucket beyond the
@@ -29,7 +34,8 @@
 //     hub, what each Envoy is sent and what the hub must reserve on or
 //     give back to the rule's window counters. Assignments are pushed to
 //     the streams' Sinks (which never block); the operations of every hub
-//     go out as one Counter call per shard at a time, its answer coming
+//     go out as one store call per shard at a time (and one express call),
+//     in Counter calls of at most applyChunk operations, its answer coming
 //     back as a message (msgResult), when the hubs waiting on it are
 //     served again.
 //  4. Every second, at most, a shard publishes its hubs' claims on the

@@ -45,6 +45,9 @@ type hub struct {
 	postedClaims []alloc.Claim
 
 	queued, gone bool
+	// express: a small report made it dirty, so its next operations
+	// leave in an express call (shard.go).
+	express bool
 	// waiting: a new Envoy waits for its reservation, so a store answer
 	// plans the hub again at once; otherwise the answer only tops up what
 	// it holds (a plan that was short is planned again RetryShort later
@@ -320,22 +323,27 @@ func (sh *shard) serve(h *hub, now time.Time) {
 	if out.Overcommitted {
 		s.st.overcommitted.Inc()
 	}
+	ops := &sh.ops
+	if h.express {
+		ops = &sh.xops
+		h.express = false
+	}
 	for _, rv := range out.Reserve {
 		if at, ok := h.full[rv.Window]; ok && now.Sub(at) < alloc.RetryShort {
 			continue // the store refused it just now: not again yet
 		}
 		h.inflight[rv.Window] += rv.N
-		sh.ops = append(sh.ops, pendingOp{h: h, window: rv.Window, op: h.rule.ReserveOp(time.Unix(0, rv.Window), rv.N, now)})
+		*ops = append(*ops, pendingOp{h: h, window: rv.Window, op: h.rule.ReserveOp(time.Unix(0, rv.Window), rv.N, now)})
 	}
 	for _, rl := range out.Release {
 		h.held[rl.Window] -= min(rl.N, h.held[rl.Window])
 		if h.held[rl.Window] == 0 {
 			delete(h.held, rl.Window)
 		}
-		sh.ops = append(sh.ops, pendingOp{h: h, window: rl.Window, op: h.rule.ReleaseOp(time.Unix(0, rl.Window), rl.N)})
+		*ops = append(*ops, pendingOp{h: h, window: rl.Window, op: h.rule.ReleaseOp(time.Unix(0, rl.Window), rl.N)})
 	}
 	if h.take > 0 && h.plan.Kind == alloc.PlanDivide && h.window == 0 {
-		sh.ops = append(sh.ops, pendingOp{h: h, op: h.rule.TakeOp(h.take, now)})
+		*ops = append(*ops, pendingOp{h: h, op: h.rule.TakeOp(h.take, now)})
 		h.take = 0
 	}
 	h.claims = append(h.claims[:0], out.Claims...)
@@ -525,13 +533,13 @@ func (sh *shard) drain(now time.Time) {
 		delete(sh.pushes, st) // the streams are ending
 	}
 	var keep []pendingOp
-	for _, p := range sh.ops {
+	for _, p := range append(sh.ops, sh.xops...) {
 		if p.op.Kind == engine.OpRelease {
 			keep = append(keep, p)
 		}
 	}
-	sh.ops = nil
-	if err := sh.s.apply(keep); err != nil {
+	sh.ops, sh.xops = nil, nil
+	if _, err := sh.s.apply(keep); err != nil {
 		sh.s.st.releaseErrors.Inc()
 	}
 }

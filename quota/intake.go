@@ -20,6 +20,11 @@ import (
 // together share a tag, and a probe whose own ack had moved its tag past
 // theirs waited for one report of each (seconds on a busy machine).
 //
+// While the store is behind on the flood's operations, the shard takes
+// only express messages (a small report, a light stream's ack or close),
+// least charged lane first: small keeps the lanes whose next message is
+// one.
+//
 // Back-pressure stays: a stream has at most laneSize messages waiting for
 // a shard, and its owner waits for room (its Envoy's HTTP/2 window fills
 // in turn). A stream's own messages (reports, an ack, its close) keep
@@ -27,8 +32,10 @@ import (
 type intake struct {
 	mu    sync.Mutex
 	lanes map[*Stream]*lane
-	// ready are the lanes with messages, the least charged first.
+	// ready are the lanes with messages, the least charged first; small
+	// those of them whose next message is a small report (express).
 	ready laneHeap
+	small laneHeap
 	// Charges are kept in the scale of the last rebase: a charge made
 	// after work usages were taken counts 2^(work/halfLife) of one made
 	// then, which fades every older one alike and keeps ready's order.
@@ -54,14 +61,15 @@ type lane struct {
 	q  []msg
 	// charged is what its messages cost, faded (in the intake's scale).
 	charged float64
-	idx     int // in ready; -1 while the lane is empty
+	// idx is its place in ready, sidx in small (-1: not there).
+	idx, sidx int
 	// space tells a stream's owner waiting for room that a message was
 	// taken.
 	space chan struct{}
 }
 
 func newIntake() *intake {
-	return &intake{lanes: make(map[*Stream]*lane), scale: 1, wake: make(chan struct{}, 1)}
+	return &intake{lanes: make(map[*Stream]*lane), small: laneHeap{small: true}, scale: 1, wake: make(chan struct{}, 1)}
 }
 
 // cost is what a message is charged: its usages. An ack or a close costs
@@ -79,7 +87,7 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	defer in.mu.Unlock()
 	l := in.lanes[m.st]
 	if l == nil {
-		l = &lane{st: m.st, idx: -1, space: make(chan struct{}, 1)}
+		l = &lane{st: m.st, idx: -1, sidx: -1, space: make(chan struct{}, 1)}
 		in.lanes[m.st] = l
 	}
 	if len(l.q) >= laneSize {
@@ -87,11 +95,7 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	}
 	l.charged += float64(cost(&m)) * in.scale
 	l.q = append(l.q, m)
-	if l.idx < 0 {
-		heap.Push(&in.ready, l)
-	} else {
-		heap.Fix(&in.ready, l.idx)
-	}
+	in.place(l)
 	select {
 	case in.wake <- struct{}{}:
 	default:
@@ -100,23 +104,26 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 }
 
 // take removes the next message of the least charged lane; false if none
-// waits.
-func (in *intake) take() (msg, bool) {
+// waits. With express, it takes only a small report (express), from the
+// least charged lane whose next message is one.
+func (in *intake) take(express bool) (msg, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if len(in.ready) == 0 {
+	h := &in.ready
+	if express {
+		h = &in.small
+	}
+	if len(h.ls) == 0 {
 		return msg{}, false
 	}
-	l := in.ready[0]
+	l := h.ls[0]
 	m := l.q[0]
 	n := copy(l.q, l.q[1:])
 	l.q[n] = msg{}
 	l.q = l.q[:n]
-	if n == 0 {
-		heap.Pop(&in.ready)
-		if m.kind == msgClose {
-			delete(in.lanes, l.st) // its last message here
-		}
+	in.place(l)
+	if n == 0 && m.kind == msgClose {
+		delete(in.lanes, l.st) // its last message here
 	}
 	in.fade(cost(&m))
 	select {
@@ -124,6 +131,28 @@ func (in *intake) take() (msg, bool) {
 	default:
 	}
 	return m, true
+}
+
+// place puts l where its messages say: in ready while it has any, in
+// small while the next is a small report, at its charge.
+func (in *intake) place(l *lane) {
+	in.ready.set(l, len(l.q) > 0)
+	in.small.set(l, len(l.q) > 0 && express(&l.q[0]))
+}
+
+// express reports whether m is served beside a flood's backlog (see
+// shard.go): a small report, or the ack or close of a light stream (they
+// touch every bucket of their stream; the probe Envoy's ack, queued
+// before its next report, held that report back as long as the flood's
+// store calls were behind).
+func express(m *msg) bool {
+	switch m.kind {
+	case msgReport:
+		return len(m.usages) <= expressUsages
+	case msgAck, msgClose:
+		return m.light
+	}
+	return false
 }
 
 // fade counts n usages taken: later charges weigh more, so earlier ones
@@ -139,25 +168,49 @@ func (in *intake) fade(n uint64) {
 	in.scale = math.Exp2(in.work / halfLife)
 }
 
-// laneHeap orders lanes by what they were charged.
-type laneHeap []*lane
+// laneHeap orders lanes by what they were charged; small tells which of
+// a lane's places it keeps.
+type laneHeap struct {
+	ls    []*lane
+	small bool
+}
 
-func (h laneHeap) Len() int           { return len(h) }
-func (h laneHeap) Less(i, j int) bool { return h[i].charged < h[j].charged }
-func (h laneHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
+func (h *laneHeap) pos(l *lane) *int {
+	if h.small {
+		return &l.sidx
+	}
+	return &l.idx
+}
+
+// set puts l in h or takes it out, or fixes its place.
+func (h *laneHeap) set(l *lane, in bool) {
+	i := *h.pos(l)
+	switch {
+	case in && i < 0:
+		heap.Push(h, l)
+	case in:
+		heap.Fix(h, i)
+	case i >= 0:
+		heap.Remove(h, i)
+	}
+}
+
+func (h *laneHeap) Len() int           { return len(h.ls) }
+func (h *laneHeap) Less(i, j int) bool { return h.ls[i].charged < h.ls[j].charged }
+func (h *laneHeap) Swap(i, j int) {
+	h.ls[i], h.ls[j] = h.ls[j], h.ls[i]
+	*h.pos(h.ls[i]), *h.pos(h.ls[j]) = i, j
 }
 func (h *laneHeap) Push(x any) {
 	l := x.(*lane)
-	l.idx = len(*h)
-	*h = append(*h, l)
+	*h.pos(l) = len(h.ls)
+	h.ls = append(h.ls, l)
 }
 func (h *laneHeap) Pop() any {
-	old := *h
+	old := h.ls
 	l := old[len(old)-1]
 	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.idx = -1
+	h.ls = old[:len(old)-1]
+	*h.pos(l) = -1
 	return l
 }

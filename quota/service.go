@@ -238,7 +238,7 @@ func (st *Stream) Acked(upTo, at time.Time) {
 	s := st.s
 	for i, t := range st.touched {
 		if t {
-			s.shards[i].post(context.Background(), msg{kind: msgAck, st: st, at: at, upTo: upTo})
+			s.shards[i].post(context.Background(), msg{kind: msgAck, st: st, at: at, upTo: upTo, light: st.light()})
 		}
 	}
 }
@@ -374,10 +374,15 @@ func (st *Stream) Close() {
 	s.st.streams.Set(s.streams.Add(-1))
 	for i, t := range st.touched {
 		if t {
-			s.shards[i].post(context.Background(), msg{kind: msgClose, st: st, at: s.o.Clock()})
+			s.shards[i].post(context.Background(), msg{kind: msgClose, st: st, at: s.o.Clock(), light: st.light()})
 		}
 	}
 }
+
+// light reports whether the stream tracks few buckets: its ack or close
+// touches few, and is taken as a small report is (express), so that it
+// does not hold the stream's next report back while the store is behind.
+func (st *Stream) light() bool { return st.buckets.Load() <= expressBuckets }
 
 func (s *Service) isClosed() bool {
 	select {

@@ -27,6 +27,7 @@ type msg struct {
 	at     time.Time
 	info   streamInfo
 	sweep  bool      // answer the stream's refused buckets
+	light  bool      // msgAck, msgClose: the stream tracks few buckets
 	upTo   time.Time // msgAck: what was acknowledged
 	usages []usageAt
 	call   *call
@@ -55,6 +56,19 @@ const (
 	// hubs a flood created fall due together, and serving them all at
 	// once made one store call of hundreds of thousands of operations.
 	dueBatch = 64
+	// expressUsages: a report of at most this many usages is small. Its
+	// buckets' operations leave in a store call of their own (express),
+	// at most one out at a time beside the backlog's, and while the
+	// backlog is full (opsHigh) the shard still takes small reports, the
+	// least charged lane's first, until expressHigh operations wait for
+	// the next express call. A probe's one new bucket waited for the
+	// store call out, then its own among a flood's thousands of
+	// operations (hundreds of ms each on a loaded machine).
+	expressUsages = 4
+	expressHigh   = 64
+	// expressBuckets: a stream tracking at most this many buckets is
+	// light (Stream.light).
+	expressBuckets = 128
 )
 
 // shard owns the hubs whose key hashes to it: one goroutine (loop) reads
@@ -87,6 +101,9 @@ type shard struct {
 	// out.
 	ops     []pendingOp
 	calling bool
+	// xops and xcalling are the same for the express calls.
+	xops     []pendingOp
+	xcalling bool
 	// cfg is the config the hubs were looked up in.
 	cfg *engine.Config
 
@@ -100,7 +117,7 @@ func newShard(s *Service, idx int) *shard {
 	if !s.manual {
 		sh.in = newIntake()
 		sh.ctl = make(chan msg)
-		sh.results = make(chan msg, 2)
+		sh.results = make(chan msg, 3)
 	}
 	sh.planner.O = s.o.Alloc
 	return sh
@@ -175,7 +192,7 @@ func (sh *shard) loop() {
 			continue
 		}
 		wake := sh.in.wake
-		if sh.full() {
+		if sh.xfull() {
 			wake = nil // a result comes first
 		}
 		select {
@@ -193,14 +210,16 @@ func (sh *shard) loop() {
 }
 
 // takeBatch handles a batch of the streams' messages, in the intake's
-// order; false if none was taken (none waits, or the store is behind).
+// order (only small reports while the store is behind on the others);
+// false if none was taken (none waits, or the store is behind).
 func (sh *shard) takeBatch() bool {
-	if sh.full() {
+	if sh.xfull() {
 		return false
 	}
+	express := sh.full()
 	n, usages := 0, uint64(0)
 	for ; n < batchSize && usages < batchUsages; n++ {
-		m, ok := sh.in.take()
+		m, ok := sh.in.take(express)
 		if !ok {
 			break
 		}
@@ -214,12 +233,27 @@ func (sh *shard) takeBatch() bool {
 // has opsHigh operations already.
 func (sh *shard) full() bool { return sh.calling && len(sh.ops) >= opsHigh }
 
+// xfull is full for the express calls.
+func (sh *shard) xfull() bool { return sh.xcalling && len(sh.xops) >= expressHigh }
+
 // handle takes one message.
 func (sh *shard) handle(m msg) {
+	if !sh.s.manual && m.light && express(&m) {
+		// What a light stream's ack or close makes dirty leaves in an
+		// express call: it may have been taken while the store is behind.
+		defer sh.expressAll(sh.byStream[m.st])
+	}
 	switch m.kind {
 	case msgReport:
 		for i := range m.usages {
 			sh.report(m.st, m.info, m.sweep, m.at, &m.usages[i])
+		}
+		if !sh.s.manual && express(&m) {
+			for i := range m.usages {
+				if h := sh.hubs[m.usages[i].key]; h != nil && h.queued {
+					h.express = true
+				}
+			}
 		}
 	case msgClose:
 		sh.closeStream(m.st)
@@ -235,6 +269,16 @@ func (sh *shard) handle(m msg) {
 	}
 }
 
+// expressAll makes the operations of the hubs of hs that wait to be
+// served leave in an express call.
+func (sh *shard) expressAll(hs []*hub) {
+	for _, h := range hs {
+		if h.queued {
+			h.express = true
+		}
+	}
+}
+
 // finish serves the hubs that got news, then sends what they decided:
 // actions to the streams (one Push per stream), and the store call.
 func (sh *shard) finish(now time.Time) {
@@ -247,9 +291,15 @@ func (sh *shard) finish(now time.Time) {
 	for len(sh.dirty) > 0 || sh.s.manual && len(sh.ops) > 0 {
 		dirty := sh.dirty
 		sh.dirty = nil
-		for _, h := range dirty {
+		for i, h := range dirty {
+			if !h.queued {
+				continue // served already (express)
+			}
 			h.queued = false
 			sh.serve(h, now)
+			if !sh.s.manual && i%expressEvery == expressEvery-1 {
+				sh.interleave()
+			}
 		}
 		if sh.s.manual && len(sh.ops) > 0 {
 			sh.callNow() // may make more hubs dirty, served in this loop
@@ -260,7 +310,10 @@ func (sh *shard) finish(now time.Time) {
 		delete(sh.pushes, st)
 	}
 	if !sh.s.manual && !sh.calling && len(sh.ops) > 0 {
-		sh.callAsync()
+		sh.callAsync(false)
+	}
+	if !sh.s.manual && !sh.xcalling && len(sh.xops) > 0 {
+		sh.callAsync(true)
 	}
 	sh.exchange(now)
 }
@@ -341,20 +394,27 @@ type pendingOp struct {
 
 // call is one store call of a shard.
 type call struct {
-	ops []pendingOp
-	err error
+	ops     []pendingOp
+	express bool
+	// err is what failed ops[failed:] (the rest were done).
+	err    error
+	failed int
 }
 
-// callAsync makes the waiting operations one store call on a goroutine the
-// service waits for; its answer comes back as a message.
-func (sh *shard) callAsync() {
-	c := &call{ops: sh.ops}
-	sh.ops = nil
-	sh.calling = true
+// callAsync makes the waiting operations (the express ones, with express)
+// one store call on a goroutine the service waits for; its answer comes
+// back as a message.
+func (sh *shard) callAsync(express bool) {
+	c := &call{ops: sh.ops, express: express}
+	if express {
+		c.ops, sh.xops, sh.xcalling = sh.xops, nil, true
+	} else {
+		sh.ops, sh.calling = nil, true
+	}
 	sh.s.wg.Add(1)
 	go func() {
 		defer sh.s.wg.Done()
-		c.err = sh.s.apply(c.ops)
+		c.failed, c.err = sh.s.apply(c.ops)
 		select {
 		case sh.results <- msg{kind: msgResult, call: c}:
 		case <-sh.s.stop:
@@ -367,14 +427,22 @@ func (sh *shard) callAsync() {
 func (sh *shard) callNow() {
 	c := &call{ops: sh.ops}
 	sh.ops = nil
-	c.err = sh.s.apply(c.ops)
+	c.failed, c.err = sh.s.apply(c.ops)
 	sh.result(c)
 }
 
-// apply makes ops one Counter call within the call timeout.
-func (s *Service) apply(ops []pendingOp) error {
+// applyChunk bounds the operations of one Counter call: a counter
+// shard serves a call's operations for it as one message, so an express
+// call's (and RLS decisions') waited behind a flood's thousands.
+const applyChunk = 128
+
+// apply makes ops Counter calls of at most applyChunk operations, one
+// after the other, within the call timeout. When one fails, it and the
+// ones after it are not done: it returns the index of its first
+// operation and the error (len(ops) and nil when all were done).
+func (s *Service) apply(ops []pendingOp) (int, error) {
 	if len(ops) == 0 {
-		return nil
+		return 0, nil
 	}
 	cops := make([]engine.CounterOp, len(ops))
 	for i := range ops {
@@ -382,21 +450,28 @@ func (s *Service) apply(ops []pendingOp) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.CallTimeout)
 	defer cancel()
-	err := s.counter.Apply(ctx, cops, nil)
-	if err != nil {
-		// A call given up on may still be answered into cops later (the
-		// counter's shards own it until then): read nothing of it.
-		return err
+	for from := 0; from < len(cops); from += applyChunk {
+		to := min(from+applyChunk, len(cops))
+		if err := s.counter.Apply(ctx, cops[from:to], nil); err != nil {
+			// A call given up on may still be answered into cops later
+			// (the counter's shards own it until then): read nothing of
+			// it.
+			return from, err
+		}
+		for i := from; i < to; i++ {
+			ops[i].op.After = cops[i].After
+		}
 	}
-	for i := range ops {
-		ops[i].op.After = cops[i].After
-	}
-	return nil
+	return len(ops), nil
 }
 
 // result books what a store call did.
 func (sh *shard) result(c *call) {
-	sh.calling = false
+	if c.express {
+		sh.xcalling = false
+	} else {
+		sh.calling = false
+	}
 	now := sh.s.o.Clock()
 	if c.err != nil {
 		sh.s.st.reserveErrors.Inc()
@@ -404,6 +479,13 @@ func (sh *shard) result(c *call) {
 	}
 	for i := range c.ops {
 		p := &c.ops[i]
-		p.h.bookOp(sh, p, c.err, now)
+		var err error
+		if i >= c.failed {
+			err = c.err
+		}
+		p.h.bookOp(sh, p, err, now)
+		if c.express && p.h.queued {
+			p.h.express = true // answered in the next interleave
+		}
 	}
 }

@@ -59,6 +59,13 @@ func Flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n
 // unanswered then had waited (0: none was): a server that stalls shows there,
 // not in the answered ones.
 func Probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) (answered []time.Duration, waiting time.Duration, err error) {
+	return ProbeEach(ctx, client, nil)
+}
+
+// ProbeEach is Probe telling each, when not nil, when every answered probe
+// was sent and how long it took (so that a slow one can be matched with
+// the server's state at the time).
+func ProbeEach(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, each func(sent time.Time, took time.Duration)) (answered []time.Duration, waiting time.Duration, err error) {
 	stream, err := client.StreamRateLimitQuotas(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -97,6 +104,9 @@ func Probe(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient) (answ
 			case got := <-answers:
 				if got == name {
 					lat = append(lat, time.Since(sent))
+					if each != nil {
+						each(sent, lat[len(lat)-1])
+					}
 					break wait
 				}
 			case err := <-recvErr:

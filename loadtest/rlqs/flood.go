@@ -50,10 +50,11 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	var lat []time.Duration
 	var waiting time.Duration // the probe unanswered when the probing stopped
 	var probeErr, rlsErr error
+	probes := &probeLog{}
 	rlsCalls := 0
 	for _, run := range []func(*grpc.ClientConn){
 		func(c *grpc.ClientConn) {
-			lat, waiting, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c))
+			lat, waiting, probeErr = rlqssim.ProbeEach(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c), probes.add)
 		},
 		func(c *grpc.ClientConn) {
 			rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(c))
@@ -87,12 +88,9 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	}
 	stopProbe()
 	bg.Wait()
-	if probeErr != nil {
-		broken = append(broken, fmt.Sprintf("probe: %v", probeErr))
-	}
-	if rlsErr != nil {
-		broken = append(broken, fmt.Sprintf("RLS decisions: %v", rlsErr))
-	}
+	broken = append(broken, failed("probe", probeErr)...)
+	broken = append(broken, failed("RLS decisions", rlsErr)...)
+	probes.save(o, start)
 	lat = withWaiting(lat, waiting, o.server)
 	if len(lat) == 0 {
 		return append(broken, "no probe answered"), nil
@@ -113,6 +111,14 @@ func withWaiting(lat []time.Duration, waiting time.Duration, server string) []ti
 	}
 	fmt.Printf("flood %s: a probe was still unanswered after %v when probing stopped (counted with that wait)\n", server, waiting.Round(time.Millisecond))
 	return append(lat, waiting)
+}
+
+// failed is what broke, err, as what, or nothing.
+func failed(what string, err error) []string {
+	if err == nil {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: %v", what, err)}
 }
 
 func boolInt(b bool) int {

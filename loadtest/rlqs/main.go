@@ -39,7 +39,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
 	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
-	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof) and goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) taken during the flood")
+	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof) and goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

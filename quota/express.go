@@ -1,0 +1,52 @@
+package quota
+
+// expressEvery is how many hubs a shard serves in a row before it looks
+// for express work (interleave): serving the hundred hubs a flood's store
+// answer woke, or a batch of its new buckets, took 100-250 ms on a loaded
+// machine, and a probe's report, or the answer to its express call,
+// waited for all of them.
+const expressEvery = 16
+
+// interleave does the express work that waits, in the middle of serving
+// a backlog of hubs: the store answers that came back (an express one
+// wakes its hubs as express), the small reports and light streams' acks
+// the intake has (while the express calls keep up), then serves the
+// express hubs at once, sends their actions and their store call. They
+// are planned at the time they are served, not when the backlog's serve
+// began: an assignment is counted from when it was decided.
+func (sh *shard) interleave() {
+	for done := false; !done; {
+		select {
+		case m := <-sh.results:
+			sh.handle(m)
+		default:
+			done = true
+		}
+	}
+	for n := 0; n < batchSize && !sh.xfull(); n++ {
+		m, ok := sh.in.take(true)
+		if !ok {
+			break
+		}
+		sh.handle(m)
+	}
+	served := false
+	now := sh.s.o.Clock()
+	for _, h := range sh.dirty {
+		if h.queued && h.express {
+			h.queued = false
+			sh.serve(h, now)
+			served = true
+		}
+	}
+	if !served {
+		return
+	}
+	for st, acts := range sh.pushes {
+		st.sink.Push(acts)
+		delete(sh.pushes, st)
+	}
+	if !sh.xcalling && len(sh.xops) > 0 {
+		sh.callAsync(true)
+	}
+}
