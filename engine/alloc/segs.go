@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -28,6 +29,11 @@ func (p *Planner) windows() {
 		if k := p.index(h.Window); k >= 0 && k < p.nwin {
 			p.held[k] = float64(h.N)
 		}
+	}
+	p.limitHits = math.Floor(in.Plan.Limit*float64(w)/1e9 + 1e-9)
+	p.spent = false
+	for _, h := range p.held {
+		p.spent = p.spent || h >= p.limitHits
 	}
 	p.fligh = resize(p.fligh, p.nwin)
 	for _, h := range in.InFlight {
