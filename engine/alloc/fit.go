@@ -130,7 +130,7 @@ func (p *Planner) fitOne(c *Change) {
 	// way (its own no_assignment_behavior applies meanwhile, as it did
 	// since its first request: one store call more), unless the store
 	// just said the limit is spent.
-	if r.Sent && !p.mustGo(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full && !p.spent) {
+	if r.Sent && in.Now < p.O.renewDeadline(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full && !p.spent) {
 		c.Strat = Strategy{Kind: skipKind}
 		return
 	}

@@ -166,9 +166,8 @@ type Planner struct {
 
 	in   *Input
 	live []int
-	// batch: some live reporter's renewal is due (renewDue). late: some
-	// live reporter's renewal is due and may wait no longer (mustGo).
-	batch, late bool
+	// batch: some live reporter's renewal is due (renewDue).
+	batch bool
 	// bursts remembers OptBurst's answers (optBurst).
 	bursts map[[4]float64]float64
 	// memo is, per reporter, the last strategy this plan computed and the
@@ -246,7 +245,7 @@ func (p *Planner) decide(in *Input, out *Output) {
 	p.cutRoom, p.joinRoom = 0, 0
 	p.needSent = false
 	p.live = p.live[:0]
-	p.batch, p.late = false, false
+	p.batch = false
 	n := len(in.Reporters)
 	if cap(p.memo) < n {
 		p.memo = make([]stratMemo, n)
@@ -259,7 +258,6 @@ func (p *Planner) decide(in *Input, out *Output) {
 			p.live = append(p.live, i)
 			p.due[i] = r.Sent && p.mustRenew(r)
 			p.batch = p.batch || p.due[i]
-			p.late = p.late || p.due[i] && in.Now >= p.O.renewDeadline(r)
 		}
 	}
 	out.Next = p.nextCleanup()

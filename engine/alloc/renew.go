@@ -67,16 +67,6 @@ func (p *Planner) renewDue(i int) bool {
 	return p.due[i] || p.batch && p.in.Now >= p.O.RenewAt(r)-p.O.renewSlack(r)
 }
 
-// mustGo reports whether r's renewal, held back for room, may wait no
-// longer: its deadline has come, or another's has and its own is within
-// renewSlack. Each held-back renewal waiting for its own deadline made a
-// short hub of many Envoys plan once per Envoy; going together, they are
-// renewed (or shrunk) in one plan and stay together after it.
-func (p *Planner) mustGo(r *Reporter) bool {
-	dl := p.O.renewDeadline(r)
-	return p.in.Now >= dl || p.late && p.in.Now >= dl-p.O.renewSlack(r)
-}
-
 // mustRenew reports whether r's renewal is due: it may not wait for a
 // later plan.
 func (p *Planner) mustRenew(r *Reporter) bool {
