@@ -101,6 +101,7 @@ func (p *Planner) fitOne(c *Change) {
 	in := p.in
 	a := &p.asks[c.ask]
 	r := &in.Reporters[c.R]
+	p.cRoom = false
 	if p.take(c) {
 		return
 	}
@@ -129,8 +130,9 @@ func (p *Planner) fitOne(c *Change) {
 	// Envoy waits for the reservation this plan asks for, or one on its
 	// way (its own no_assignment_behavior applies meanwhile, as it did
 	// since its first request: one store call more), unless the store
-	// just said the limit is spent.
-	if r.Sent && in.Now < p.O.renewDeadline(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full && !p.spent) {
+	// just said the limit is spent, or the hub holds all of it wherever
+	// the Envoy's share did not fit (no reservation can pay for it).
+	if r.Sent && in.Now < p.O.renewDeadline(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full && p.cRoom) {
 		c.Strat = Strategy{Kind: skipKind}
 		return
 	}
@@ -241,7 +243,9 @@ func (p *Planner) try(c *Change, s Strategy) bool {
 	for k, v := range d {
 		n := p.acc[k] + v
 		if ceilNeed(n) > max(p.held[k]-slack, ceilNeed(p.baseN[k])) && v > 1e-9 {
-			p.roomLeft = p.roomLeft || p.held[k] < p.limitHits
+			if p.held[k] < p.limitHits {
+				p.roomLeft, p.cRoom = true, true
+			}
 			return false
 		}
 	}

@@ -207,14 +207,14 @@ type Planner struct {
 	cutRoom float64
 	// joinRoom is what every window holds for a new Envoy (joinRoomFor).
 	joinRoom float64
-	// limitHits is the limit in one window's hits; spent is true when the
-	// hub holds all of it in some window: what does not fit there will not
-	// be granted, as if the store had refused it (Input.Full).
+	// limitHits is the limit in one window's hits: reserve asks no more,
+	// and what does not fit in a window the hub holds all of will not be
+	// granted, as if the store had refused it (Input.Full).
 	limitHits float64
-	spent     bool
 	// roomLeft: some change that did not fit failed in a window the hub
-	// does not hold the whole limit of (Output.Spent).
-	roomLeft bool
+	// does not hold the whole limit of (Output.Spent); cRoom: the change
+	// fitOne is fitting did.
+	roomLeft, cRoom bool
 }
 
 // releaseFrac is the least part of the limit a hub gives back of a window.

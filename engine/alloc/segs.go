@@ -31,10 +31,6 @@ func (p *Planner) windows() {
 		}
 	}
 	p.limitHits = math.Floor(in.Plan.Limit*float64(w)/1e9 + 1e-9)
-	p.spent = false
-	for _, h := range p.held {
-		p.spent = p.spent || h >= p.limitHits
-	}
 	p.fligh = resize(p.fligh, p.nwin)
 	for _, h := range in.InFlight {
 		if k := p.index(h.Window); k >= 0 && k < p.nwin {
