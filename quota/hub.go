@@ -48,13 +48,21 @@ type hub struct {
 	// express: a small report made it dirty, so its next operations
 	// leave in an express call (shard.go).
 	express bool
-	// waiting: a new Envoy waits for its reservation, so a store answer
-	// plans the hub again at once; otherwise the answer only tops up what
-	// it holds (a plan that was short is planned again RetryShort later
-	// anyway: planning on every answer would loop, one store call each).
-	waiting bool
-	dueAt   time.Time
-	dueGen  uint64
+	// waiting: the last plan held something back that a reservation can
+	// pay for (a new Envoy waits for its reservation, or the plan was short
+	// in a window the hub does not hold the whole limit of), so a store
+	// answer plans the hub again at once; otherwise the answer only tops
+	// up what it holds. (An answer to a short plan does not loop: a window
+	// the store refused is not asked again for RetryShort, and one it
+	// granted is not asked again until the need grows.) short: the last
+	// plan held changes back, so a report or acknowledgement that ends a
+	// replaced bucket plans the hub again at once; otherwise it only frees
+	// what the next plan gives back (a hub of many Envoys confirms a cut on
+	// most reports, and planning it on each cost a whole division for
+	// nothing).
+	waiting, short bool
+	dueAt          time.Time
+	dueGen         uint64
 }
 
 // repMeta is what a hub keeps of a reporter beside what the planner sees.
@@ -116,8 +124,8 @@ func (sh *shard) report(st *Stream, info streamInfo, sweep bool, now time.Time, 
 	if r.Sent && r.Cur.Kind == alloc.TokenBucket && now.Sub(m.steady) >= u.Elapsed {
 		alloc.Learn(r, u.Allowed, u.Denied, u.Elapsed, r.Cur.Rate(), float64(r.Cur.MaxTokens))
 	}
-	if alloc.Confirm(r, now.UnixNano(), s.o.Alloc) {
-		news = true // room for raises
+	if alloc.Confirm(r, now.UnixNano(), s.o.Alloc) && h.short {
+		news = true // room for what waits
 	}
 	m.last = now
 	if u.Allowed+u.Denied > 0 {
@@ -264,7 +272,7 @@ func (sh *shard) acked(st *Stream, upTo, at time.Time) {
 		if h.gone {
 			continue
 		}
-		if i := h.find(st); i >= 0 && alloc.ConfirmAck(&h.reps[i], upTo.UnixNano(), at.UnixNano(), sh.s.o.Alloc) {
+		if i := h.find(st); i >= 0 && alloc.ConfirmAck(&h.reps[i], upTo.UnixNano(), at.UnixNano(), sh.s.o.Alloc) && h.short {
 			sh.markDirty(h)
 		}
 	}
@@ -315,7 +323,7 @@ func (sh *shard) serve(h *hub, now time.Time) {
 			s.st.kept.Inc()
 		}
 	}
-	h.waiting = false
+	h.waiting, h.short = out.Short && !out.Spent, out.Short
 	for i := range h.meta {
 		h.meta[i].served = h.reps[i].Claim
 		h.waiting = h.waiting || h.reps[i].Live && !h.reps[i].Sent

@@ -71,6 +71,8 @@ func (p *Planner) fit(out *Output) {
 		return
 	}
 	out.Short = true
+	p.roomLeft = false
+	defer func() { out.Spent = !p.roomLeft }()
 	for i := range p.ch {
 		p.ch[i].rank = p.rank(&p.ch[i])
 	}
@@ -99,6 +101,7 @@ func (p *Planner) fitOne(c *Change) {
 	in := p.in
 	a := &p.asks[c.ask]
 	r := &in.Reporters[c.R]
+	p.cRoom = false
 	if p.take(c) {
 		return
 	}
@@ -127,8 +130,9 @@ func (p *Planner) fitOne(c *Change) {
 	// Envoy waits for the reservation this plan asks for, or one on its
 	// way (its own no_assignment_behavior applies meanwhile, as it did
 	// since its first request: one store call more), unless the store
-	// just said the limit is spent.
-	if r.Sent && in.Now < p.O.renewDeadline(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full) {
+	// just said the limit is spent, or the hub holds all of it wherever
+	// the Envoy's share did not fit (no reservation can pay for it).
+	if r.Sent && in.Now < p.O.renewDeadline(r) || !r.Sent && (len(in.InFlight) > 0 || !in.Full && p.cRoom) {
 		c.Strat = Strategy{Kind: skipKind}
 		return
 	}
@@ -239,6 +243,9 @@ func (p *Planner) try(c *Change, s Strategy) bool {
 	for k, v := range d {
 		n := p.acc[k] + v
 		if ceilNeed(n) > max(p.held[k]-slack, ceilNeed(p.baseN[k])) && v > 1e-9 {
+			if p.held[k] < p.limitHits {
+				p.roomLeft, p.cRoom = true, true
+			}
 			return false
 		}
 	}
@@ -330,7 +337,7 @@ func (p *Planner) reserve(out *Output) {
 	}
 	p.needWith(p.ch, true)
 	want := p.need
-	limit := in.Plan.Limit * float64(in.Window) / 1e9
+	limit := p.limitHits
 	if len(p.live) > 0 {
 		for k := range want {
 			want[k] += p.cutRoom + p.joinRoom
@@ -338,7 +345,10 @@ func (p *Planner) reserve(out *Output) {
 	}
 	for k := range want {
 		ws := p.base + int64(k)*in.Window
-		w := ceilNeed(max(want[k], after[k]))
+		// No more than the limit: the store grants no more, and asking
+		// it only to be refused made the hub short on every answer. What
+		// the changes sent need is held already (after ≤ held).
+		w := min(ceilNeed(max(want[k], after[k])), max(limit, p.held[k]))
 		switch {
 		case p.fligh[k] > 0:
 		case w > p.held[k]:

@@ -137,6 +137,10 @@ type Output struct {
 	// Short is true when some changes the division asked for did not fit
 	// what is held: plan again when more is granted.
 	Short bool
+	// Spent is true when what a short plan held back failed only in
+	// windows whose whole limit the hub holds already: no reservation can
+	// pay for it, only need that ends (a cut confirmed, a window over).
+	Spent bool
 	// Overcommitted is true when what the Envoys may already admit is more
 	// than is held in some window (never, unless the store lost counts).
 	Overcommitted bool
@@ -203,14 +207,27 @@ type Planner struct {
 	cutRoom float64
 	// joinRoom is what every window holds for a new Envoy (joinRoomFor).
 	joinRoom float64
+	// limitHits is the limit in one window's hits: reserve asks no more,
+	// and what does not fit in a window the hub holds all of will not be
+	// granted, as if the store had refused it (Input.Full).
+	limitHits float64
+	// roomLeft: some change that did not fit failed in a window the hub
+	// does not hold the whole limit of (Output.Spent); cRoom: the change
+	// fitOne is fitting did.
+	roomLeft, cRoom bool
 }
 
 // releaseFrac is the least part of the limit a hub gives back of a window.
 const releaseFrac = 0.01
 
-// RetryShort is how soon a hub whose changes did not all fit plans again
-// without news.
+// RetryShort is how long a store's refusal stands: a window whose
+// reservation was refused is not asked for again sooner, and a new Envoy
+// is told DENY_ALL meanwhile (Input.Full).
 const RetryShort = 200 * time.Millisecond
+
+// RetryIdle is the longest a hub whose changes did not all fit waits
+// for news before it plans again (retryAt).
+const RetryIdle = time.Second
 
 // Decide plans one hub. Its output depends on the input's contents, not
 // on the order of Held and InFlight (a caller may build them from a map):
@@ -270,8 +287,22 @@ func (p *Planner) decide(in *Input, out *Output) {
 	p.reserve(out)
 	out.Next = p.nextRenewal(out, out.Next)
 	if out.Short {
-		out.Next = min(out.Next, in.Now+int64(RetryShort))
+		out.Next = min(out.Next, p.retryAt())
 	}
+}
+
+// retryAt is when a plan that was short plans again without news. What
+// it waits for is more held, or less needed: the store's answer to its
+// reservation and a report or acknowledgement that confirms a cut are
+// news the caller plans on; a Seg that ends is nextCleanup's; the current
+// window's end takes that window's need away. Only what no event tells
+// (another replica or RLS callers leaving room on a counter that refused)
+// is looked for blindly, at most RetryIdle later. Planning every
+// RetryShort instead made most of a busy hub's plans retries that found
+// nothing changed.
+func (p *Planner) retryAt() int64 {
+	now := p.in.Now
+	return max(min(p.base+p.in.Window, now+int64(RetryIdle)), now+1)
 }
 
 // blanket renews (or sends) ALLOW_ALL or DENY_ALL to every live reporter.

@@ -118,8 +118,9 @@ func (p *Planner) nextRenewal(out *Output, next int64) int64 {
 		case p.sent[i]:
 			next = min(next, now+int64(p.O.RenewFor(r)))
 		case p.due[i]:
-			// Held back for a reservation: planned again when one comes,
-			// RetryShort later, and at the latest when it cannot wait.
+			// Held back for a reservation: planned again when one comes
+			// (or room does: retryAt), and at the latest when it cannot
+			// wait.
 			next = min(next, max(p.O.renewDeadline(r), now+1))
 		case r.Sent:
 			next = min(next, max(p.O.RenewAt(r)-p.O.renewLead(r), now+1))

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -29,6 +30,7 @@ func (p *Planner) windows() {
 			p.held[k] = float64(h.N)
 		}
 	}
+	p.limitHits = math.Floor(in.Plan.Limit*float64(w)/1e9 + 1e-9)
 	p.fligh = resize(p.fligh, p.nwin)
 	for _, h := range in.InFlight {
 		if k := p.index(h.Window); k >= 0 && k < p.nwin {
