@@ -8,8 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
-	"github.com/sluicehq/sluice/engine/memory"
-	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/quota"
 )
@@ -50,26 +48,12 @@ func (g *gatedCounter) Apply(ctx context.Context, ops []engine.CounterOp, b engi
 // it does when only small reports are express: the stream's ack, queued
 // before its report, is not taken while the shard is full.
 func TestSmallReportNotHeldBehindBackedUpStore(t *testing.T) {
-	st := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.NewWithOptions(memory.Options{})
-	t.Cleanup(func() { _ = store.Close() })
-	eo := engine.DefaultOptions()
-	eo.Counter = engine.DirectCounter{Backend: store}
-	eo.Stats = st
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
+	st, store, eng := memoryEngine(t)
 	rules := newGatedRules(eng, 0)
 	// A new bucket's first plan reserves on a dozen windows or more: the
 	// flood's 64 buckets a report make calls of hundreds; one bucket's
 	// fewer than 64.
-	gc := &gatedCounter{Counter: eo.Counter, small: 64, entered: make(chan struct{}), open: make(chan struct{})}
+	gc := &gatedCounter{Counter: engine.DirectCounter{Backend: store}, small: 64, entered: make(chan struct{}), open: make(chan struct{})}
 	var openOnce sync.Once
 	release := func() { openOnce.Do(func() { close(gc.open) }) }
 	o := quota.DefaultOptions()

@@ -26,6 +26,28 @@ type gatedRules struct {
 	order []string
 }
 
+// memoryEngine is an engine with the 1,000/s rule (rules1000) counting
+// directly on a memory store, and the statistics store it reports to.
+func memoryEngine(t *testing.T) (*stats.Store, *memory.Backend, *engine.Service) {
+	t.Helper()
+	st := stats.NewStore()
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.NewWithOptions(memory.Options{})
+	t.Cleanup(func() { _ = store.Close() })
+	eo := engine.DefaultOptions()
+	eo.Counter = engine.DirectCounter{Backend: store}
+	eo.Stats = st
+	eng, err := engine.NewService(eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetConfig(cfg)
+	return st, store, eng
+}
+
 func newGatedRules(eng *engine.Service, gates int) *gatedRules {
 	g := &gatedRules{Service: eng}
 	for range gates {
@@ -67,25 +89,11 @@ func (g *gatedRules) lookups() []string {
 // do fair-queuing tags, by finish (self-clocked) or by start: the big
 // streams' first reports tie, and the small one waited for each.
 func TestFloodSmallStreamServedBeforeBacklog(t *testing.T) {
-	st := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.NewWithOptions(memory.Options{})
-	t.Cleanup(func() { _ = store.Close() })
-	eo := engine.DefaultOptions()
-	eo.Counter = engine.DirectCounter{Backend: store}
-	eo.Stats = st
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
+	st, store, eng := memoryEngine(t)
 	rules := newGatedRules(eng, 2)
 	o := quota.DefaultOptions()
 	o.Shards = 1
-	svc, err := quota.New(o, rules, eo.Counter, nil, st)
+	svc, err := quota.New(o, rules, engine.DirectCounter{Backend: store}, nil, st)
 	if err != nil {
 		t.Fatal(err)
 	}
