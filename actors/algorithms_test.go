@@ -24,18 +24,6 @@ import (
 // TTLs are real time, made far longer than a test: see algoService). Each backend is started once
 // per test function; each case uses its own descriptor value.
 
-type simClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *simClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *simClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 // algoBackend is one backend under test. settle(n) says n more increments
 // were queued and waits until all are applied (memcache applies them in the background, as the
 // reference does; the others are synchronous).
@@ -45,7 +33,7 @@ type algoBackend struct {
 	settle func(t *testing.T, decisions uint64)
 }
 
-func algoBackends(t *testing.T, clk *simClock) []algoBackend {
+func algoBackends(t *testing.T, clk *testenv.Clock) []algoBackend {
 	t.Helper()
 	newRouter := func(b func(int) engine.Backend) *actors.Router {
 		r, err := actors.New(actors.Options{Shards: 4, CallTimeout: starvedCallTimeout, Backend: b})
@@ -105,7 +93,7 @@ func algoBackends(t *testing.T, clk *simClock) []algoBackend {
 }
 
 // algoService is an engine on the simulated clock counting through r.
-func algoService(t *testing.T, r *actors.Router, clk *simClock, yaml string) *engine.Service {
+func algoService(t *testing.T, r *actors.Router, clk *testenv.Clock, yaml string) *engine.Service {
 	t.Helper()
 	o := engine.DefaultOptions()
 	o.Counter = r
@@ -182,7 +170,7 @@ func maxInWindow(admitted []time.Time, w time.Duration) int {
 }
 
 func TestAlgorithmsAcrossBackends(t *testing.T) {
-	clk := &simClock{t: epoch}
+	clk := testenv.NewClock(epoch)
 	for _, b := range algoBackends(t, clk) {
 		t.Run(b.name, func(t *testing.T) {
 			// Cases share the clock: run them one by one.

@@ -3,29 +3,17 @@ package actors_test
 import (
 	"fmt"
 	"maps"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func TestOverLimitCacheExpiry(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := testenv.NewClock(time.Unix(1000, 0))
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)
 	if c.Contains("k") {
@@ -55,7 +43,7 @@ func TestOverLimitCacheExpiry(t *testing.T) {
 // overwrites and hits, not by misses.
 func TestOverLimitCacheEntriesAndAccessTime(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := testenv.NewClock(time.Unix(1000, 0))
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)
 	gauge := func(n string) int64 {
@@ -88,7 +76,7 @@ func TestOverLimitCacheEntriesAndAccessTime(t *testing.T) {
 
 func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := testenv.NewClock(time.Unix(1000, 0))
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(512*1024, clk.Now, st)
 	for i := 0; i < 100000; i++ {
@@ -115,7 +103,7 @@ func TestOverLimitCacheStaysWithinItsSize(t *testing.T) {
 // flush runs, sets them from the live figures, entryCount included.
 func TestOverLimitCacheGaugesAtCollectOnly(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+	clk := testenv.NewClock(time.Unix(1000, 0))
 	st := stats.NewStore()
 	c := actors.NewOverLimitCache(0, clk.Now, st)
 	names := []string{"entryCount", "hitCount", "missCount", "lookupCount", "overwriteCount", "evacuateCount", "expiredCount", "averageAccessTime"}

@@ -11,23 +11,11 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // t0 is 4 s into a minute window: 1795313464 % 60 == 4.
 var t0 = time.Unix(1795313464, 0)
-
-// clock is a settable time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // backendCounter is engine.DirectCounter (the engine's tests do not need
 // the actors layer, and engine must not import it) that also records its
@@ -67,14 +55,14 @@ func (c *backendCounter) Apply(ctx context.Context, ops []engine.CounterOp, batc
 
 type fixture struct {
 	svc     *engine.Service
-	clock   *clock
+	clock   *testenv.Clock
 	counter *backendCounter
 	stats   *stats.Store
 }
 
 func newFixture(t *testing.T, mutate func(*engine.Options), files ...string) *fixture {
 	t.Helper()
-	clk := &clock{t: t0}
+	clk := testenv.NewClock(t0)
 	f := &fixture{clock: clk, counter: &backendCounter{b: memory.New(clk.Now)}, stats: stats.NewStore()}
 	o := engine.DefaultOptions()
 	o.Counter = f.counter
@@ -141,4 +129,4 @@ func (f *fixture) do(t *testing.T, r *engine.Request) *engine.Response {
 
 func u64(v uint64) *uint64 { return &v }
 
-func newMemory(c *clock) engine.Backend { return memory.New(c.Now) }
+func newMemory(c *testenv.Clock) engine.Backend { return memory.New(c.Now) }

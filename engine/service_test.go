@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // show renders a status compactly, so expectations read like the spec's rows.
@@ -459,7 +460,7 @@ func TestDeadlineOnlyWhenTheCounterDoesNotBoundItsWait(t *testing.T) {
 	} {
 		var dc *deadlineCounter
 		f := newFixture(t, func(o *engine.Options) {
-			dc = &deadlineCounter{backendCounter: backendCounter{b: newMemory(&clock{t: t0})}, bound: tc.bound}
+			dc = &deadlineCounter{backendCounter: backendCounter{b: newMemory(testenv.NewClock(t0))}, bound: tc.bound}
 			o.Counter = dc
 			o.Timeout = time.Second
 		}, "probe.yaml")

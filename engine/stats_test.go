@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 type counts struct{ total, over, near, within, shadow, local uint64 }
@@ -188,7 +189,7 @@ func TestStatNamesAreSanitized(t *testing.T) {
 }
 
 func ExampleService_ShouldRateLimit() {
-	clk := &clock{t: t0}
+	clk := testenv.NewClock(t0)
 	o := engine.DefaultOptions()
 	o.Counter = &backendCounter{b: newMemory(clk)}
 	o.Clock = clk.Now

@@ -138,7 +138,7 @@ func (b *heldBackend) Exec(ctx context.Context, ops []engine.CounterOp) error {
 // answers from its INCRBY, while the reservation in flight is still held
 // at the store.
 func TestNoDecisionWaitsTwoRoundTrips(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313400+1, 0)}
+	clk := testenv.NewClock(time.Unix(1795313400+1, 0))
 	b := &heldBackend{Backend: memory.New(clk.Now), held: make(chan struct{}), release: make(chan struct{})}
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(edgeRules)}}, engine.ConfigOptions{})
 	if err != nil {
@@ -205,7 +205,7 @@ func TestNoDecisionWaitsTwoRoundTrips(t *testing.T) {
 // operations' call (it used to follow that call with its own: two round
 // trips).
 func TestColdDecisionBesideExactOneCall(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313400+1, 0)}
+	clk := testenv.NewClock(time.Unix(1795313400+1, 0))
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
 	rules := edgeRules + "  - key: e\n    rate_limit: {unit: minute, requests_per_unit: 10, counting: exact}\n"
 	svc, stop, _ := edgeReplicaStats(t, s, clk, rules, "lease")

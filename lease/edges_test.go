@@ -24,7 +24,7 @@ import (
 // operations sent on a window that had already ended when the call left.
 type edgeStore struct {
 	engine.Backend
-	clk  *clock
+	clk  *testenv.Clock
 	rtt  time.Duration
 	unit map[string]int64 // descriptor value → window length in seconds
 
@@ -33,7 +33,7 @@ type edgeStore struct {
 	late                    []string // "key@unix µs" of operations on ended windows
 }
 
-func newEdgeStore(clk *clock, rtt time.Duration, units map[string]int64) *edgeStore {
+func newEdgeStore(clk *testenv.Clock, rtt time.Duration, units map[string]int64) *edgeStore {
 	return &edgeStore{Backend: memory.New(clk.Now), clk: clk, rtt: rtt, unit: units}
 }
 
@@ -89,14 +89,14 @@ func (s *edgeStore) counts() (calls, writes int, late []string) {
 // edgeReplica starts one replica ("lease" or "exact") on s with the rules
 // in yaml; a lease replica's Close is returned for tests that count what
 // it gives back.
-func edgeReplica(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) (*engine.Service, func()) {
+func edgeReplica(t *testing.T, s engine.Backend, clk *testenv.Clock, yaml, mode string) (*engine.Service, func()) {
 	svc, stop, _ := edgeReplicaStats(t, s, clk, yaml, mode)
 	return svc, stop
 }
 
 // edgeReplicaStats is edgeReplica that also returns the replica's
 // statistics.
-func edgeReplicaStats(t *testing.T, s engine.Backend, clk *clock, yaml, mode string) (*engine.Service, func(), *stats.Store) {
+func edgeReplicaStats(t *testing.T, s engine.Backend, clk *testenv.Clock, yaml, mode string) (*engine.Service, func(), *stats.Store) {
 	t.Helper()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(yaml)}}, engine.ConfigOptions{})
 	if err != nil {
@@ -155,16 +155,6 @@ descriptors:
 
 var edgeUnits = map[string]int64{"fixed": 60, "sliding": 60, "second": 1, "minute": 60, "big": 60, "slide": 60, "hour": 3600}
 
-// at moves c to t unless it is past t already (a call's round trip took it
-// there): arrivals keep their times in both modes.
-func (c *clock) at(t time.Time) {
-	c.mu.Lock()
-	if t.After(c.t) {
-		c.t = t
-	}
-	c.mu.Unlock()
-}
-
 func decide(t *testing.T, svc *engine.Service, value string) engine.Code {
 	t.Helper()
 	resp, err := svc.ShouldRateLimit(context.Background(), request(value))
@@ -188,7 +178,7 @@ func TestWindowEndAnsweredInOneRoundTrip(t *testing.T) {
 	}{{"full", 10, engine.CodeOverLimit}, {"one left", 9, engine.CodeOK}} {
 		for _, alg := range []string{"fixed", "sliding"} {
 			t.Run(tc.name+"/"+alg, func(t *testing.T) {
-				clk := &clock{t: time.Unix(1795313400+1, 0)} // a minute's start + 1 s
+				clk := testenv.NewClock(time.Unix(1795313400+1, 0)) // a minute's start + 1 s
 				mem := memory.New(clk.Now)
 				exact, _ := edgeReplica(t, mem, clk, edgeRules, "exact")
 				for range tc.filled {
@@ -215,7 +205,7 @@ func TestWindowEndAnsweredInOneRoundTrip(t *testing.T) {
 // lease's give-backs included) and the decisions admitted.
 func replay(t *testing.T, mode, value string, trace []time.Time, rtt time.Duration, replicas int) (writes int, late []string, ok int) {
 	t.Helper()
-	clk := &clock{t: trace[0]}
+	clk := testenv.NewClock(trace[0])
 	s := newEdgeStore(clk, rtt, edgeUnits)
 	type rep struct {
 		svc  *engine.Service
@@ -234,7 +224,7 @@ func replay(t *testing.T, mode, value string, trace []time.Time, rtt time.Durati
 		return n
 	}
 	for i, at := range trace {
-		clk.at(at)
+		clk.AtLeast(at)
 		if decide(t, rs[i%replicas].svc, value) == engine.CodeOK {
 			ok++
 		}
@@ -309,7 +299,7 @@ func TestColdKeyFirstDecision(t *testing.T) {
 	const keys = 200
 	start := time.Unix(1795313400+1, 0)
 	run := func(mode, rule string) (calls, writes int, st *stats.Store) {
-		clk := &clock{t: start}
+		clk := testenv.NewClock(start)
 		s := newEdgeStore(clk, time.Millisecond, edgeUnits)
 		svc, stop, st := edgeReplicaStats(t, s, clk, edgeRules, mode)
 		for i := range keys {
@@ -353,11 +343,11 @@ func TestColdKeyFirstDecision(t *testing.T) {
 	}
 
 	// The same key, 300 decisions at 100/s: blocks grow with its rate.
-	clk := &clock{t: start}
+	clk := testenv.NewClock(start)
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
 	svc, stop, st := edgeReplicaStats(t, s, clk, edgeRules, "lease")
 	for _, at := range steady(start, 100, 3*time.Second) {
-		clk.at(at)
+		clk.AtLeast(at)
 		if decide(t, svc, "big") != engine.CodeOK {
 			t.Fatal("refused far below the limit")
 		}
@@ -404,7 +394,7 @@ func TestSlidingParityAboveLimit(t *testing.T) {
 // replicas in mode, in turn, on their own store and returns the decisions
 // admitted in each of the three windows from start.
 func slidingReplay(t *testing.T, mode string, trace []time.Time, start time.Time, replicas int) [3]int {
-	clk := &clock{t: trace[0]}
+	clk := testenv.NewClock(trace[0])
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
 	svcs := make([]*engine.Service, replicas)
 	sts := make([]*stats.Store, replicas)
@@ -422,7 +412,7 @@ func slidingReplay(t *testing.T, mode string, trace []time.Time, start time.Time
 	}
 	var ok [3]int
 	for i, at := range trace {
-		clk.at(at)
+		clk.AtLeast(at)
 		if decide(t, svcs[i%replicas], "slide") == engine.CodeOK {
 			ok[at.Sub(start)/time.Minute]++
 		}
@@ -444,7 +434,7 @@ func TestKilledReplicaStrandsLittle(t *testing.T) {
 	start := time.Unix(1795312800+1, 0) // an hour's start + 1 s
 	for _, perSecond := range []int{10, 200, 5000} {
 		t.Run(fmt.Sprint(perSecond), func(t *testing.T) {
-			clk := &clock{t: start}
+			clk := testenv.NewClock(start)
 			s := newEdgeStore(clk, time.Millisecond, edgeUnits)
 			svc, _, st := edgeReplicaStats(t, s, clk, edgeRules, "lease")
 			held := func(ok int) int64 {
@@ -453,7 +443,7 @@ func TestKilledReplicaStrandsLittle(t *testing.T) {
 			}
 			most, ok := int64(0), 0
 			for _, at := range steady(start, perSecond, 4*time.Second) {
-				clk.at(at)
+				clk.AtLeast(at)
 				if decide(t, svc, "hour") == engine.CodeOK {
 					ok++
 				}
@@ -473,7 +463,7 @@ func TestKilledReplicaStrandsLittle(t *testing.T) {
 // coldBatch decides one batch of n decisions, each on a key never seen,
 // and returns the store calls it took and whether the batch was closed.
 func coldBatch(t *testing.T, start time.Time, mode string, n int) (int, bool) {
-	clk := &clock{t: start}
+	clk := testenv.NewClock(start)
 	s := newEdgeStore(clk, time.Millisecond, edgeUnits)
 	svc, stop, _ := edgeReplicaStats(t, s, clk, edgeRules, mode)
 	items := make([]engine.BatchItem, n)
@@ -506,7 +496,7 @@ func (b *closeCount) Close() { b.n.Add(1) }
 // sweeper's review topped a cold burst's profile).
 func TestColdKeysForgotten(t *testing.T) {
 	start := time.Unix(1795313400+1, 0)
-	clk := &clock{t: start}
+	clk := testenv.NewClock(start)
 	s := newEdgeStore(clk, 0, edgeUnits)
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(edgeRules)}}, engine.ConfigOptions{})
 	if err != nil {
@@ -540,7 +530,7 @@ func TestColdKeysForgotten(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		clk.at(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		clk.AtLeast(start.Add(time.Duration(i) * 10 * time.Millisecond))
 		if decide(t, svc, "big") != engine.CodeOK {
 			t.Fatal("big: refused")
 		}
@@ -548,6 +538,6 @@ func TestColdKeysForgotten(t *testing.T) {
 	if n := lc.Tracked(); n != 11 {
 		t.Fatalf("%d keys tracked after 10 decided twice and one thrice, want 11", n)
 	}
-	clk.at(start.Add(1500 * time.Millisecond))
+	clk.AtLeast(start.Add(1500 * time.Millisecond))
 	testenv.Eventually(t, "the keys answered once to be forgotten", func() bool { return lc.Tracked() == 1 })
 }

@@ -11,19 +11,6 @@ import (
 	"github.com/sluicehq/sluice/lease"
 )
 
-// clock is a settable time source shared by a fleet and its store.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // replica is one sluice: a Service whose counter is a lease.Counter over
 // next (the shared store), or next itself in exact mode.
 type replica struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestFleetNeverOverOnMemory: three replicas on one store, 20,000
@@ -18,7 +19,7 @@ func TestFleetNeverOverOnMemory(t *testing.T) {
 	for _, alg := range []string{"fixed", "sliding", "bucket"} {
 		for _, modes := range [][]string{{"lease", "lease", "lease"}, {"lease", "lease", "exact"}} {
 			t.Run(alg+"/"+modes[2], func(t *testing.T) {
-				clk := &clock{t: time.Unix(1795313464, 0)}
+				clk := testenv.NewClock(time.Unix(1795313464, 0))
 				store := memory.New(clk.Now)
 				rs := fleet(t, rulesYAML, func() engine.Counter { return engine.DirectCounter{Backend: store} }, clk.Now, modes...)
 				ok := storm(t, rs, alg, 20000, []int{1, 1, 1})
@@ -35,7 +36,7 @@ func TestFleetNeverOverOnMemory(t *testing.T) {
 // without a store call; once a reload raises the limit, the room the
 // raise made is admitted, and no more.
 func TestReloadRaisesLimit(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313464, 0)}
+	clk := testenv.NewClock(time.Unix(1795313464, 0))
 	store := memory.New(clk.Now)
 	rs := fleet(t, rulesYAML, func() engine.Counter { return engine.DirectCounter{Backend: store} }, clk.Now, "lease")
 	if ok := storm(t, rs, "fixed", 10100, []int{1}); sum(ok) != 10000 {

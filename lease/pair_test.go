@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/lease"
 )
 
@@ -28,7 +29,7 @@ func slidingPair(cur, prev string, label uint32, at int64) (op, read engine.Coun
 // store) and a warm one (answered from the key's state). An operation
 // without its read, or a read without its operation, is ErrBrokenPair.
 func TestSlidingPairByLabel(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313464, 0)}
+	clk := testenv.NewClock(time.Unix(1795313464, 0))
 	store := memory.New(clk.Now)
 	ctx := context.Background()
 	if err := store.Exec(ctx, []engine.CounterOp{engine.Add("a_prev", 30, time.Hour), engine.Add("b_prev", 7, time.Hour)}); err != nil {

@@ -328,9 +328,9 @@ const storeRules = rulesYAML + `  - key: k
     rate_limit: {unit: minute, requests_per_unit: 1000000}
 `
 
-func startClock() *clock {
+func startClock() *testenv.Clock {
 	// A minute's start plus a second: keys and buckets start clean.
-	return &clock{t: time.Unix(1795313400+1, 0)}
+	return testenv.NewClock(time.Unix(1795313400+1, 0))
 }
 
 func joined(modes []string) string { return strings.Join(modes, ",") }
@@ -412,7 +412,7 @@ func checkWindow(t *testing.T, s *store, modes []string, ok []int) {
 }
 
 // checkBucket: a bucket of burst 10,000 refilling one token per 360 ms.
-func checkBucket(t *testing.T, clk *clock, rs []storeReplica) {
+func checkBucket(t *testing.T, clk *testenv.Clock, rs []storeReplica) {
 	t.Helper()
 	const burst, step, perStep = 10000, 36 * time.Second, 100
 	var admitted []int

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 )
 
@@ -63,21 +63,8 @@ func TestCORS(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable time source for the rate limit engine.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func TestRateLimitLocal(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 250e6)}
+	clock := testenv.NewClock(time.Unix(1_700_000_000, 250e6))
 	lim, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: 2, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +134,7 @@ func (s *rlsServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReq
 }
 
 func TestRateLimitRemote(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
 	// The remote service's own engine, configured with the odata rule.
 	local, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: 3, Clock: clock.Now})
 	if err != nil {
@@ -258,7 +245,7 @@ func TestSequentialPerKey(t *testing.T) {
 
 // remoteEngine is a remote sluice's engine: memory counters and the rule
 // file RateLimitConfigYAML, loaded as sluice loads its configuration files.
-func remoteEngine(t *testing.T, clock *fakeClock) *engine.Service {
+func remoteEngine(t *testing.T, clock *testenv.Clock) *engine.Service {
 	t.Helper()
 	o := engine.DefaultOptions()
 	o.Counter = engine.DirectCounter{Backend: memory.New(clock.Now)}

@@ -124,7 +124,7 @@ func TestAccessLogFlood(t *testing.T) {
 	opts.AccessLogPerSecond = 5
 	opts.KeyFailures = 0 // the flood is of bad keys; the failed-key throttle would answer 429
 	e := newEnv(t, backends()[0], smallData, opts, nil)
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
 	odata.SetAccessLogClock(e.srv, clock.Now)
 	c := newClient(t)
 	const flood = 300

@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 )
 
@@ -104,7 +105,7 @@ func rGaps() func(int, *rand.Rand) time.Duration {
 
 // runClient sends n requests of one key and returns the times of the
 // admitted ones and the number of 429s.
-func runClient(t *testing.T, lim odata.RateLimiter, clock *fakeClock, c pacedClient, key string, n int) (admitted []time.Time, refused int) {
+func runClient(t *testing.T, lim odata.RateLimiter, clock *testenv.Clock, c pacedClient, key string, n int) (admitted []time.Time, refused int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(len(c.name)), 14))
 	for i := 0; i < n; i++ {
@@ -133,10 +134,10 @@ func runClient(t *testing.T, lim odata.RateLimiter, clock *fakeClock, c pacedCli
 	return admitted, refused
 }
 
-func checkPacing(t *testing.T, newLimiter func(clock *fakeClock) odata.RateLimiter) {
+func checkPacing(t *testing.T, newLimiter func(clock *testenv.Clock) odata.RateLimiter) {
 	for _, c := range officialClients() {
 		t.Run(c.name, func(t *testing.T) {
-			clock := &fakeClock{t: time.Unix(1_700_000_000, 123e6)}
+			clock := testenv.NewClock(time.Unix(1_700_000_000, 123e6))
 			lim := newLimiter(clock)
 			admitted, refused := runClient(t, lim, clock, c, "key:"+c.name, 1000)
 			span := admitted[len(admitted)-1].Sub(admitted[0])
@@ -169,7 +170,7 @@ func checkPacing(t *testing.T, newLimiter func(clock *fakeClock) odata.RateLimit
 }
 
 func TestClientPacingLocal(t *testing.T) {
-	checkPacing(t, func(clock *fakeClock) odata.RateLimiter {
+	checkPacing(t, func(clock *testenv.Clock) odata.RateLimiter {
 		lim, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: 2, Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -183,7 +184,7 @@ func TestClientPacingLocal(t *testing.T) {
 // service over gRPC, whose engine loads RateLimitConfigYAML (the file an
 // operator gives the remote sluice).
 func TestClientPacingRemote(t *testing.T) {
-	checkPacing(t, func(clock *fakeClock) odata.RateLimiter {
+	checkPacing(t, func(clock *testenv.Clock) odata.RateLimiter {
 		svc := remoteEngine(t, clock)
 		gs := grpc.NewServer()
 		rlsv3.RegisterRateLimitServiceServer(gs, &rlsServer{svc: svc})

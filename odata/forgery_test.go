@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/odata"
 )
 
@@ -25,7 +26,7 @@ func TestForwardedHeaderForgery(t *testing.T) {
 	opts.CORSOrigins = []string{origin}
 	opts.PaceWait = 0 // refused at once rather than waiting its turn
 	// A frozen clock: the token bucket (4 at once) refills not at all.
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
 	lim, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: 2, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)

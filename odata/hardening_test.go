@@ -302,7 +302,7 @@ func TestRemoteLimiterFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer remote.Close()
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 250e6)}
+	clock := testenv.NewClock(time.Unix(1_700_000_000, 250e6))
 	local, err := odata.NewLocalLimiter(odata.LocalLimiterOptions{RequestsPerSecond: 2, Burst: 2, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)

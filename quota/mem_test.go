@@ -1,10 +1,11 @@
 package quota_test
 
 import (
-	"github.com/sluicehq/sluice/engine/alloc"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/engine/alloc"
 
 	"github.com/sluicehq/sluice/quota"
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -24,15 +25,6 @@ descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000}
 `
-
-// clock is a settable clock for the service under test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
 // sink keeps what a stream was sent.
 type sink struct {
@@ -63,7 +55,7 @@ func (k *sink) all() []quota.Action {
 type fixture struct {
 	svc   *quota.Service
 	st    *stats.Store
-	clock *clock
+	clock *testenv.Clock
 	// counters is what the memory backend's counters take.
 	counters *memory.Budget
 }
@@ -75,7 +67,7 @@ func newFixture(t testing.TB, o quota.Options, rules string, manual bool) *fixtu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck := &clock{now: time.Unix(1_700_000_000, 0)}
+	ck := testenv.NewClock(time.Unix(1_700_000_000, 0))
 	budget := memory.NewBudget(1 << 40)
 	store := memory.NewWithOptions(memory.Options{Clock: ck.Now, Budget: budget})
 	t.Cleanup(func() { _ = store.Close() })

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/internal/testenv/rlsserver"
 )
 
 const leaseRules = `domain: ls
@@ -46,7 +45,7 @@ func TestLeaseCountsAsExact(t *testing.T) {
 		stats map[string]uint64
 	}
 	values := []string{"fixed", "sliding", "bucket", "shadow", "exact"}
-	clk := rlsserver.NewClock(t0)
+	clk := testenv.NewClock(t0)
 	run := func(counting string) (outcome, *harness, *testenv.Redis) {
 		r := testenv.StartRedis(t, testenv.RedisOptions{})
 		h := startClock(t, map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
@@ -102,7 +101,7 @@ func TestLeaseCountsAsExact(t *testing.T) {
 	// from the third on the lease reserves ahead (a cold key's first
 	// reservations are the hits asked).
 	for i := 0; i < 10; i++ {
-		clk.Advance(10 * time.Millisecond)
+		clk.Add(10 * time.Millisecond)
 		if code, _, resp := h.Post(t, "/json", `{"domain":"ls","descriptors":[{"entries":[{"key":"k","value":"big"}]}]}`); code != 200 {
 			t.Fatalf("big %d: %d %s", i, code, resp)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,14 +17,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 func inc(b *memory.Backend, keys ...string) ([]engine.CounterOp, error) {
 	batch := make([]engine.CounterOp, len(keys))
 	for i, k := range keys {
@@ -37,7 +28,7 @@ func inc(b *memory.Backend, keys ...string) ([]engine.CounterOp, error) {
 // New counters beyond the bound fail with a clear error and change nothing;
 // counters already held keep counting; expired ones make room again.
 func TestBudget(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313464, 0)}
+	clk := testenv.NewClock(time.Unix(1795313464, 0))
 	budget := memory.NewBudget(10 << 10)
 	a := memory.NewWithOptions(memory.Options{Clock: clk.Now, Budget: budget})
 	b := memory.NewWithOptions(memory.Options{Clock: clk.Now, Budget: budget}) // another shard, same budget
@@ -81,7 +72,7 @@ func TestBudget(t *testing.T) {
 
 // Expired windows are dropped with no request at all.
 func TestIdleSweep(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313464, 0)}
+	clk := testenv.NewClock(time.Unix(1795313464, 0))
 	budget := memory.NewBudget(1 << 20)
 	b := memory.NewWithOptions(memory.Options{Clock: clk.Now, Budget: budget, SweepEvery: 5 * time.Millisecond})
 	defer b.Close()
@@ -115,7 +106,7 @@ func TestKeyLimit(t *testing.T) {
 // Reads and bucket steps that store nothing are not charged; a key that
 // comes twice in a batch (two kinds) is charged once.
 func TestBudgetChargesOnlyStoredCounters(t *testing.T) {
-	clk := &clock{t: time.Unix(1795313464, 0)}
+	clk := testenv.NewClock(time.Unix(1795313464, 0))
 	budget := memory.NewBudget(1 << 20)
 	b := memory.NewWithOptions(memory.Options{Clock: clk.Now, Budget: budget})
 	defer b.Close()

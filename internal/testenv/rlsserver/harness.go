@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -34,21 +35,6 @@ import (
 
 // T0 is 4 s into a minute window, as in the engine's tests.
 var T0 = time.Unix(1795313464, 0)
-
-// Clock is a test's clock: it stands still until Advance.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock is a Clock at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now is the clock's time.
-func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-// Advance moves the clock d on.
-func (c *Clock) Advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
 
 // Harness is a running service with what its tests reach it by.
 type Harness struct {
@@ -67,7 +53,7 @@ type Harness struct {
 // the config directory first; env overrides the defaults used here.
 func StartEnv(t *testing.T, env map[string]string, files map[string]string) *Harness {
 	t.Helper()
-	clk := NewClock(T0)
+	clk := testenv.NewClock(T0)
 	return StartEnvClock(t, env, files, clk.Now)
 }
 
