@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,26 +55,11 @@ type server struct {
 // probe rules and env on top of the test defaults.
 func startServer(t *testing.T, env map[string]string, stdout io.Writer) *server {
 	t.Helper()
-	root := t.TempDir()
-	dir := filepath.Join(root, "app", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "probe.yaml"), []byte(probeRules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]string{
-		"BACKEND_TYPE": "memory", "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
-		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app",
-		"RUNTIME_WATCH_ROOT": "false", "EXPIRATION_JITTER_MAX_SECONDS": "0", "STATS_FLUSH_INTERVAL": "1h",
-	}
+	vars := map[string]string{"STATS_FLUSH_INTERVAL": "1h"}
 	for k, v := range env {
 		vars[k] = v
 	}
-	settings, err := settings.FromEnv(settings.FromMap(vars))
-	if err != nil {
-		t.Fatal(err)
-	}
+	settings := rlsserver.Settings(t, t.TempDir(), map[string]string{"probe.yaml": probeRules}, vars)
 	rs := rlsserver.Start(t, sluiceserver.Options{Settings: settings,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: logLevel(env["LOG_LEVEL"])})), StatsOutput: stdout})
 	s := &server{srv: rs.Server, stop: func() {

@@ -62,26 +62,11 @@ func StartEnvClock(t *testing.T, env map[string]string, files map[string]string,
 	t.Helper()
 	root := t.TempDir()
 	h := &Harness{Root: root, CfgDir: filepath.Join(root, "app", "config"), Logs: &LogBuffer{}}
-	if err := os.MkdirAll(h.CfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(h.CfgDir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	vars := map[string]string{
-		"BACKEND_TYPE": "memory", "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
-		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app",
-		"RUNTIME_WATCH_ROOT": "false", "EXPIRATION_JITTER_MAX_SECONDS": "0", "LOG_LEVEL": "debug",
-	}
+	vars := map[string]string{"LOG_LEVEL": "debug"}
 	for k, v := range env {
 		vars[k] = v
 	}
-	settings, err := settings.FromEnv(settings.FromMap(vars))
-	if err != nil {
-		t.Fatal(err)
-	}
+	settings := Settings(t, root, files, vars)
 	logger := slog.New(slog.NewTextHandler(h.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.Stats = stats.NewStore()
 	h.Run = Start(t, server.Options{Settings: settings, Logger: logger, Stats: h.Stats, Clock: now})
@@ -90,6 +75,36 @@ func StartEnvClock(t *testing.T, env map[string]string, files map[string]string,
 	h.HTTP, h.Debug, h.GRPC = "http://"+a.HTTP.String(), "http://"+a.Debug.String(), a.GRPC.String()
 	t.Cleanup(func() { h.Stop(t) })
 	return h
+}
+
+// Settings writes files into root's rule directory (RUNTIME_ROOT root,
+// RUNTIME_SUBDIRECTORY app, its config folder) and reads the settings of
+// a memory-backed service on loopback ports, with env on top of the test
+// defaults.
+func Settings(t testing.TB, root string, files, env map[string]string) settings.Settings {
+	t.Helper()
+	dir := filepath.Join(root, "app", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := map[string]string{
+		"BACKEND_TYPE": "memory", "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "app",
+		"RUNTIME_WATCH_ROOT": "false", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	s, err := settings.FromEnv(settings.FromMap(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // LogBuffer collects the server's log lines for assertions.
