@@ -10,9 +10,11 @@
 // commands and round trips per decision (INFO). Every run is bounded in time.
 //
 // The systems run side by side from the start and take turns on each
-// workload, the no-op first, for -rounds rounds; a row is the median of
-// its rounds, so a row and its baseline are measured seconds apart and one
-// unlucky run does not make the table.
+// workload, the no-op first and the others in an order that rotates every
+// round, for -rounds rounds; a row is the median of its rounds, so a row
+// and its baseline are measured seconds apart and one unlucky run does not
+// make the table. With -compare, an A/B table divides sluice's figures by
+// the other binary's round by round and takes the median of those ratios.
 //
 // Processes are started, awaited and measured through internal/testenv, as
 // the load-test scenarios do; latency percentiles are testenv.Percentile

@@ -16,7 +16,7 @@ func render(rows []row, eng *engineResult, took time.Duration, driver string) st
 	}
 	fmt.Fprintf(&b, "Machine: %s · commit %s · %s · %s per run · whole run %s\n\n",
 		machine(), gitCommit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), fmtDur(rows[0].res.Elapsed), took.Round(time.Second))
-	fmt.Fprintf(&b, "Each row is the median (by decisions/s) of %d runs; the systems took turns on each workload, the no-op first, and × no-op divides by the no-op's median.\n\n", rows[0].rounds)
+	fmt.Fprintf(&b, "Each row is the median (by decisions/s) of %d runs; the systems took turns on each workload, the no-op first and the others in a rotating order, and × no-op divides by the no-op's median.\n\n", rows[0].rounds)
 	if eng != nil {
 		fmt.Fprintf(&b, "Engine alone (in process, memory backend, %d callers, 1,000 keys): **%s decisions/s**, %.1f allocations per decision.\n\n",
 			eng.callers, fmtRate(float64(eng.decisions)/eng.elapsed.Seconds()), eng.allocs)

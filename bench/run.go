@@ -101,11 +101,17 @@ func run(ctx context.Context, f flags) error {
 	defer rc.Close()
 
 	var rows []row
+	var abTable string
 	if f.main {
 		targets := benchTargets(f, work, runtimeRoot, peerRoot, redis.Addr)
-		if rows, err = measureTargets(ctx, f, targets, workloads, rc, warmup, driveFn); err != nil {
+		samples, err := measureTargets(ctx, f, targets, workloads, rc, warmup, driveFn)
+		if err != nil {
 			return err
 		}
+		for _, byWorkload := range medians(samples) {
+			rows = append(rows, byWorkload...)
+		}
+		abTable = renderAB(pairedRatios(targets, samples))
 	}
 	sharedTables, err := sharedStores(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn)
 	if err != nil {
@@ -115,7 +121,7 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	table := render(rows, eng, time.Since(start), f.driver) + "\n" + sharedTables + otherTables
+	table := render(rows, eng, time.Since(start), f.driver) + "\n" + abTable + sharedTables + otherTables
 	fmt.Print(table)
 	if f.out != "" {
 		if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
@@ -225,15 +231,18 @@ func benchTargets(f flags, work, runtimeRoot, peerRoot, redisAddr string) []targ
 }
 
 // measureTargets runs every workload on every target for f.rounds rounds
-// and returns the rows, target by target: each the median of its rounds,
-// with the no-op's median as its baseline.
+// and returns the samples: samples[i][k] are target i's rows of workload
+// k, one per round.
 //
 // Every system runs from the start; a workload is measured on each in turn,
 // the no-op first, so that a row and its baseline are seconds apart.
 // Measured system by system instead, a drift of the machine between the
 // no-op's turn and a system's would skew the ratios. An idle server costs
-// the others nothing.
-func measureTargets(ctx context.Context, f flags, targets []target, workloads []workload, rc *goredis.Client, warmup time.Duration, driveFn driveFunc) ([]row, error) {
+// the others nothing. The systems after the no-op change places every
+// round (turnOrder): on a throttled VM the run right after another
+// measured differently enough (8 % over 12 rounds, for two builds of the
+// same server) to decide an A/B.
+func measureTargets(ctx context.Context, f flags, targets []target, workloads []workload, rc *goredis.Client, warmup time.Duration, driveFn driveFunc) ([][][]row, error) {
 	procs := make([]*process, len(targets))
 	defer func() {
 		for _, p := range procs {
@@ -255,7 +264,8 @@ func measureTargets(ctx context.Context, f flags, targets []target, workloads []
 	}
 	for round := 0; round < f.rounds; round++ {
 		for k, w := range workloads {
-			for i, tg := range targets {
+			for _, i := range turnOrder(len(targets), round) {
+				tg := targets[i]
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -276,13 +286,21 @@ func measureTargets(ctx context.Context, f flags, targets []target, workloads []
 			}
 		}
 	}
-	var rows []row
-	for i, byWorkload := range medians(samples) {
-		rows = append(rows, byWorkload...)
-		procs[i].stop()
-		procs[i] = nil
+	return samples, nil
+}
+
+// turnOrder is the order the targets take their turns in a round: the
+// no-op (0) first, then the others rotated by the round.
+func turnOrder(n, round int) []int {
+	order := make([]int, 0, n)
+	if n == 0 {
+		return order
 	}
-	return rows, nil
+	order = append(order, 0)
+	for j := range n - 1 {
+		order = append(order, 1+(j+round)%(n-1))
+	}
+	return order
 }
 
 // medians turns samples[i][k] (target i, workload k, one row per round)
