@@ -243,7 +243,7 @@ func (c *conn) recv(ctx context.Context, st *stream) ([]byte, error) {
 		}
 		// What is queued (a WINDOW_UPDATE among it) goes out while we
 		// wait.
-		c.flushLocked()
+		c.flushWholeLocked()
 		in.cond.Wait()
 	}
 	msg := in.buf[in.off:]

@@ -124,7 +124,10 @@ type conn struct {
 	// spare is the buffer the writer gives back, reused for out.
 	spare   []byte
 	writing bool
-	dead    bool
+	// whole: the output queued is all its callers had; the writer need not
+	// wait for more (flushWholeLocked).
+	whole bool
+	dead  bool
 	// live counts the streams opened and not yet finished (answer written
 	// or dropped); it is what MaxConcurrentStreams bounds.
 	live map[uint32]*stream

@@ -128,7 +128,7 @@ func (e *batchExpiry) fire() {
 		}
 	}
 	if expired {
-		c.flushLocked()
+		c.flushWholeLocked()
 	}
 	if !next.IsZero() && (e.end.IsZero() || next.Before(e.end.Add(-expiryTimerSlack))) {
 		e.t.Reset(next.Sub(now))

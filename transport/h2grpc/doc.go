@@ -27,7 +27,8 @@
 //	                    until the buffer has output, then writes all of it
 //	                    (one syscall for every answer that piled up since
 //	                    the last), yielding once first while it is small so
-//	                    that answers made ready together share the write.
+//	                    that answers made ready together share the write —
+//	                    but not after a batch, whose answers are all there.
 //	                    The reader and workers only append under the
 //	                    connection's mutex and wake it; a worker waits while
 //	                    the buffer is over Options.MaxOutput (the peer's

@@ -156,7 +156,8 @@ type Options struct {
 	// WriteYieldBelow: a writer with less than this much output queued
 	// yields once before it writes, so that answers other workers are
 	// about to queue (those of one backend call become ready together)
-	// leave in the same write (default 4 KiB; negative: never).
+	// leave in the same write (default 4 KiB; negative: never). A batch's
+	// answers, queued all at once, are written without it.
 	WriteYieldBelow int
 	// Floods bound the PING and SETTINGS frames a connection may send
 	// (see FloodLimits for the defaults).
