@@ -1,8 +1,10 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 )
@@ -75,12 +77,16 @@ func medianOf(v []float64) float64 {
 }
 
 // renderAB is the A/B table, with the geometric mean over its rows.
-func renderAB(rows []abRow) string {
+// warning is said above the table (buildDifference).
+func renderAB(rows []abRow, warning string) string {
 	if len(rows) == 0 {
 		return ""
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### A/B: sluice ÷ %s\n\n", rows[0].compared)
+	if warning != "" {
+		fmt.Fprintf(&b, "**%s**\n\n", warning)
+	}
 	b.WriteString("Each ratio is the median over the rounds of sluice's figure divided by the compared binary's in the same round (above 1: sluice decides more, or spends more CPU per decision).\n\n")
 	b.WriteString("| backend | workload | rounds | decisions/s ratio | CPU/decision ratio |\n|---|---|---:|---:|---:|\n")
 	var lr, lc float64
@@ -99,4 +105,49 @@ func renderAB(rows []abRow) string {
 	}
 	fmt.Fprintf(&b, "| all | geometric mean of %d rows | | **%.3f** | **%s** |\n\n", len(rows), math.Exp(lr/float64(len(rows))), cpu)
 	return b.String()
+}
+
+// comparedSettings are the build settings that change the code a binary
+// runs: an A/B of two binaries that differ in one measures the setting too
+// (a cgo build against CGO_ENABLED=0 read 0.84 where like builds read 0.9).
+var comparedSettings = []string{"CGO_ENABLED", "GOAMD64", "GOARCH", "-race", "-gcflags", "-tags", "-trimpath", "-pgo"}
+
+// abWarning is buildDifference for -sluice and -compare, if comparing.
+func abWarning(f flags) string {
+	if f.compare == "" {
+		return ""
+	}
+	return buildDifference(f.sluice, f.compare)
+}
+
+// buildDifference says how the two binaries' builds differ in
+// comparedSettings, or "" when they do not (or a build cannot be read).
+func buildDifference(a, b string) string {
+	ia, errA := buildinfo.ReadFile(a)
+	ib, errB := buildinfo.ReadFile(b)
+	if errA != nil || errB != nil {
+		return fmt.Sprintf("The builds could not be compared (%v; %v).", errA, errB)
+	}
+	return settingsDiff(ia.Settings, ib.Settings)
+}
+
+func settingsDiff(a, b []debug.BuildSetting) string {
+	get := func(ss []debug.BuildSetting, k string) string {
+		for _, s := range ss {
+			if s.Key == k {
+				return s.Value
+			}
+		}
+		return "(unset)"
+	}
+	var diffs []string
+	for _, k := range comparedSettings {
+		if va, vb := get(a, k), get(b, k); va != vb {
+			diffs = append(diffs, fmt.Sprintf("%s %s vs %s", k, va, vb))
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return "The two binaries were built differently (" + strings.Join(diffs, ", ") + "): the ratios measure that too."
 }

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,5 +47,35 @@ func TestPairRounds(t *testing.T) {
 	}
 	if _, ok := pairRounds(nil, b); ok {
 		t.Error("no rounds of a: want no ratio")
+	}
+}
+
+func TestSettingsDiff(t *testing.T) {
+	nocgo := []debug.BuildSetting{{Key: "CGO_ENABLED", Value: "0"}, {Key: "GOAMD64", Value: "v1"}, {Key: "vcs.revision", Value: "a"}}
+	cgo := []debug.BuildSetting{{Key: "CGO_ENABLED", Value: "1"}, {Key: "GOAMD64", Value: "v1"}, {Key: "vcs.revision", Value: "b"}}
+	if d := settingsDiff(nocgo, nocgo[:2]); d != "" {
+		t.Errorf("like builds (another revision aside): %q, want none", d)
+	}
+	if d := settingsDiff(cgo, nocgo); !strings.Contains(d, "CGO_ENABLED 1 vs 0") {
+		t.Errorf("cgo against no cgo: %q, want it named", d)
+	}
+	race := append(slices.Clone(nocgo), debug.BuildSetting{Key: "-race", Value: "true"})
+	if d := settingsDiff(race, nocgo); !strings.Contains(d, "-race true vs (unset)") {
+		t.Errorf("race against plain: %q, want it named", d)
+	}
+}
+
+// TestBuildDifferenceReadsBinaries: the test binary against itself is
+// alike; a path that is no binary is said, not taken for alike.
+func TestBuildDifferenceReadsBinaries(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	if d := buildDifference(self, self); d != "" {
+		t.Errorf("a binary against itself: %q", d)
+	}
+	if d := buildDifference(self, filepath.Join(t.TempDir(), "none")); !strings.Contains(d, "could not be compared") {
+		t.Errorf("a missing binary: %q", d)
 	}
 }

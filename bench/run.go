@@ -111,7 +111,7 @@ func run(ctx context.Context, f flags) error {
 		for _, byWorkload := range medians(samples) {
 			rows = append(rows, byWorkload...)
 		}
-		abTable = renderAB(pairedRatios(targets, samples))
+		abTable = renderAB(pairedRatios(targets, samples), abWarning(f))
 	}
 	sharedTables, err := sharedStores(ctx, tb, f, work, runtimeRoot, peerRoot, warmup, driveFn)
 	if err != nil {
