@@ -32,7 +32,17 @@ func TestOneWriterPerConnection(t *testing.T) {
 			return rc
 		}}
 	}
-	_, addr := serveOn(t, Options{Methods: map[string]Method{"/t.S/Echo": echo}}, wrap)
+	// Calls that arrive together run as a batch, whose worker finishes
+	// with the whole batch queued: the moment a worker could be tempted
+	// to write itself.
+	_, addr := serveOn(t, Options{
+		Methods: map[string]Method{"/t.S/Echo": echo},
+		Batches: map[string]BatchMethod{"/t.S/Echo": serveBatch(func(_ context.Context, calls []Call) {
+			for i := range calls {
+				calls[i].Out = append(calls[i].Out, calls[i].In...)
+			}
+		})},
+	}, wrap)
 	cc := dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
