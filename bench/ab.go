@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
-	"slices"
 	"strings"
 )
 
@@ -61,19 +60,11 @@ func pairRounds(a, b []row) (abRow, bool) {
 	if len(rates) == 0 {
 		return abRow{}, false
 	}
-	return abRow{w: a[0].w, rate: medianOf(rates), cpu: medianOf(cpus), rounds: len(rates)}, true
-}
-
-func medianOf(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
+	r := abRow{w: a[0].w, rate: medianFloat(rates), rounds: len(rates)}
+	if len(cpus) > 0 {
+		r.cpu = medianFloat(cpus)
 	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return r, true
 }
 
 // renderAB is the A/B table, with the geometric mean over its rows.
