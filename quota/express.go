@@ -32,13 +32,15 @@ func (sh *shard) interleave() {
 	}
 	served := false
 	now := sh.s.o.Clock()
-	for _, h := range sh.dirty {
+	for i, h := range sh.xdirty {
+		sh.xdirty[i] = nil
 		if h.queued && h.express {
 			h.queued = false
 			sh.serve(h, now)
 			served = true
 		}
 	}
+	sh.xdirty = sh.xdirty[:0]
 	if !served {
 		return
 	}

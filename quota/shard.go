@@ -92,6 +92,10 @@ type shard struct {
 	byStream map[*Stream][]*hub
 	due      dueHeap
 	dirty    []*hub
+	// xdirty are the hubs made express while queued, for interleave to
+	// find without walking dirty (a flood's backlog); some may have been
+	// served since.
+	xdirty []*hub
 
 	planner alloc.Planner
 	out     alloc.Output
@@ -250,8 +254,8 @@ func (sh *shard) handle(m msg) {
 		}
 		if !sh.s.manual && express(&m) {
 			for i := range m.usages {
-				if h := sh.hubs[m.usages[i].key]; h != nil && h.queued {
-					h.express = true
+				if h := sh.hubs[m.usages[i].key]; h != nil {
+					sh.markExpress(h)
 				}
 			}
 		}
@@ -273,9 +277,7 @@ func (sh *shard) handle(m msg) {
 // served leave in an express call.
 func (sh *shard) expressAll(hs []*hub) {
 	for _, h := range hs {
-		if h.queued {
-			h.express = true
-		}
+		sh.markExpress(h)
 	}
 }
 
@@ -315,6 +317,8 @@ func (sh *shard) finish(now time.Time) {
 	if !sh.s.manual && !sh.xcalling && len(sh.xops) > 0 {
 		sh.callAsync(true)
 	}
+	clear(sh.xdirty) // every hub queued is served by now
+	sh.xdirty = sh.xdirty[:0]
 	sh.exchange(now)
 }
 
@@ -333,6 +337,15 @@ func (sh *shard) serveDue(now time.Time, n int) {
 		e.h.dueAt = time.Time{}
 		sh.markDirty(e.h)
 		n--
+	}
+}
+
+// markExpress makes h, if queued, leave in an express call, served at the
+// next interleave.
+func (sh *shard) markExpress(h *hub) {
+	if h.queued && !h.express {
+		h.express = true
+		sh.xdirty = append(sh.xdirty, h)
 	}
 }
 
@@ -484,8 +497,8 @@ func (sh *shard) result(c *call) {
 			err = c.err
 		}
 		p.h.bookOp(sh, p, err, now)
-		if c.express && p.h.queued {
-			p.h.express = true // answered in the next interleave
+		if c.express {
+			sh.markExpress(p.h) // answered in the next interleave
 		}
 	}
 }
