@@ -122,9 +122,7 @@ type conn struct {
 	wcond sync.Cond
 	out   []byte // frames to write
 	// spare is the buffer the writer gives back, reused for out.
-	spare []byte
-	// writing: the write side is owned, by the writer or a batch's worker
-	// (writeBatchLocked); only its owner writes the socket.
+	spare   []byte
 	writing bool
 	// whole: the output queued is all its callers had; the writer need not
 	// wait for more (flushWholeLocked).

@@ -179,7 +179,7 @@ func (c *conn) runBatch(sts []*stream) {
 			c.endLocked(st) // its status went out before
 		}
 	}
-	c.writeBatchLocked()
+	c.flushWholeLocked() // every answer of the batch is queued
 	c.mu.Unlock()
 	for i, call := range calls {
 		if cap(call.Out) > 0 {

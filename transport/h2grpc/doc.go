@@ -21,26 +21,18 @@
 //	worker (pooled goroutine) ── runs the method (or the batch), then
 //	   │                         appends HEADERS, DATA and trailers to the
 //	   │                         connection's output buffer (a batch's
-//	   │                         answers all before any is written)
+//	   │                         answers all before it wakes the writer)
 //	   ▼
-//	writer goroutine ── writes the socket: it sleeps until the buffer has
-//	                    output, then writes all of it (one syscall for
-//	                    every answer that piled up since the last),
-//	                    yielding once first while it is small so that
-//	                    answers made ready together share the write. The
-//	                    reader and workers only append under the
+//	writer goroutine ── the only one that writes the socket: it sleeps
+//	                    until the buffer has output, then writes all of it
+//	                    (one syscall for every answer that piled up since
+//	                    the last), yielding once first while it is small so
+//	                    that answers made ready together share the write —
+//	                    but not after a batch, whose answers are all there.
+//	                    The reader and workers only append under the
 //	                    connection's mutex and wake it; a worker waits while
 //	                    the buffer is over Options.MaxOutput (the peer's
 //	                    reading pace), the reader never waits for a write.
-//
-// The write side has one owner at a time, whoever holds the connection's
-// writing token: the writer, or a batch's worker that finds the writer
-// idle once every answer of the batch is queued. That worker writes them
-// itself, as the writer would without yielding, because waking the writer
-// for it costs a hand-off between goroutines per batch (7 % of decisions/s
-// at 10 callers on 4 connections); what others queue meanwhile goes out in
-// the same turn. No other goroutine ever writes, and none is started to
-// write.
 //
 // Streaming calls take no pooled worker: a server-streaming method starts
 // on a goroutine of its own once its request is read, a bidirectional one

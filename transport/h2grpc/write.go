@@ -207,35 +207,16 @@ func (c *conn) flushWholeLocked() {
 	c.flushLocked()
 }
 
-// writeBatchLocked sends a batch's answers, all queued. With the writer
-// idle, the batch's worker takes the write side (writing) and writes them
-// itself, as the writer would, without yielding: waking the writer to do
-// it costs a hand-off between goroutines per batch, which at 10 callers
-// on 4 connections is 7 % of decisions/s and CPU per decision (paired
-// rounds of make bench). The write side still has one owner at a time —
-// whoever set writing under mu; what others queue meanwhile goes out in
-// this turn. With the writer busy the answers join its output.
-func (c *conn) writeBatchLocked() {
-	if !c.mayWriteLocked() {
-		c.flushWholeLocked()
-		return
-	}
-	c.writing, c.whole = true, true
-	c.writeLocked()
-}
-
 // mayWriteLocked reports whether a write may start: there is output, the
 // connection takes it, and nobody is writing.
 func (c *conn) mayWriteLocked() bool {
 	return !c.writing && !c.dead && !c.lingering && len(c.out) > 0
 }
 
-// writeLoop is the connection's writer: it sleeps until there is output
-// (flushLocked) and writes it until the connection dies. The reader,
-// methods and timers only append to out under mu. The socket's write side
-// has one owner at a time, the holder of writing: this goroutine, as
-// grpc-go's loopyWriter is, or a batch's worker that found it idle
-// (writeBatchLocked).
+// writeLoop is the connection's writer, its only one: it sleeps until
+// there is output (flushLocked) and writes it until the connection dies.
+// The reader, methods and timers only append to out under mu; one
+// goroutine owns the socket's write side, as grpc-go's loopyWriter does.
 func (c *conn) writeLoop() {
 	defer c.writers.Done()
 	c.mu.Lock()
@@ -261,10 +242,9 @@ func (c *conn) flushWaitLocked() {
 	}
 }
 
-// writeLocked is one turn of the write side's owner, who set writing:
-// swap the buffers, write without the lock, repeat while more piled up;
-// yield once first while the output is small, unless it is whole
-// (flushWholeLocked).
+// writeLocked is one turn of the writer: swap the buffers, write without
+// the lock, repeat while more piled up; yield once first while the output
+// is small, unless it is whole (flushWholeLocked).
 func (c *conn) writeLocked() {
 	yield := !c.whole
 	for len(c.out) > 0 && !c.dead {
