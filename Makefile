@@ -97,8 +97,9 @@ test: test-deps test-npm h2spec helm
 # The suite, each test twice (-count=2), while busy loops (10 per CPU, each
 # ended after STRESS_MAX_SECONDS at the latest) oversubscribe the machine ten
 # times over, as a loaded shared CI machine does: a test that depends on a
-# lucky schedule fails here. Not part of `make test`: it takes several times
-# as long. STRESS_PKGS narrows it (default ./...).
+# lucky schedule fails here. The test binaries are built before the load
+# starts. Not part of `make test`: it takes several times as long.
+# STRESS_PKGS narrows it (default ./...).
 test-stress: test-deps test-npm h2spec
 	GO=$(GO) scripts/test-stress.sh
 
