@@ -254,6 +254,10 @@ func (b *Backend) Exec(ctx context.Context, batch []engine.CounterOp) error {
 // contention a step fails rather than spinning.
 const bucketCASAttempts = 16
 
+// errContended is a step (or board exchange) that lost bucketCASAttempts
+// races in a row: nothing of it was stored.
+var errContended = fmt.Errorf("gave up after %d compare-and-swap conflicts", bucketCASAttempts)
+
 // bucketStep applies one GCRA step: gets the TAT with its CAS id, computes
 // the step, and stores it with CompareAndSwap (Add when the key is missing),
 // retrying a bounded number of times when another writer got there first.
@@ -309,7 +313,7 @@ func (b *Backend) bucketStep(ctx context.Context, op *engine.CounterOp) error {
 			return fmt.Errorf("store: %w", err)
 		}
 	}
-	return fmt.Errorf("gave up after %d compare-and-swap conflicts", bucketCASAttempts)
+	return errContended
 }
 
 // parseCounter reads a stored counter. memcached keeps incremented values as

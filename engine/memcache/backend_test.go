@@ -513,10 +513,11 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 	now := time.Now().UnixMicro()
 	const replicas, perReplica, burst = 4, 100, 150
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		admitted int
-		firstErr error
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		admitted  int
+		contended int // steps that lost every race: stored nothing
+		firstErr  error
 	)
 	for range replicas {
 		b := newBackend(t, options(m.Addr))
@@ -528,7 +529,13 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 				batch := []engine.CounterOp{engine.BucketStep("bucket", 1, engine.Bucket{Now: now, Interval: 3600e6, Burst: burst})}
 				err := b.Exec(testCtx(t), batch)
 				mu.Lock()
-				if err != nil && firstErr == nil {
+				switch {
+				case errors.Is(err, errContended):
+					// A starved machine can hold a step between its read
+					// and its swap while others go through, 16 times over:
+					// the backend's answer to contention, not a wrong count.
+					contended++
+				case err != nil && firstErr == nil:
 					firstErr = err
 				}
 				// After is the TAT the step found; the engine decides from it.
@@ -543,9 +550,14 @@ func TestBucketStepsCompareAndSwap(t *testing.T) {
 	if firstErr != nil {
 		t.Fatal(firstErr)
 	}
+	// The burst is still reached however many steps gave up: each give-up
+	// saw 16 stores by the 3 other replicas, so F give-ups need 16F ≤ 3A
+	// admitted stores; and while fewer than 150 are admitted none is
+	// refused, so A = 400 - F below 150 would need F > 250.
 	if admitted != burst {
-		t.Fatalf("%d steps admitted, want the burst %d", admitted, burst)
+		t.Fatalf("%d steps admitted (%d gave up on contention), want the burst %d", admitted, contended, burst)
 	}
+	t.Logf("%d of %d steps gave up on contention", contended, replicas*perReplica)
 	b := newBackend(t, options(m.Addr))
 	batch := []engine.CounterOp{engine.Get("bucket"), engine.Get("absent")}
 	if err := b.Exec(testCtx(t), batch); err != nil {

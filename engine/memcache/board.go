@@ -88,7 +88,7 @@ func (b *Backend) exchangeOne(ctx context.Context, replica string, p engine.Clai
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	return nil, fmt.Errorf("gave up after %d compare-and-swap conflicts", bucketCASAttempts)
+	return nil, errContended
 }
 
 // maxBoardValue keeps a board key well within memcached's item size.
