@@ -28,6 +28,13 @@ type block struct {
 
 const defaultTimeout = time.Minute
 
+// hungAfter is how many times a block's time (the default or its marker:
+// what it needs on a quiet machine, with room) the test waits before it
+// calls the block hung. The bound catches an example that never ends, not
+// a slow machine: under make test-stress a three-minute block (go run of
+// a load test, compiled under the load) overran its three minutes twice.
+const hungAfter = 5
+
 var marker = regexp.MustCompile(`^<!--\s*doc-test:\s*(.*?)\s*-->$`)
 
 // shellLangs are the info strings whose blocks run.
@@ -120,7 +127,7 @@ func (b *block) mark(m string) error {
 // failure message. The block's process group is killed at the timeout, so
 // a server an example leaves running does not outlive it.
 func run(ctx context.Context, b block, dir string, env []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	ctx, cancel := context.WithTimeout(ctx, hungAfter*b.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", b.body)
 	cmd.Dir = dir
@@ -132,7 +139,7 @@ func run(ctx context.Context, b block, dir string, env []string) ([]byte, error)
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		err = fmt.Errorf("still running after %v: %w", b.timeout, err)
+		err = fmt.Errorf("still running after %v (%d times its %v): %w", hungAfter*b.timeout, hungAfter, b.timeout, err)
 	}
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever it left behind
