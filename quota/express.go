@@ -32,14 +32,14 @@ func (sh *shard) interleave() {
 	}
 	served := false
 	now := sh.s.o.Clock()
-	for i, h := range sh.xdirty {
-		sh.xdirty[i] = nil
+	for _, h := range sh.xdirty {
 		if h.queued && h.express {
 			h.queued = false
 			sh.serve(h, now)
 			served = true
 		}
 	}
+	clear(sh.xdirty)
 	sh.xdirty = sh.xdirty[:0]
 	if !served {
 		return

@@ -18,6 +18,7 @@
 // That time is a quiet machine's, with room; the test calls a block hung
 // only after five times as long, so that a loaded machine does not fail
 // an example that works.
+//
 // Every file path those docs and the k6 scripts cite (a path with a
 // directory) must be a file of the repository.
 package doctest
