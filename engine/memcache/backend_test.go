@@ -305,7 +305,10 @@ func TestServerDownFailsBatchAndHealth(t *testing.T) {
 func TestCloseDrains(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	o := options(m.Addr)
-	o.Workers, o.QueueSize = 1, 10000
+	// Close waits for the queue however slowly a starved machine drains
+	// it (2,000 increments overran the 5 s default under make
+	// test-stress); giving up after DrainTimeout is TestCloseGivesUp's.
+	o.Workers, o.QueueSize, o.DrainTimeout = 1, 10000, testenv.EventuallyBound
 	b, err := New(testCtx(t), o)
 	if err != nil {
 		t.Fatal(err)
