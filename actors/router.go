@@ -221,8 +221,16 @@ type applyMsg struct{ items []item }
 // allocate a channel, its messages, their items and a timer. The messages
 // and items are reused only once every answer has arrived, that is once the
 // shards are done with them; a call given up on is dropped instead.
+//
+// The shards work on the call's own copy of the operations, never on the
+// caller's: a call given up on (its context, the call timeout) returns
+// while its items may still wait in a shard or a backend call, and the
+// caller may read or reuse its operations at once (a lease files a failed
+// direct decision, the quota service retries). Answers reach the caller's
+// operations only when every one has arrived.
 type call struct {
 	reply chan error
+	ops   []engine.CounterOp
 	msg   applyMsg
 	one   [1]item
 	timer *time.Timer
@@ -257,12 +265,13 @@ func (r *Router) Apply(ctx context.Context, ops []engine.CounterOp, batch engine
 		closeBatch(batch)
 		return ErrClosed
 	}
+	c.ops = append(c.ops[:0], ops...)
 	if len(ops) == 1 {
-		c.one[0] = item{&ops[0], c.reply}
+		c.one[0] = item{&c.ops[0], c.reply}
 		c.msg.items = c.one[:]
 		r.system.Root.Send(r.pids[r.ShardOf(ops[0].Key)], &c.msg)
 	} else {
-		r.sendGrouped(ops, c)
+		r.sendGrouped(c.ops, c)
 	}
 	r.mu.RUnlock()
 	closeBatch(batch)
@@ -301,6 +310,9 @@ func (r *Router) Apply(ctx context.Context, ops []engine.CounterOp, batch engine
 	if armed {
 		c.timer.Stop()
 	}
+	for i := range ops {
+		ops[i].After = c.ops[i].After
+	}
 	c.release()
 	return first
 }
@@ -308,6 +320,8 @@ func (r *Router) Apply(ctx context.Context, ops []engine.CounterOp, batch engine
 // release returns c to the pool once every answer has arrived, without
 // pointers into the request it served.
 func (c *call) release() {
+	clear(c.ops)
+	c.ops = c.ops[:0]
 	c.one[0] = item{}
 	c.msg.items = nil
 	clear(c.items)

@@ -494,6 +494,54 @@ func TestContextCancelDoesNotBlockTheShard(t *testing.T) {
 	r.Close()
 }
 
+// TestGivenUpCallLeavesOpsAlone: a call given up on returns while its
+// operations still wait in a backend call, and its caller owns them again
+// at once (a lease files a failed direct decision from them, the quota
+// service reuses its buffer): the late answer must not be written into
+// them. Under make test-stress a lease decision read its op while the
+// shard wrote it, long after the call had timed out.
+func TestGivenUpCallLeavesOpsAlone(t *testing.T) {
+	for _, n := range []int{1, 3} { // one operation, and a grouped call
+		t.Run(fmt.Sprint(n, " ops"), func(t *testing.T) {
+			b := &slowBackend{mem: memory.New(nil), gate: make(chan struct{})}
+			// One call out at a time: the next call leaves only once the
+			// given-up one has been answered.
+			r, err := actors.New(actors.Options{Shards: 1, MaxInFlight: 1, Backend: func(int) engine.Backend { return b }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ops := make([]engine.CounterOp, n)
+			for i := range ops {
+				ops[i] = engine.Add(fmt.Sprint("k", i), 5, time.Minute)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := r.Apply(ctx, ops, nil); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Apply with a cancelled context and a held backend = %v", err)
+			}
+			// The caller reuses its operations.
+			const mine = 777
+			for i := range ops {
+				ops[i].After = mine
+			}
+			close(b.gate)
+			next := []engine.CounterOp{engine.Add("k0", 1, time.Minute)}
+			if err := r.Apply(context.Background(), next, nil); err != nil {
+				t.Fatal(err)
+			}
+			if next[0].After != 6 {
+				t.Fatalf("next call's count %d, want 6: the given-up call's 5 hits were applied first", next[0].After)
+			}
+			for i := range ops {
+				if ops[i].After != mine {
+					t.Fatalf("op %d: After %d, want the caller's %d: the given-up call wrote its answer into the caller's operations", i, ops[i].After, mine)
+				}
+			}
+		})
+	}
+}
+
 func TestOptionsValidate(t *testing.T) {
 	for _, o := range []actors.Options{
 		{},

@@ -12,7 +12,10 @@ type Counter interface {
 	// Apply fills After of every op, or fails them all. batch, when not
 	// nil, is the open batch whose last operations ops are: the counter
 	// closes it as soon as they are sent, before it waits for their
-	// answers, so that what the batch held leaves with them.
+	// answers, so that what the batch held leaves with them. Once Apply
+	// has returned, also with an error (a context done, a timeout) while
+	// the operations' call is still out, ops are the caller's alone: no
+	// late answer is written into them.
 	Apply(ctx context.Context, ops []CounterOp, batch Batch) error
 }
 

@@ -466,9 +466,8 @@ func (s *Service) apply(ops []pendingOp) (int, error) {
 	for from := 0; from < len(cops); from += applyChunk {
 		to := min(from+applyChunk, len(cops))
 		if err := s.counter.Apply(ctx, cops[from:to], nil); err != nil {
-			// A call given up on may still be answered into cops later
-			// (the counter's shards own it until then): read nothing of
-			// it.
+			// The chunk and the ones after it are not done: what the
+			// store counted of a chunk given up on is read nothing of.
 			return from, err
 		}
 		for i := from; i < to; i++ {
