@@ -466,8 +466,9 @@ func (s *Service) apply(ops []pendingOp) (int, error) {
 	for from := 0; from < len(cops); from += applyChunk {
 		to := min(from+applyChunk, len(cops))
 		if err := s.counter.Apply(ctx, cops[from:to], nil); err != nil {
-			// The chunk and the ones after it are not done: what the
-			// store counted of a chunk given up on is read nothing of.
+			// This chunk and the ones after it are not booked. One given
+			// up on may still be counted by the store later: that is
+			// under-admission, never over.
 			return from, err
 		}
 		for i := from; i < to; i++ {
