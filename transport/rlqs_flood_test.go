@@ -26,8 +26,9 @@ import (
 //
 // What it asserts holds on any machine: every probe is answered, no RLS
 // decision fails, the buckets beyond the cap are refused (not tracked),
-// and once every stream has closed the state drains to nothing. The probe's latency is logged (make bench and
-// loadtest/rlqs-flood measure it), not asserted.
+// and once every stream has closed the state drains to nothing. The
+// probe's latency is logged (make bench and loadtest/rlqs-flood measure
+// it), not asserted.
 func TestQuotaBucketFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods the quota service")

@@ -266,7 +266,9 @@ func (w *fworker) arrivals(b int, rate float64, from, to time.Time) []time.Time 
 			out[i] = from.Add(step * time.Duration(i) / time.Duration(n))
 		}
 	}
-	sortTimes(out)
+	if w.e.fleet.cfg.Arrivals == Poisson {
+		sortTimes(out) // even arrivals are made in order
+	}
 	return out
 }
 

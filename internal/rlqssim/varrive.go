@@ -38,7 +38,7 @@ func (s *vsim) arrivals(acc *accumulator, rate float64, t time.Time, step time.D
 // live fleet test hung (server's TestQuotaFleetNeverOver under make
 // test-stress sorted 3.2 million Poisson arrivals for an hour).
 func sortTimes(ts []time.Time) {
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	slices.SortFunc(ts, time.Time.Compare)
 }
 
 // poisson draws from a Poisson distribution of mean m.
