@@ -9,7 +9,6 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -20,7 +19,8 @@ import (
 
 // flood runs issue 43's bucket flood against one sluice: streams × buckets
 // new buckets at once (each stream its own connection), a probe Envoy
-// subscribing a bucket every 250 ms and an RLS caller throughout. It
+// subscribing a bucket every 250 ms and an RLS caller throughout (in a
+// process of their own unless -probe-process=false: probes.go). It
 // prints one summary line; broken lists what failed (an unanswered probe,
 // a failed RLS decision, an unanswered bucket).
 func flood(ctx context.Context, o options, streams, buckets int) ([]string, error) {
@@ -44,30 +44,16 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		return grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	rssBefore, _ := testenv.RSS(s.PID())
-	probeCtx, stopProbe := context.WithCancel(ctx)
-	defer stopProbe()
-	var bg sync.WaitGroup
-	var lat []time.Duration
-	var waiting time.Duration // the probe unanswered when the probing stopped
-	var probeErr, rlsErr error
-	probes := &probeLog{}
-	rlsCalls := 0
-	for _, run := range []func(*grpc.ClientConn){
-		func(c *grpc.ClientConn) {
-			lat, waiting, probeErr = rlqssim.ProbeEach(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(c), probes.add)
-		},
-		func(c *grpc.ClientConn) {
-			rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(c))
-		},
-	} {
-		c, err := dial()
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		bg.Add(1)
-		go func() { defer bg.Done(); run(c) }()
+	probe, err := startProbe(ctx, s.GRPC, o.probeProcess)
+	if err != nil {
+		return nil, err
 	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = probe.stop()
+		}
+	}()
 	start := time.Now()
 	profCtx, stopProf := context.WithCancel(ctx)
 	profDone := make(chan error, 1)
@@ -86,19 +72,22 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 	}
-	stopProbe()
-	bg.Wait()
-	broken = append(broken, failed("probe", probeErr)...)
-	broken = append(broken, failed("RLS decisions", rlsErr)...)
-	probes.save(o, start)
-	lat = withWaiting(lat, waiting, o.server)
+	stopped = true
+	pr, err := probe.stop()
+	if err != nil {
+		return nil, err
+	}
+	broken = append(broken, failed("probe", pr.ProbeErr)...)
+	broken = append(broken, failed("RLS decisions", pr.RLSErr)...)
+	saveProbes(o, pr, start)
+	lat := withWaiting(slices.Clone(pr.Took), pr.Waiting, o.server)
 	if len(lat) == 0 {
 		return append(broken, "no probe answered"), nil
 	}
 	slices.Sort(lat)
-	fmt.Printf("flood %s: %d streams × %d new buckets answered in %v; probe (%d) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
-		o.server, streams, buckets, floodTook.Round(time.Millisecond), len(lat), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
-		lat[len(lat)-1], rlsCalls, boolInt(rlsErr != nil), rssBefore>>20, peak>>20)
+	fmt.Printf("flood %s: %d streams × %d new buckets answered in %v; probe (%d, %s) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
+		o.server, streams, buckets, floodTook.Round(time.Millisecond), len(lat), probeWhere(o.probeProcess), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
+		lat[len(lat)-1], pr.RLSCalls, boolInt(pr.RLSErr != ""), rssBefore>>20, peak>>20)
 	return broken, nil
 }
 
@@ -114,11 +103,18 @@ func withWaiting(lat []time.Duration, waiting time.Duration, server string) []ti
 }
 
 // failed is what broke, err, as what, or nothing.
-func failed(what string, err error) []string {
-	if err == nil {
+func failed(what, err string) []string {
+	if err == "" {
 		return nil
 	}
-	return []string{fmt.Sprintf("%s: %v", what, err)}
+	return []string{what + ": " + err}
+}
+
+func probeWhere(own bool) string {
+	if own {
+		return "own process"
+	}
+	return "in the flooding process"
 }
 
 func boolInt(b bool) int {

@@ -24,6 +24,9 @@ type options struct {
 	// profile: where the flood saves the server's CPU profile and
 	// goroutine dumps taken while it runs (empty: none).
 	profile string
+	// probeProcess: the flood's probe and RLS caller run in a process of
+	// their own (probes.go).
+	probeProcess bool
 }
 
 func main() {
@@ -40,9 +43,19 @@ func main() {
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
 	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
 	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof) and goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
+	flag.BoolVar(&o.probeProcess, "probe-process", true, "with -flood, run the probe Envoy and the RLS caller in a process of their own, not among the flood's streams")
+	var probeTarget string
+	flag.StringVar(&probeTarget, "probe-target", "", "(used by -flood) be the probe process for the sluice at this gRPC address")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if probeTarget != "" {
+		if err := probeChild(ctx, probeTarget); err != nil {
+			fmt.Fprintf(os.Stderr, "probe process: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var broken []string
 	var err error
 	if o.flood != "" {

@@ -1,43 +1,185 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/rlqssim"
 )
 
-// probeLog keeps when each probe was sent and how long it took, so that
-// -profile can save them beside the goroutine dumps: a slow probe is
-// matched with what the server did at the time.
-type probeLog struct {
-	mu   sync.Mutex
-	sent []time.Time
-	took []time.Duration
+// The flood's probe Envoy and RLS caller run, by default, in a process of
+// their own (this command again, with -probe-target). In the flooding
+// process a probe's answer waits for a P behind the goroutines of a
+// thousand flood streams, so its latency measured the load client's
+// scheduler as much as the server; its own process is scheduled by the
+// kernel beside the others, as a real Envoy is. -probe-process=false
+// keeps them in the flooding process, to compare.
+
+// probeResult is what the probe and the RLS caller saw, from when they
+// started until they were told to stop.
+type probeResult struct {
+	Sent     []time.Time     `json:"sent"`
+	Took     []time.Duration `json:"took"`
+	Waiting  time.Duration   `json:"waiting"` // the probe unanswered when probing stopped
+	ProbeErr string          `json:"probe_err,omitempty"`
+	RLSCalls int             `json:"rls_calls"`
+	RLSErr   string          `json:"rls_err,omitempty"`
 }
 
-func (p *probeLog) add(sent time.Time, took time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.sent = append(p.sent, sent)
-	p.took = append(p.took, took)
+// runProbe probes target (a probe every 250 ms and an RLS decision every
+// 20 ms, each on its own connection) until ctx ends.
+func runProbe(ctx context.Context, target string) (probeResult, error) {
+	var r probeResult
+	dial := func() (*grpc.ClientConn, error) {
+		return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	pc, err := dial()
+	if err != nil {
+		return r, err
+	}
+	defer pc.Close()
+	rc, err := dial()
+	if err != nil {
+		return r, err
+	}
+	defer rc.Close()
+	var mu sync.Mutex
+	each := func(sent time.Time, took time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		r.Sent = append(r.Sent, sent)
+		r.Took = append(r.Took, took)
+	}
+	var wg sync.WaitGroup
+	var probeErr, rlsErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, r.Waiting, probeErr = rlqssim.ProbeEach(ctx, rlqsv3.NewRateLimitQuotaServiceClient(pc), each)
+	}()
+	go func() {
+		defer wg.Done()
+		r.RLSCalls, rlsErr = rlqssim.RLSLoop(ctx, rlsv3.NewRateLimitServiceClient(rc))
+	}()
+	wg.Wait()
+	r.ProbeErr, r.RLSErr = errText(probeErr), errText(rlsErr)
+	return r, nil
 }
 
-// save writes, when o.profile is set, one line per answered probe to
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// probeChild is the probe process's side: it probes target until its
+// standard input ends (the flooding process closed it, or died) or it is
+// interrupted, then writes its probeResult to standard output.
+func probeChild(ctx context.Context, target string) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	r, err := runProbe(ctx, target)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// prober runs the probe for the flood, in its own process or in this one.
+type prober struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	out    *bufio.Reader
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    probeResult
+	err    error
+}
+
+// startProbe starts probing target: in a child process when own is true.
+func startProbe(ctx context.Context, target string, own bool) (*prober, error) {
+	p := &prober{done: make(chan struct{})}
+	if !own {
+		ctx, p.cancel = context.WithCancel(ctx)
+		go func() {
+			defer close(p.done)
+			p.res, p.err = runProbe(ctx, target)
+		}()
+		return p, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("probe process: %w", err)
+	}
+	p.cmd = exec.Command(self, "-probe-target", target)
+	p.cmd.Stderr = os.Stderr
+	in, err := p.cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("probe process: %w", err)
+	}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("probe process: %w", err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("probe process: %w", err)
+	}
+	p.stdin, p.out = in, bufio.NewReader(out)
+	return p, nil
+}
+
+// stop ends the probing and returns what it saw.
+func (p *prober) stop() (probeResult, error) {
+	if p.cmd == nil {
+		p.cancel()
+		<-p.done
+		return p.res, p.err
+	}
+	_ = p.stdin.Close()
+	var r probeResult
+	derr := json.NewDecoder(p.out).Decode(&r)
+	werr := p.cmd.Wait()
+	if derr != nil {
+		return r, fmt.Errorf("probe process: reading its result: %w", errors.Join(derr, werr))
+	}
+	if werr != nil {
+		return r, fmt.Errorf("probe process: %w", werr)
+	}
+	return r, nil
+}
+
+// saveProbes writes, when o.profile is set, one line per answered probe to
 // <profile>-<server>-probes.txt: when it was sent (the wall clock, and
-// since the flood started) and how long it took. A failure to write is
-// told on stderr: the flood's verdict does not depend on it.
-func (p *probeLog) save(o options, start time.Time) {
+// since the flood started) and how long it took, so that a slow probe can
+// be matched with the goroutine dumps taken at the time. A failure to
+// write is told on stderr: the flood's verdict does not depend on it.
+func saveProbes(o options, r probeResult, start time.Time) {
 	if o.profile == "" {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintln(&b, "# sent (UTC)\tsince flood start\ttook")
-	for i, at := range p.sent {
-		fmt.Fprintf(&b, "%s\t%v\t%v\n", at.UTC().Format("15:04:05.000"), at.Sub(start).Round(time.Millisecond), p.took[i].Round(time.Millisecond))
+	for i, at := range r.Sent {
+		fmt.Fprintf(&b, "%s\t%v\t%v\n", at.UTC().Format("15:04:05.000"), at.Sub(start).Round(time.Millisecond), r.Took[i].Round(time.Millisecond))
 	}
 	if err := os.WriteFile(o.profile+"-"+o.server+"-probes.txt", []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "probes: %v\n", err)
