@@ -9,8 +9,6 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/rlqssim"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -40,25 +38,17 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		return nil, err
 	}
 	defer s.Stop(10 * time.Second)
-	dial := func() (*grpc.ClientConn, error) {
-		return grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
 	rssBefore, _ := testenv.RSS(s.PID())
-	probe, err := startProbe(ctx, s.GRPC, o.probeProcess)
+	stopProbe, err := startProbe(ctx, s.GRPC, o.probeProcess)
 	if err != nil {
 		return nil, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_, _ = probe.stop()
-		}
-	}()
+	defer stopProbe()
 	start := time.Now()
 	profCtx, stopProf := context.WithCancel(ctx)
 	profDone := make(chan error, 1)
 	go func() { profDone <- profileFlood(profCtx, o, s.Debug) }()
-	broken, peak, err := floodStreams(ctx, dial, s.PID(), streams, buckets)
+	broken, peak, err := floodStreams(ctx, s.GRPC, s.PID(), streams, buckets)
 	floodTook := time.Since(start)
 	stopProf()
 	if perr := <-profDone; perr != nil {
@@ -72,8 +62,7 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 	}
-	stopped = true
-	pr, err := probe.stop()
+	pr, err := stopProbe()
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +116,13 @@ func boolInt(b bool) int {
 // floodStreams subscribes buckets new buckets on each of streams streams
 // (a connection each) at once and waits for them; it returns what failed
 // and the peak RSS of the process pid seen meanwhile.
-func floodStreams(ctx context.Context, dial func() (*grpc.ClientConn, error), pid, streams, buckets int) ([]string, int64, error) {
+func floodStreams(ctx context.Context, target string, pid, streams, buckets int) ([]string, int64, error) {
 	var broken []string
 	var mu sync.Mutex
 	var peak int64
 	var fw sync.WaitGroup
 	for i := range streams {
-		c, err := dial()
+		c, err := dial(target)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,15 +43,12 @@ type probeResult struct {
 // 20 ms, each on its own connection) until ctx ends.
 func runProbe(ctx context.Context, target string) (probeResult, error) {
 	var r probeResult
-	dial := func() (*grpc.ClientConn, error) {
-		return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
-	pc, err := dial()
+	pc, err := dial(target)
 	if err != nil {
 		return r, err
 	}
 	defer pc.Close()
-	rc, err := dial()
+	rc, err := dial(target)
 	if err != nil {
 		return r, err
 	}
@@ -80,6 +76,11 @@ func runProbe(ctx context.Context, target string) (probeResult, error) {
 	return r, nil
 }
 
+// dial is a plaintext gRPC connection to target, as Envoy's to sluice.
+func dial(target string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -104,67 +105,55 @@ func probeChild(ctx context.Context, target string) error {
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
-// prober runs the probe for the flood, in its own process or in this one.
-type prober struct {
-	cmd    *exec.Cmd
-	stdin  io.Closer
-	out    *bufio.Reader
-	cancel context.CancelFunc
-	done   chan struct{}
-	res    probeResult
-	err    error
-}
-
-// startProbe starts probing target: in a child process when own is true.
-func startProbe(ctx context.Context, target string, own bool) (*prober, error) {
-	p := &prober{done: make(chan struct{})}
+// startProbe starts probing target, in a child process when own is true,
+// and returns what ends the probing and hands back what it saw; calling
+// it again returns the same.
+func startProbe(ctx context.Context, target string, own bool) (func() (probeResult, error), error) {
 	if !own {
-		ctx, p.cancel = context.WithCancel(ctx)
+		ctx, cancel := context.WithCancel(ctx)
+		var r probeResult
+		var err error
+		done := make(chan struct{})
 		go func() {
-			defer close(p.done)
-			p.res, p.err = runProbe(ctx, target)
+			defer close(done)
+			r, err = runProbe(ctx, target)
 		}()
-		return p, nil
+		return sync.OnceValues(func() (probeResult, error) {
+			cancel()
+			<-done
+			return r, err
+		}), nil
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("probe process: %w", err)
 	}
-	p.cmd = exec.Command(self, "-probe-target", target)
-	p.cmd.Stderr = os.Stderr
-	in, err := p.cmd.StdinPipe()
+	cmd := exec.Command(self, "-probe-target", target)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("probe process: %w", err)
 	}
-	out, err := p.cmd.StdoutPipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("probe process: %w", err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("probe process: %w", err)
 	}
-	p.stdin, p.out = in, bufio.NewReader(out)
-	return p, nil
-}
-
-// stop ends the probing and returns what it saw.
-func (p *prober) stop() (probeResult, error) {
-	if p.cmd == nil {
-		p.cancel()
-		<-p.done
-		return p.res, p.err
-	}
-	_ = p.stdin.Close()
-	var r probeResult
-	derr := json.NewDecoder(p.out).Decode(&r)
-	werr := p.cmd.Wait()
-	if derr != nil {
-		return r, fmt.Errorf("probe process: reading its result: %w", errors.Join(derr, werr))
-	}
-	if werr != nil {
-		return r, fmt.Errorf("probe process: %w", werr)
-	}
-	return r, nil
+	return sync.OnceValues(func() (probeResult, error) {
+		_ = in.Close()
+		var r probeResult
+		derr := json.NewDecoder(out).Decode(&r)
+		werr := cmd.Wait()
+		if derr != nil {
+			return r, fmt.Errorf("probe process: reading its result: %w", errors.Join(derr, werr))
+		}
+		if werr != nil {
+			return r, fmt.Errorf("probe process: %w", werr)
+		}
+		return r, nil
+	}), nil
 }
 
 // saveProbes writes, when o.profile is set, one line per answered probe to

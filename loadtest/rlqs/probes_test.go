@@ -35,7 +35,7 @@ func TestProbe(t *testing.T) {
 	for _, own := range []bool{true, false} {
 		t.Run(probeWhere(own), func(t *testing.T) {
 			h := rlsserver.StartEnvClock(t, nil, map[string]string{"q.yaml": rlqssim.ScenarioRules}, nil)
-			p, err := startProbe(context.Background(), h.GRPC, own)
+			stop, err := startProbe(context.Background(), h.GRPC, own)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +45,7 @@ func TestProbe(t *testing.T) {
 				return h.Stats.Gauge("ratelimit.rlqs.reporters").Value() >= 3 &&
 					h.Stats.CounterValue("ratelimit.service.rate_limit.q.user.total_hits") >= 3
 			})
-			r, err := p.stop()
+			r, err := stop()
 			if err != nil {
 				t.Fatal(err)
 			}
