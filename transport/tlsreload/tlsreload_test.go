@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -267,19 +269,37 @@ func TestRotationAndBrokenRotation(t *testing.T) {
 		t.Fatalf("serial %v, want %v", got, sn1)
 	}
 
-	// waitReload waits for a reload with the wanted outcome; reloads of a
-	// half-finished write may fail first.
-	waitReload := func(wantOK bool) {
+	// serving is the serial of the certificate the reloader holds.
+	serving := func() *big.Int {
 		t.Helper()
-		deadline := time.After(10 * time.Second)
+		c := r.Certificate()
+		leaf := c.Leaf
+		if leaf == nil {
+			var err error
+			if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return leaf.SerialNumber
+	}
+	// waitReload waits for a reload with the wanted outcome after which
+	// the reloader holds the certificate of serial. Any change in the
+	// directory reloads (a secret manager may swap a symlink or rename
+	// files): the writes of the rotation's new files reload the old ones,
+	// successfully, and a reload between the two renames pairs the new
+	// key with the old certificate and fails. Which of them happen
+	// depends on the schedule.
+	waitReload := func(wantOK bool, serial *big.Int) {
+		t.Helper()
+		deadline := time.After(testenv.EventuallyBound)
 		for {
 			select {
 			case err := <-reloads:
-				if (err == nil) == wantOK {
+				if (err == nil) == wantOK && serving().Cmp(serial) == 0 {
 					return
 				}
 			case <-deadline:
-				t.Fatalf("no reload with ok=%v", wantOK)
+				t.Fatalf("no reload with ok=%v serving serial %v in %v (serving %v)", wantOK, serial, testenv.EventuallyBound, serving())
 			}
 		}
 	}
@@ -288,13 +308,17 @@ func TestRotationAndBrokenRotation(t *testing.T) {
 	cert2, key2, sn2 := ca.leaf(t, []string{"localhost"}, x509.ExtKeyUsageServerAuth)
 	write(t, certPath+".new", cert2)
 	write(t, keyPath+".new", key2)
+	// The new files' writes reload the old ones, successfully: waited for
+	// here, so that every run has the reload a busy machine's schedule
+	// gave make test-stress, which the test took for the rotation.
+	waitReload(true, sn1)
 	if err := os.Rename(keyPath+".new", keyPath); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(certPath+".new", certPath); err != nil {
 		t.Fatal(err)
 	}
-	waitReload(true)
+	waitReload(true, sn2)
 	if got := servedSerial(t, addr, ca); got.Cmp(sn2) != 0 {
 		t.Fatalf("after rotation serial %v, want %v", got, sn2)
 	}
@@ -304,7 +328,7 @@ func TestRotationAndBrokenRotation(t *testing.T) {
 
 	// A broken certificate keeps the one in use.
 	write(t, certPath, []byte("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n"))
-	waitReload(false)
+	waitReload(false, sn2)
 	if got := servedSerial(t, addr, ca); got.Cmp(sn2) != 0 {
 		t.Fatalf("after a broken rotation serial %v, want %v", got, sn2)
 	}
