@@ -29,6 +29,17 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	defer hs.Close()
 	cfg := hs.Sluice
 	cfg.Env = append(cfg.Env, "SLUICE_GRPC_SERVER="+o.server)
+	if err := o.pin.lookTaskset(); err != nil {
+		return nil, err
+	}
+	if o.pin.on() {
+		if cfg.Bin, err = o.pin.wrap(hs.Work, cfg.Bin); err != nil {
+			return nil, err
+		}
+		if err := o.pin.pinSelf(); err != nil {
+			return nil, err
+		}
+	}
 	// One bucket per user, as the docs' x-user example buckets requests.
 	if err := testenv.WriteRules(cfg, "rules.yaml", rlqssim.ScenarioRules); err != nil {
 		return nil, err
@@ -39,7 +50,7 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	}
 	defer s.Stop(10 * time.Second)
 	rssBefore, _ := testenv.RSS(s.PID())
-	stopProbe, err := startProbe(ctx, s.GRPC, o.probeProcess)
+	stopProbe, err := startProbe(ctx, s.GRPC, o.probeProcess, o.pin)
 	if err != nil {
 		return nil, err
 	}
@@ -47,13 +58,16 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	start := time.Now()
 	profCtx, stopProf := context.WithCancel(ctx)
 	profDone := make(chan error, 1)
+	peaks := make(chan int64, 1)
 	go func() { profDone <- profileFlood(profCtx, o, s.Debug) }()
-	broken, peak, err := floodStreams(ctx, s.GRPC, s.PID(), streams, buckets)
+	go func() { peaks <- peakRSS(profCtx, o, s.PID(), s.Debug) }()
+	broken, err := floodStreams(ctx, s.GRPC, streams, buckets)
 	floodTook := time.Since(start)
 	stopProf()
 	if perr := <-profDone; perr != nil {
 		fmt.Fprintf(os.Stderr, "profile: %v\n", perr)
 	}
+	peak := <-peaks
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +88,8 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		return append(broken, "no probe answered"), nil
 	}
 	slices.Sort(lat)
-	fmt.Printf("flood %s: %d streams × %d new buckets answered in %v; probe (%d, %s) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
-		o.server, streams, buckets, floodTook.Round(time.Millisecond), len(lat), probeWhere(o.probeProcess), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
+	fmt.Printf("flood %s%s: %d streams × %d new buckets answered in %v; probe (%d, %s) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
+		o.server, o.pin, streams, buckets, floodTook.Round(time.Millisecond), len(lat), probeWhere(o.probeProcess), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
 		lat[len(lat)-1], pr.RLSCalls, boolInt(pr.RLSErr != ""), rssBefore>>20, peak>>20)
 	return broken, nil
 }
@@ -114,34 +128,56 @@ func boolInt(b bool) int {
 }
 
 // floodStreams subscribes buckets new buckets on each of streams streams
-// (a connection each) at once and waits for them; it returns what failed
-// and the peak RSS of the process pid seen meanwhile.
-func floodStreams(ctx context.Context, target string, pid, streams, buckets int) ([]string, int64, error) {
+// (a connection each) at once and waits for them; it returns what failed.
+func floodStreams(ctx context.Context, target string, streams, buckets int) ([]string, error) {
 	var broken []string
 	var mu sync.Mutex
-	var peak int64
 	var fw sync.WaitGroup
 	for i := range streams {
 		c, err := dial(target)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		defer c.Close()
 		fw.Add(1)
 		go func() {
 			defer fw.Done()
 			n, err := rlqssim.Flood(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), i, buckets, nil)
-			rss, _ := testenv.RSS(pid)
-			mu.Lock()
-			defer mu.Unlock()
-			peak = max(peak, rss)
 			if err != nil || n != buckets {
+				mu.Lock()
 				broken = append(broken, fmt.Sprintf("flood stream %d: %d of %d buckets answered (%v)", i, n, buckets, err))
+				mu.Unlock()
 			}
 		}()
 	}
 	fw.Wait()
-	return broken, peak, nil
+	return broken, nil
+}
+
+// peakRSS is the largest RSS of the process pid, read every 250 ms until
+// ctx ends (read only as each flood stream ended, it missed the peaks
+// between them). With -profile, a heap profile is saved at each new peak
+// a tenth above the last one saved (<profile>-<server>-heap.pprof), so
+// that what the peak is made of can be read off.
+func peakRSS(ctx context.Context, o options, pid int, debug string) int64 {
+	var peak, saved int64
+	for {
+		if rss, err := testenv.RSS(pid); err == nil && rss > peak {
+			peak = rss
+			if o.profile != "" && peak > saved+saved/10 {
+				saved = peak
+				path := o.profile + "-" + o.server + "-heap.pprof"
+				if err := testenv.SaveURL(ctx, "http://"+debug+"/debug/pprof/heap", path); err != nil && ctx.Err() == nil {
+					fmt.Fprintf(os.Stderr, "profile: %v\n", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return peak
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // profileFlood saves, when o.profile is set, the server's CPU profile

@@ -27,6 +27,8 @@ type options struct {
 	// probeProcess: the flood's probe and RLS caller run in a process of
 	// their own (probes.go).
 	probeProcess bool
+	// pin: the flood's server and client on CPUs of their own (pin.go).
+	pin pinning
 }
 
 func main() {
@@ -42,8 +44,9 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
 	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
-	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof) and goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
+	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof), goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) and a heap profile at its peak RSS (<this>-<server>-heap.pprof) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
 	flag.BoolVar(&o.probeProcess, "probe-process", true, "with -flood, run the probe Envoy and the RLS caller in a process of their own, not among the flood's streams")
+	pin := flag.String("pin", "", "with -flood, SERVER/CLIENT: run the server and the probe process on the CPUs SERVER (a taskset list), the flooding client on CLIENT, e.g. 1/0")
 	var probeTarget string
 	flag.StringVar(&probeTarget, "probe-target", "", "(used by -flood) be the probe process for the sluice at this gRPC address")
 	flag.Parse()
@@ -62,6 +65,9 @@ func main() {
 		var streams, buckets int
 		if _, perr := fmt.Sscanf(o.flood, "%dx%d", &streams, &buckets); perr != nil || streams < 1 || buckets < 1 {
 			harness.Verdict(nil, fmt.Errorf("-flood %q: want STREAMSxBUCKETS, both positive, e.g. 1000x1000", o.flood))
+		}
+		if o.pin, err = parsePin(*pin); err != nil {
+			harness.Verdict(nil, err)
 		}
 		broken, err = flood(ctx, o, streams, buckets)
 		harness.Verdict(broken, err)

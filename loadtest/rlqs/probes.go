@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -105,10 +104,10 @@ func probeChild(ctx context.Context, target string) error {
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
-// startProbe starts probing target, in a child process when own is true,
-// and returns what ends the probing and hands back what it saw; calling
-// it again returns the same.
-func startProbe(ctx context.Context, target string, own bool) (func() (probeResult, error), error) {
+// startProbe starts probing target, in a child process when own is true
+// (on pin's server CPUs when pinned), and returns what ends the probing
+// and hands back what it saw; calling it again returns the same.
+func startProbe(ctx context.Context, target string, own bool, pin pinning) (func() (probeResult, error), error) {
 	if !own {
 		ctx, cancel := context.WithCancel(ctx)
 		var r probeResult
@@ -128,7 +127,7 @@ func startProbe(ctx context.Context, target string, own bool) (func() (probeResu
 	if err != nil {
 		return nil, fmt.Errorf("probe process: %w", err)
 	}
-	cmd := exec.Command(self, "-probe-target", target)
+	cmd := pin.command(self, "-probe-target", target)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

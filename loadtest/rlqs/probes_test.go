@@ -35,7 +35,7 @@ func TestProbe(t *testing.T) {
 	for _, own := range []bool{true, false} {
 		t.Run(probeWhere(own), func(t *testing.T) {
 			h := rlsserver.StartEnvClock(t, nil, map[string]string{"q.yaml": rlqssim.ScenarioRules}, nil)
-			stop, err := startProbe(context.Background(), h.GRPC, own)
+			stop, err := startProbe(context.Background(), h.GRPC, own, pinning{})
 			if err != nil {
 				t.Fatal(err)
 			}
