@@ -61,8 +61,9 @@ type hub struct {
 	// most reports, and planning it on each cost a whole division for
 	// nothing).
 	waiting, short bool
-	dueAt          time.Time
-	dueGen         uint64
+	// due is the hub's place in its shard's due heap, plus one (0: not
+	// scheduled).
+	due int
 }
 
 // repMeta is what a hub keeps of a reporter beside what the planner sees.
@@ -356,6 +357,12 @@ func (sh *shard) serve(h *hub, now time.Time) {
 	}
 	h.claims = append(h.claims[:0], out.Claims...)
 	h.overhead = out.Overhead
+	if len(h.reps) == 0 && len(h.held) == 0 && !h.busy() {
+		// Its last reporter went and it gave back what it held: nothing
+		// would serve it again (its next cleanup is an hour away).
+		sh.forget(h)
+		return
+	}
 	if s.board != nil && h.plan.Kind == alloc.PlanDivide && sh.boardDue(h, now) {
 		sh.boardWant = append(sh.boardWant, h)
 	}
@@ -363,9 +370,10 @@ func (sh *shard) serve(h *hub, now time.Time) {
 }
 
 // wake plans h again after a store answer if its last plan held
-// something back for it.
+// something back for it, or if it has no reporter left: what the answer
+// granted is given back, and the hub forgotten.
 func (sh *shard) wake(h *hub) {
-	if h.waiting {
+	if h.waiting || len(h.reps) == 0 {
 		sh.markDirty(h)
 	}
 }
@@ -432,6 +440,7 @@ func mod(a, b int64) int64 {
 // forget drops h: no reporter, nothing held.
 func (sh *shard) forget(h *hub) {
 	h.gone = true
+	sh.unschedule(h)
 	delete(sh.hubs, h.key)
 	sh.s.st.buckets.Add(-1)
 }

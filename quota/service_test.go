@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,13 @@ type fixture struct {
 
 func newFixture(t testing.TB, o quota.Options, rules string, manual bool) *fixture {
 	t.Helper()
+	return newFixtureWith(t, o, rules, manual, nil)
+}
+
+// newFixtureWith is newFixture with the quota service's counter wrapped by
+// wrap, when not nil.
+func newFixtureWith(t testing.TB, o quota.Options, rules string, manual bool, wrap func(engine.Counter) engine.Counter) *fixture {
+	t.Helper()
 	st := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st})
 	if err != nil {
@@ -83,11 +91,15 @@ func newFixture(t testing.TB, o quota.Options, rules string, manual bool) *fixtu
 	if manual {
 		o.Clock = ck.Now
 	}
+	counter := eo.Counter
+	if wrap != nil {
+		counter = wrap(counter)
+	}
 	var svc *quota.Service
 	if manual {
-		svc, err = quota.NewManual(o, eng, eo.Counter, nil, st)
+		svc, err = quota.NewManual(o, eng, counter, nil, st)
 	} else {
-		svc, err = quota.New(o, eng, eo.Counter, nil, st)
+		svc, err = quota.New(o, eng, counter, nil, st)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +299,97 @@ func TestClosedStreamsLeaveNothingBehind(t *testing.T) {
 		if g := f.st.Gauge(name).Value(); g != 0 {
 			t.Errorf("%s gauge %d a TTL after every stream closed, want 0", name, g)
 		}
+	}
+}
+
+// reserveGate holds every call with a reservation until open is closed,
+// and tallies, per counter key, the hits the store granted to
+// reservations (of a limit of 1,000) and those given back.
+type reserveGate struct {
+	engine.Counter
+	open chan struct{}
+	held chan struct{} // closed when a call first waits
+	once sync.Once
+
+	mu                sync.Mutex
+	granted, released map[string]uint64
+}
+
+func newReserveGate() *reserveGate {
+	return &reserveGate{open: make(chan struct{}), held: make(chan struct{}),
+		granted: map[string]uint64{}, released: map[string]uint64{}}
+}
+
+func (g *reserveGate) Apply(ctx context.Context, ops []engine.CounterOp, b engine.Batch) error {
+	if slices.ContainsFunc(ops, func(op engine.CounterOp) bool { return op.Kind == engine.OpReserve }) {
+		g.once.Do(func() { close(g.held) })
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := g.Counter.Apply(ctx, ops, b); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range ops {
+		switch op := &ops[i]; op.Kind {
+		case engine.OpReserve:
+			n, _ := engine.Granted(op, 1000)
+			g.granted[op.Key] += n
+		case engine.OpRelease:
+			g.released[op.Key] += op.Hits
+		}
+	}
+	return nil
+}
+
+// unreturned is what was granted and not given back, per key.
+func (g *reserveGate) unreturned() map[string]uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	left := map[string]uint64{}
+	for k, n := range g.granted {
+		if n > g.released[k] {
+			left[k] = n - g.released[k]
+		}
+	}
+	return left
+}
+
+// TestBucketWhoseStreamClosedMidReservationIsForgotten: a stream that
+// subscribes a bucket and closes while the bucket's first reservation is
+// out leaves nothing once the answer is back: the hub gives back what the
+// store granted and is forgotten. It stayed, holding the grant, until its
+// next cleanup an hour later: nothing planned a hub without reporters when
+// a store answer came (a bucket flood kept hubs six times the reporter
+// cap alive).
+func TestBucketWhoseStreamClosedMidReservationIsForgotten(t *testing.T) {
+	g := newReserveGate()
+	f := newFixtureWith(t, quota.DefaultOptions(), rules1000, false, func(c engine.Counter) engine.Counter {
+		g.Counter = c
+		return g
+	})
+	st := f.svc.Open(newSink())
+	if err := st.Report(time.Now(), "q", users(0, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.held
+	st.Close()
+	testenv.Eventually(t, "the closed stream's reporter gone while its reservation is out", func() bool {
+		return f.st.Gauge("ratelimit.rlqs.reporters").Value() == 0
+	})
+	close(g.open)
+	testenv.Eventually(t, "the bucket forgotten once the reservation's answer is back", func() bool {
+		return f.st.Gauge("ratelimit.rlqs.buckets").Value() == 0
+	})
+	testenv.Eventually(t, "what the store granted given back", func() bool {
+		return len(g.unreturned()) == 0
+	})
+	if len(g.granted) == 0 {
+		t.Fatal("the store granted nothing: the test did not test a grant")
 	}
 }
 

@@ -331,10 +331,6 @@ func (sh *shard) serveDue(now time.Time, n int) {
 			return
 		}
 		e := heap.Pop(&sh.due).(dueEntry)
-		if e.h.dueGen != e.gen || e.h.gone {
-			continue // rescheduled, or forgotten
-		}
-		e.h.dueAt = time.Time{}
 		sh.markDirty(e.h)
 		n--
 	}
@@ -356,38 +352,60 @@ func (sh *shard) markDirty(h *hub) {
 	}
 }
 
-// schedule makes h due at at (replacing an earlier schedule).
+// schedule makes h due at at (replacing an earlier schedule). A hub has
+// one entry in the due heap at most, moved when it is rescheduled and
+// removed when it is forgotten: stale entries, skipped when popped, kept
+// every hub rescheduled or forgotten in the last hour reachable (a
+// bucket flood's forgotten hubs, with their buckets and reporters, an
+// hour after their gauge said they were gone).
 func (sh *shard) schedule(h *hub, at time.Time) {
-	if h.dueAt.Equal(at) {
+	if h.due == 0 {
+		heap.Push(&sh.due, dueEntry{at: at, h: h})
 		return
 	}
-	h.dueGen++
-	h.dueAt = at
-	heap.Push(&sh.due, dueEntry{at: at, h: h, gen: h.dueGen})
+	if e := &sh.due[h.due-1]; !e.at.Equal(at) {
+		e.at = at
+		heap.Fix(&sh.due, h.due-1)
+	}
+}
+
+// unschedule takes h out of the due heap.
+func (sh *shard) unschedule(h *hub) {
+	if h.due > 0 {
+		heap.Remove(&sh.due, h.due-1)
+	}
 }
 
 func (sh *shard) push(st *Stream, a Action) {
 	sh.pushes[st] = append(sh.pushes[st], a)
 }
 
-// dueEntry is a hub's next serve; an entry whose gen is not the hub's is
-// stale.
+// dueEntry is a hub's next serve.
 type dueEntry struct {
-	at  time.Time
-	h   *hub
-	gen uint64
+	at time.Time
+	h  *hub
 }
 
+// dueHeap keeps each hub's place in it (hub.due) as entries move.
 type dueHeap []dueEntry
 
 func (d dueHeap) Len() int           { return len(d) }
 func (d dueHeap) Less(i, j int) bool { return d[i].at.Before(d[j].at) }
-func (d dueHeap) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
-func (d *dueHeap) Push(x any)        { *d = append(*d, x.(dueEntry)) }
+func (d dueHeap) Swap(i, j int) {
+	d[i], d[j] = d[j], d[i]
+	d[i].h.due, d[j].h.due = i+1, j+1
+}
+func (d *dueHeap) Push(x any) {
+	e := x.(dueEntry)
+	*d = append(*d, e)
+	e.h.due = len(*d)
+}
 func (d *dueHeap) Pop() any {
 	old := *d
 	e := old[len(old)-1]
+	old[len(old)-1] = dueEntry{}
 	*d = old[:len(old)-1]
+	e.h.due = 0
 	return e
 }
 

@@ -261,6 +261,12 @@ func (p *Planner) decide(in *Input, out *Output) {
 		}
 	}
 	out.Next = p.nextCleanup()
+	if n == 0 {
+		// No reporter, not even a ghost: nothing it holds can be spent,
+		// and no change will ask for it again.
+		p.releaseAll(out)
+		return
+	}
 	switch in.Plan.Kind {
 	case PlanNone:
 		p.releaseAll(out)

@@ -214,3 +214,22 @@ func dump(in *alloc.Input, out *alloc.Output) string {
 	}
 	return s
 }
+
+// TestNoReporterGivesBackEverything: a hub with no reporter left (not even
+// a ghost) gives back all it holds, however little: nothing can spend it
+// and no change will ask for it again. Holdings under 1 % of the limit
+// were kept, "to be asked for again at the next change", and with no
+// reporter the hub waited an hour for a next change.
+func TestNoReporterGivesBackEverything(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	held := []alloc.Hold{{Window: now, N: 3}, {Window: now + sec, N: 7}, {Window: now + 2*sec, N: 500}}
+	for _, kind := range []alloc.PlanKind{alloc.PlanDivide, alloc.PlanAllow, alloc.PlanDeny, alloc.PlanNone} {
+		in := &alloc.Input{Now: now, Plan: alloc.Plan{Kind: kind, Limit: 1000}, Window: sec, Held: held}
+		var out alloc.Output
+		(&alloc.Planner{O: alloc.DefaultOptions()}).Decide(in, &out)
+		if !slices.Equal(out.Release, held) || len(out.Reserve) != 0 || len(out.Changes) != 0 {
+			t.Errorf("plan kind %v with no reporter: release %v, reserve %v, changes %v; want every holding %v released, nothing else",
+				kind, out.Release, out.Reserve, out.Changes, held)
+		}
+	}
+}
