@@ -137,6 +137,11 @@ func TestQuotaBucketFlood(t *testing.T) {
 			testenv.Eventually(t, "every bucket forgotten after its TTL", func() bool {
 				return h.Stats.Gauge("ratelimit.rlqs.reporters").Value() == 0
 			})
+			// And their hubs: one whose stream closed while its
+			// reservation was out stayed for an hour.
+			testenv.Eventually(t, "every bucket's hub forgotten with its reporters", func() bool {
+				return h.Stats.Gauge("ratelimit.rlqs.buckets").Value() == 0
+			})
 			if waiting > 0 {
 				t.Logf("the last probe was unanswered after %v when probing stopped", waiting)
 			}
