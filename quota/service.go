@@ -256,6 +256,10 @@ type usageAt struct {
 // large report does not hold a shard from others' for long.
 const maxChunk = 64
 
+// keptChunk is the largest scratch per shard a stream keeps between its
+// reports.
+const keptChunk = 4 * maxChunk
+
 // Report takes one RateLimitQuotaUsageReports message received at now.
 // domain must be set in the first and may not change. The error names what
 // is wrong with the message; nothing of a bad message is taken.
@@ -293,6 +297,13 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	}
 	ctx := context.Background()
 	for i, c := range st.chunks {
+		if cap(c) > keptChunk {
+			// Not kept for the next report: a stream that subscribed its
+			// thousand buckets at once would hold the scratch for good
+			// (64 MB over a flood's thousand streams); reports after the
+			// first are what keptChunk is sized for.
+			st.chunks[i] = nil
+		}
 		for len(c) > 0 {
 			n := min(len(c), maxChunk)
 			part := make([]usageAt, n)
