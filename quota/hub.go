@@ -287,7 +287,7 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		return
 	}
 	sh.sweep(h, now)
-	if len(h.reps) == 0 && len(h.held) == 0 && !h.busy() {
+	if h.spent() {
 		sh.forget(h)
 		return
 	}
@@ -357,7 +357,7 @@ func (sh *shard) serve(h *hub, now time.Time) {
 	}
 	h.claims = append(h.claims[:0], out.Claims...)
 	h.overhead = out.Overhead
-	if len(h.reps) == 0 && len(h.held) == 0 && !h.busy() {
+	if h.spent() {
 		// Its last reporter went and it gave back what it held: nothing
 		// would serve it again (its next cleanup is an hour away).
 		sh.forget(h)
@@ -377,6 +377,10 @@ func (sh *shard) wake(h *hub) {
 		sh.markDirty(h)
 	}
 }
+
+// spent reports whether h can be forgotten: no reporter, nothing held,
+// no store call out.
+func (h *hub) spent() bool { return len(h.reps) == 0 && len(h.held) == 0 && !h.busy() }
 
 // busy reports whether a store call of the hub is still out.
 func (h *hub) busy() bool {

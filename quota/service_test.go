@@ -3,7 +3,6 @@ package quota_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -302,33 +301,15 @@ func TestClosedStreamsLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// reserveGate holds every call with a reservation until open is closed,
-// and tallies, per counter key, the hits the store granted to
+// tallyCounter tallies, per counter key, the hits the store granted to
 // reservations (of a limit of 1,000) and those given back.
-type reserveGate struct {
+type tallyCounter struct {
 	engine.Counter
-	open chan struct{}
-	held chan struct{} // closed when a call first waits
-	once sync.Once
-
 	mu                sync.Mutex
 	granted, released map[string]uint64
 }
 
-func newReserveGate() *reserveGate {
-	return &reserveGate{open: make(chan struct{}), held: make(chan struct{}),
-		granted: map[string]uint64{}, released: map[string]uint64{}}
-}
-
-func (g *reserveGate) Apply(ctx context.Context, ops []engine.CounterOp, b engine.Batch) error {
-	if slices.ContainsFunc(ops, func(op engine.CounterOp) bool { return op.Kind == engine.OpReserve }) {
-		g.once.Do(func() { close(g.held) })
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+func (g *tallyCounter) Apply(ctx context.Context, ops []engine.CounterOp, b engine.Batch) error {
 	if err := g.Counter.Apply(ctx, ops, b); err != nil {
 		return err
 	}
@@ -347,7 +328,7 @@ func (g *reserveGate) Apply(ctx context.Context, ops []engine.CounterOp, b engin
 }
 
 // unreturned is what was granted and not given back, per key.
-func (g *reserveGate) unreturned() map[string]uint64 {
+func (g *tallyCounter) unreturned() map[string]uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	left := map[string]uint64{}
@@ -367,28 +348,31 @@ func (g *reserveGate) unreturned() map[string]uint64 {
 // a store answer came (a bucket flood kept hubs six times the reporter
 // cap alive).
 func TestBucketWhoseStreamClosedMidReservationIsForgotten(t *testing.T) {
-	g := newReserveGate()
+	tally := &tallyCounter{granted: map[string]uint64{}, released: map[string]uint64{}}
+	gate := &gatedCounter{Counter: tally, entered: make(chan struct{}), open: make(chan struct{})}
 	f := newFixtureWith(t, quota.DefaultOptions(), rules1000, false, func(c engine.Counter) engine.Counter {
-		g.Counter = c
-		return g
+		tally.Counter = c
+		return gate
 	})
 	st := f.svc.Open(newSink())
 	if err := st.Report(time.Now(), "q", users(0, 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	<-g.held
+	<-gate.entered // the first call, the bucket's reservation
 	st.Close()
 	testenv.Eventually(t, "the closed stream's reporter gone while its reservation is out", func() bool {
 		return f.st.Gauge("ratelimit.rlqs.reporters").Value() == 0
 	})
-	close(g.open)
+	close(gate.open)
 	testenv.Eventually(t, "the bucket forgotten once the reservation's answer is back", func() bool {
 		return f.st.Gauge("ratelimit.rlqs.buckets").Value() == 0
 	})
 	testenv.Eventually(t, "what the store granted given back", func() bool {
-		return len(g.unreturned()) == 0
+		return len(tally.unreturned()) == 0
 	})
-	if len(g.granted) == 0 {
+	tally.mu.Lock()
+	defer tally.mu.Unlock()
+	if len(tally.granted) == 0 {
 		t.Fatal("the store granted nothing: the test did not test a grant")
 	}
 }
