@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
 )
@@ -45,7 +46,7 @@ func TestStreamKeepsNoLargeScratch(t *testing.T) {
 	for _, n := range []int{10, 2000, 10} {
 		u := make([]Usage, n)
 		for i := range u {
-			u[i] = Usage{Bucket: map[string]string{"user": fmt.Sprint(i)}}
+			u[i] = Usage{Bucket: alloc.BucketOf(map[string]string{"user": fmt.Sprint(i)})}
 		}
 		if err := st.Report(now, "q", u); err != nil {
 			t.Fatal(err)

@@ -100,7 +100,7 @@ func TestSmallReportNotHeldBehindBackedUpStore(t *testing.T) {
 // assigned reports whether k was sent a token bucket for user.
 func assigned(k *sink, user string) bool {
 	for _, a := range k.all() {
-		if a.Bucket["user"] == user && !a.Abandon && a.Strategy.Kind == alloc.TokenBucket {
+		if a.Bucket.Map()["user"] == user && !a.Abandon && a.Strategy.Kind == alloc.TokenBucket {
 			return true
 		}
 	}

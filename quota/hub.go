@@ -16,7 +16,7 @@ import (
 type hub struct {
 	key    string
 	domain string
-	bucket map[string]string
+	bucket alloc.BucketID
 	cfg    *engine.Config
 	rule   engine.QuotaRule
 	plan   alloc.Plan
@@ -25,12 +25,9 @@ type hub struct {
 	// the hub keeps of each (same index).
 	reps []alloc.Reporter
 	meta []repMeta
-	// held is what the hub reserved on each window's counter (by the
-	// window's start, unix nanoseconds) and has not given back; inflight
-	// what it asked for and has no answer to yet; full when the store
-	// last refused part of a reservation there.
-	held, inflight map[int64]uint64
-	full           map[int64]time.Time
+	// wins is what the hub holds, has asked for and was refused on each
+	// window's counter.
+	wins windows
 	// take is what the Envoys of a token-bucket rule reported admitted
 	// and the hub has not yet taken from the shared bucket.
 	take uint64
@@ -87,7 +84,7 @@ func (sh *shard) report(st *Stream, info streamInfo, sweep bool, now time.Time, 
 			sh.refuse(st, u, sweep)
 			return
 		}
-		h = sh.newHub(u.key, st.domain, u.Bucket)
+		h = sh.newHub(u.key, st.domain)
 	}
 	i := h.find(st)
 	news := false
@@ -193,9 +190,9 @@ func (sh *shard) refuse(st *Stream, u *usageAt, sweep bool) {
 	sh.push(st, Action{Key: u.key, Bucket: u.Bucket, Strategy: alloc.Strategy{Kind: kind}, TTL: o.RefusedTTL})
 }
 
-func (sh *shard) newHub(key, domain string, bucket map[string]string) *hub {
-	h := &hub{key: key, domain: domain, bucket: bucket, held: make(map[int64]uint64), inflight: make(map[int64]uint64),
-		full: make(map[int64]time.Time)}
+func (sh *shard) newHub(key, domain string) *hub {
+	// The BucketID is the key past its domain: one string for both.
+	h := &hub{key: key, domain: domain, bucket: alloc.BucketID(key[len(domain)+1:])}
 	h.lookup(sh)
 	sh.hubs[key] = h
 	sh.s.st.buckets.Add(1)
@@ -208,7 +205,7 @@ func (sh *shard) newHub(key, domain string, bucket map[string]string) *hub {
 func (h *hub) lookup(sh *shard) {
 	s := sh.s
 	h.cfg = s.rules.Config()
-	r, _, err := s.rules.QuotaRule(h.domain, alloc.Entries(h.bucket, s.o.Alloc.KeyOrder[h.domain]))
+	r, _, err := s.rules.QuotaRule(h.domain, h.bucket.Entries(s.o.Alloc.KeyOrder[h.domain]))
 	if err != nil {
 		s.st.lookupErrors.Inc()
 		r = engine.QuotaRule{}
@@ -292,16 +289,14 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		return
 	}
 	in := alloc.Input{Now: now.UnixNano(), Plan: h.plan, Window: h.window, Reporters: h.reps}
-	for w, n := range h.held {
-		in.Held = append(in.Held, alloc.Hold{Window: w, N: n})
-	}
-	for w, n := range h.inflight {
-		if n > 0 {
-			in.InFlight = append(in.InFlight, alloc.Hold{Window: w, N: n})
+	for _, w := range h.wins {
+		if w.held > 0 {
+			in.Held = append(in.Held, alloc.Hold{Window: w.start, N: w.held})
 		}
-	}
-	for _, at := range h.full {
-		in.Full = in.Full || now.Sub(at) < alloc.RetryShort
+		if w.inflight > 0 {
+			in.InFlight = append(in.InFlight, alloc.Hold{Window: w.start, N: w.inflight})
+		}
+		in.Full = in.Full || !w.full.IsZero() && now.Sub(w.full) < alloc.RetryShort
 	}
 	if !h.othersAt.IsZero() && now.Sub(h.othersAt) < boardStale {
 		in.Others = h.others
@@ -338,16 +333,15 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		h.express = false
 	}
 	for _, rv := range out.Reserve {
-		if at, ok := h.full[rv.Window]; ok && now.Sub(at) < alloc.RetryShort {
+		if h.wins.refusedLately(rv.Window, now) {
 			continue // the store refused it just now: not again yet
 		}
-		h.inflight[rv.Window] += rv.N
+		h.wins.at(rv.Window).inflight += rv.N
 		*ops = append(*ops, pendingOp{h: h, window: rv.Window, op: h.rule.ReserveOp(time.Unix(0, rv.Window), rv.N, now)})
 	}
 	for _, rl := range out.Release {
-		h.held[rl.Window] -= min(rl.N, h.held[rl.Window])
-		if h.held[rl.Window] == 0 {
-			delete(h.held, rl.Window)
+		if w := h.wins.get(rl.Window); w != nil {
+			w.held -= min(rl.N, w.held)
 		}
 		*ops = append(*ops, pendingOp{h: h, window: rl.Window, op: h.rule.ReleaseOp(time.Unix(0, rl.Window), rl.N)})
 	}
@@ -355,6 +349,7 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		*ops = append(*ops, pendingOp{h: h, op: h.rule.TakeOp(h.take, now)})
 		h.take = 0
 	}
+	h.wins.tidy()
 	h.claims = append(h.claims[:0], out.Claims...)
 	h.overhead = out.Overhead
 	if h.spent() {
@@ -380,17 +375,7 @@ func (sh *shard) wake(h *hub) {
 
 // spent reports whether h can be forgotten: no reporter, nothing held,
 // no store call out.
-func (h *hub) spent() bool { return len(h.reps) == 0 && len(h.held) == 0 && !h.busy() }
-
-// busy reports whether a store call of the hub is still out.
-func (h *hub) busy() bool {
-	for _, n := range h.inflight {
-		if n > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (h *hub) spent() bool { return len(h.reps) == 0 && !h.wins.holds() && !h.wins.busy() }
 
 // sweep forgets what can no longer be spent, abandons idle reporters and
 // drops the ghosts that can no longer spend anything.
@@ -400,16 +385,16 @@ func (sh *shard) sweep(h *hub, now time.Time) {
 	if h.window > 0 {
 		from -= mod(from, h.window)
 	}
-	for w := range h.held {
-		if w+h.window <= now.UnixNano() {
-			delete(h.held, w) // its window ended: nothing to give back
+	for i := range h.wins {
+		w := &h.wins[i]
+		if w.start+h.window <= now.UnixNano() {
+			w.held = 0 // its window ended: nothing to give back
+		}
+		if !w.full.IsZero() && now.Sub(w.full) >= alloc.RetryShort {
+			w.full = time.Time{}
 		}
 	}
-	for w, at := range h.full {
-		if now.Sub(at) >= alloc.RetryShort {
-			delete(h.full, w)
-		}
-	}
+	h.wins.tidy()
 	for i := 0; i < len(h.reps); i++ {
 		r, m := &h.reps[i], &h.meta[i]
 		alloc.Forget(r, from)
@@ -471,8 +456,10 @@ func (sh *shard) reload(h *hub) bool {
 		// Other keys: what the hub held stays counted there until its
 		// windows end; what its Envoys may still spend is reserved anew
 		// on the new ones.
-		clear(h.held)
-		clear(h.full)
+		for i := range h.wins {
+			h.wins[i].held, h.wins[i].full = 0, time.Time{}
+		}
+		h.wins.tidy()
 	}
 	return true
 }
@@ -482,12 +469,11 @@ func (h *hub) bookOp(sh *shard, p *pendingOp, err error, now time.Time) {
 	s := sh.s
 	switch p.op.Kind {
 	case engine.OpReserve:
-		h.inflight[p.window] -= min(p.op.Hits, h.inflight[p.window])
-		if h.inflight[p.window] == 0 {
-			delete(h.inflight, p.window)
-		}
+		w := h.wins.at(p.window)
+		w.inflight -= min(p.op.Hits, w.inflight)
 		if err != nil {
-			h.full[p.window] = now // ask again a little later
+			w.full = now // ask again a little later
+			h.wins.tidy()
 			sh.wake(h)
 			return
 		}
@@ -504,11 +490,10 @@ func (h *hub) bookOp(sh *shard, p *pendingOp, err error, now time.Time) {
 			sh.ops = append(sh.ops, pendingOp{h: h, window: p.window, op: h.rule.ReleaseOp(time.Unix(0, p.window), excess)})
 		}
 		if g < p.op.Hits {
-			h.full[p.window] = now
+			w.full = now
 		}
-		if g > 0 {
-			h.held[p.window] += g
-		}
+		w.held += g
+		h.wins.tidy()
 		sh.wake(h)
 	case engine.OpRelease:
 		if err != nil {

@@ -29,7 +29,7 @@ type Action struct {
 	// Key names the bucket: a later action for the same Key supersedes an
 	// earlier one not yet written.
 	Key      string
-	Bucket   map[string]string
+	Bucket   alloc.BucketID
 	Abandon  bool
 	Strategy alloc.Strategy
 	TTL      time.Duration
@@ -47,7 +47,7 @@ type Sink interface{ Push([]Action) }
 
 // Usage is one bucket's part of a usage report.
 type Usage struct {
-	Bucket  map[string]string
+	Bucket  alloc.BucketID
 	Elapsed time.Duration
 	Allowed uint64
 	Denied  uint64
@@ -291,7 +291,7 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 		st.chunks[i] = st.chunks[i][:0]
 	}
 	for _, u := range usages {
-		key := st.domain + "\x00" + alloc.Key(u.Bucket)
+		key := st.domain + "\x00" + string(u.Bucket)
 		i := int(xxhash.Sum64String(key) % uint64(len(s.shards)))
 		st.chunks[i] = append(st.chunks[i], usageAt{key: key, Usage: u})
 	}
@@ -360,10 +360,10 @@ const maxPeriod = time.Minute
 
 func checkUsages(usages []Usage) error {
 	for i, u := range usages {
-		if len(u.Bucket) == 0 {
+		if u.Bucket == "" {
 			return fmt.Errorf("rlqs: bucket_quota_usages[%d]: bucket_id has no entries", i)
 		}
-		for k, v := range u.Bucket {
+		for k, v := range u.Bucket.All() {
 			if k == "" || v == "" {
 				return fmt.Errorf("rlqs: bucket_quota_usages[%d]: bucket_id entry %q: %q has an empty key or value", i, k, v)
 			}

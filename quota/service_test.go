@@ -112,7 +112,7 @@ func newFixtureWith(t testing.TB, o quota.Options, rules string, manual bool, wr
 func users(from, n int, elapsed time.Duration) []quota.Usage {
 	u := make([]quota.Usage, n)
 	for i := range u {
-		u[i] = quota.Usage{Bucket: map[string]string{"user": fmt.Sprint("u", from+i)}, Elapsed: elapsed}
+		u[i] = quota.Usage{Bucket: alloc.BucketOf(map[string]string{"user": fmt.Sprint("u", from+i)}), Elapsed: elapsed}
 		if elapsed > 0 {
 			u[i].Allowed = 10
 		}
@@ -163,8 +163,8 @@ func TestBadReportsNameWhatIsWrong(t *testing.T) {
 	}{
 		{"no domain", "", users(0, 1, 0), "must name its domain"},
 		{"empty bucket id", "q", []quota.Usage{{}}, "bucket_id has no entries"},
-		{"empty value", "q", []quota.Usage{{Bucket: map[string]string{"user": ""}}}, "empty key or value"},
-		{"negative elapsed", "q", []quota.Usage{{Bucket: map[string]string{"user": "a"}, Elapsed: -time.Second}}, "negative time_elapsed"},
+		{"empty value", "q", []quota.Usage{{Bucket: alloc.BucketOf(map[string]string{"user": ""})}}, "empty key or value"},
+		{"negative elapsed", "q", []quota.Usage{{Bucket: alloc.BucketOf(map[string]string{"user": "a"}), Elapsed: -time.Second}}, "negative time_elapsed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := st.Report(now, tc.domain, tc.usages)

@@ -13,8 +13,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -51,22 +49,28 @@ const maxAnswerBytes = 4<<20 - 64<<10
 // stopStreams ends the streams being served and those opened later.
 func (q *quotaServer) stopStreams() { q.drainOnce.Do(func() { close(q.drain) }) }
 
-// native is the method on the native server, whose messages are bytes.
+// native is the method on the native server, whose messages are bytes:
+// decoded and encoded by hand (rlqswire.go).
 func (q *quotaServer) native(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
-	return q.serve(ctx, func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+	var dec reportsDecoder
+	return q.serve(ctx, func() (report, error) {
 		b, err := recv()
 		if err != nil {
-			return nil, err
+			return report{}, err
 		}
-		m := new(rlqsv3.RateLimitQuotaUsageReports)
-		if err := proto.Unmarshal(b, m); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "usage reports: %v", err)
-		}
-		return m, nil
-	}, func(r *rlqsv3.RateLimitQuotaResponse) error {
-		b, err := proto.Marshal(r)
+		domain, usages, err := dec.decode(b)
 		if err != nil {
-			return status.Errorf(codes.Internal, "quota response: %v", err)
+			return report{}, status.Errorf(codes.InvalidArgument, "usage reports: %v", err)
+		}
+		return report{domain, usages}, nil
+	}, func(acts []quota.Action) error {
+		n := 0
+		for i := range acts {
+			n += actionFrameSize(&acts[i])
+		}
+		b := make([]byte, 0, n)
+		for i := range acts {
+			b = appendAction(b, &acts[i])
 		}
 		return send(b)
 	})
@@ -76,17 +80,45 @@ func (q *quotaServer) native(ctx context.Context, recv func() ([]byte, error), s
 // codec cannot read is INVALID_ARGUMENT, as on the native server (grpc-go
 // says INTERNAL).
 func (q *quotaServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	return q.serve(stream.Context(), func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+	return q.serve(stream.Context(), func() (report, error) {
 		m, err := stream.Recv()
 		if s, ok := status.FromError(err); ok && s.Code() == codes.Internal && strings.Contains(s.Message(), "unmarshal") {
-			return nil, status.Errorf(codes.InvalidArgument, "usage reports: %s", s.Message())
+			return report{}, status.Errorf(codes.InvalidArgument, "usage reports: %s", s.Message())
 		}
-		return m, err
-	}, stream.Send)
+		if err != nil {
+			return report{}, err
+		}
+		return reportOf(m), nil
+	}, func(acts []quota.Action) error {
+		resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(acts))}
+		for i, a := range acts {
+			resp.BucketAction[i] = bucketAction(a)
+		}
+		return stream.Send(resp)
+	})
+}
+
+// report is one RateLimitQuotaUsageReports as the quota service takes it.
+type report struct {
+	domain string
+	usages []quota.Usage
+}
+
+// reportOf reads a decoded message.
+func reportOf(m *rlqsv3.RateLimitQuotaUsageReports) report {
+	usages := make([]quota.Usage, len(m.GetBucketQuotaUsages()))
+	for i, u := range m.GetBucketQuotaUsages() {
+		usages[i] = quota.Usage{Elapsed: u.GetTimeElapsed().AsDuration(),
+			Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied()}
+		if b := u.GetBucketId().GetBucket(); len(b) > 0 {
+			usages[i].Bucket = alloc.BucketOf(b)
+		}
+	}
+	return report{m.GetDomain(), usages}
 }
 
 type received struct {
-	m   *rlqsv3.RateLimitQuotaUsageReports
+	r   report
 	err error
 }
 
@@ -94,7 +126,7 @@ type received struct {
 // receiving goroutine belongs to the call: it ends when recv fails, which
 // it does once the call is over (both servers end a call's receives when
 // its method returns).
-func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+func (q *quotaServer) serve(ctx context.Context, recv func() (report, error), send func([]quota.Action) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	box := newOutbox(q.maxMsg)
@@ -120,9 +152,9 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQ
 	in := make(chan received)
 	go func() {
 		for {
-			m, err := recv()
+			r, err := recv()
 			select {
-			case in <- received{m, err}:
+			case in <- received{r, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -164,7 +196,7 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQ
 			if r.err != nil {
 				return r.err
 			}
-			if err := q.report(st, r.m); err != nil {
+			if err := q.report(st, r.r); err != nil {
 				return err
 			}
 		}
@@ -172,13 +204,8 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQ
 }
 
 // report hands one message to the quota service.
-func (q *quotaServer) report(st *quota.Stream, m *rlqsv3.RateLimitQuotaUsageReports) error {
-	usages := make([]quota.Usage, len(m.GetBucketQuotaUsages()))
-	for i, u := range m.GetBucketQuotaUsages() {
-		usages[i] = quota.Usage{Bucket: u.GetBucketId().GetBucket(), Elapsed: u.GetTimeElapsed().AsDuration(),
-			Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied()}
-	}
-	err := st.Report(time.Now(), m.GetDomain(), usages)
+func (q *quotaServer) report(st *quota.Stream, r report) error {
+	err := st.Report(time.Now(), r.domain, r.usages)
 	switch {
 	case err == nil:
 		return nil
@@ -226,9 +253,9 @@ func (o *outbox) Push(acts []quota.Action) {
 }
 
 // flush writes what is queued, as few RateLimitQuotaResponses as fit
-// under the size bound, and returns when the newest replacement among
-// them was decided (zero: none).
-func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) (replaced time.Time, err error) {
+// under the size bound (send writes one), and returns when the newest
+// replacement among them was decided (zero: none).
+func (o *outbox) flush(send func([]quota.Action) error) (replaced time.Time, err error) {
 	o.mu.Lock()
 	acts := o.queue
 	o.queue = nil
@@ -240,21 +267,17 @@ func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) (replace
 		}
 	}
 	for len(acts) > 0 {
-		resp := &rlqsv3.RateLimitQuotaResponse{}
 		size := 0
 		n := 0
 		for n < len(acts) {
-			ba := bucketAction(acts[n])
-			// A repeated field costs its tag and length prefix too.
-			s := proto.Size(ba) + 1 + protowire.SizeVarint(uint64(proto.Size(ba)))
+			s := actionFrameSize(&acts[n])
 			if n > 0 && size+s > o.max {
 				break
 			}
-			resp.BucketAction = append(resp.BucketAction, ba)
 			size += s
 			n++
 		}
-		if err := send(resp); err != nil {
+		if err := send(acts[:n]); err != nil {
 			return time.Time{}, err
 		}
 		acts = acts[n:]
@@ -263,7 +286,7 @@ func (o *outbox) flush(send func(*rlqsv3.RateLimitQuotaResponse) error) (replace
 }
 
 func bucketAction(a quota.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket}}
+	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket.Map()}}
 	if a.Abandon {
 		ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}

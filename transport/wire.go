@@ -366,6 +366,22 @@ func durationParts(d time.Duration) (int64, int32) {
 	return int64(d / time.Second), int32(d % time.Second)
 }
 
+// appendDuration appends d's length and a google.protobuf.Duration, as
+// durationpb.New makes it.
+func appendDuration(b []byte, d time.Duration) []byte {
+	b = protowire.AppendVarint(b, uint64(durationSize(d)))
+	sec, nanos := durationParts(d)
+	if sec != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(sec))
+	}
+	if nanos != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(int64(nanos)))
+	}
+	return b
+}
+
 func headerSize(h engine.Header) int {
 	n := 0
 	if h.Key != "" {
@@ -414,16 +430,7 @@ func (r *wireResponse) appendTo(b []byte) []byte {
 		}
 		if d := st.DurationUntilReset; d > 0 {
 			b = protowire.AppendTag(b, 4, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(durationSize(d)))
-			sec, nanos := durationParts(d)
-			if sec != 0 {
-				b = protowire.AppendTag(b, 1, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(sec))
-			}
-			if nanos != 0 {
-				b = protowire.AppendTag(b, 2, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(int64(nanos)))
-			}
+			b = appendDuration(b, d)
 		}
 	}
 	for _, h := range r.Headers {

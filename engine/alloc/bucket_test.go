@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestEntries(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got := alloc.Entries(c.bucket, c.order)
+			got := alloc.BucketOf(c.bucket).Entries(c.order)
 			if !slices.Equal(got, c.want) && !(len(got) == 0 && len(c.want) == 0) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
@@ -44,12 +45,12 @@ func TestEntries(t *testing.T) {
 	}
 }
 
-func TestKey(t *testing.T) {
+func TestBucketOf(t *testing.T) {
 	t.Parallel()
 	a := map[string]string{"name": "b", "env": "prod"}
 	b := map[string]string{"env": "prod", "name": "b"}
-	if alloc.Key(a) != alloc.Key(b) {
-		t.Fatalf("one bucket, two keys: %q %q", alloc.Key(a), alloc.Key(b))
+	if alloc.BucketOf(a) != alloc.BucketOf(b) {
+		t.Fatalf("one bucket, two keys: %q %q", alloc.BucketOf(a), alloc.BucketOf(b))
 	}
 	// Maps that a naive join would confuse.
 	distinct := []map[string]string{
@@ -62,9 +63,9 @@ func TestKey(t *testing.T) {
 		{"a": "bc"},
 		{},
 	}
-	seen := map[string]int{}
+	seen := map[alloc.BucketID]int{}
 	for i, m := range distinct {
-		k := alloc.Key(m)
+		k := alloc.BucketOf(m)
 		if j, dup := seen[k]; dup {
 			t.Fatalf("maps %v and %v share the key %q", distinct[j], m, k)
 		}
@@ -72,8 +73,9 @@ func TestKey(t *testing.T) {
 	}
 }
 
-// FuzzKey: two maps have the same Key exactly when they are equal.
-func FuzzKey(f *testing.F) {
+// FuzzBucketOf: two maps have the same BucketID exactly when they are
+// equal, and a BucketID reads back as its map.
+func FuzzBucketOf(f *testing.F) {
 	f.Add("a", "b:c", "a:b", "c")
 	f.Add("a", "b", "a", "b")
 	f.Add("1", "2:3", "1", "2")
@@ -86,8 +88,58 @@ func FuzzKey(f *testing.F) {
 				equal = false
 			}
 		}
-		if (alloc.Key(m1) == alloc.Key(m2)) != equal {
-			t.Fatalf("%v and %v: keys %q and %q", m1, m2, alloc.Key(m1), alloc.Key(m2))
+		if (alloc.BucketOf(m1) == alloc.BucketOf(m2)) != equal {
+			t.Fatalf("%v and %v: keys %q and %q", m1, m2, alloc.BucketOf(m1), alloc.BucketOf(m2))
+		}
+		for _, m := range []map[string]string{m1, m2} {
+			b := alloc.BucketOf(m)
+			if got := b.Map(); !maps.Equal(got, m) {
+				t.Fatalf("%q reads back as %v, want %v", b, got, m)
+			}
+			if b.Len() != len(m) {
+				t.Fatalf("%q has %d entries, want %d", b, b.Len(), len(m))
+			}
 		}
 	})
+}
+
+// FuzzBucketOfPairs: pairs make the BucketID of the map they fill in
+// order, a later pair of a key replacing an earlier one.
+func FuzzBucketOfPairs(f *testing.F) {
+	f.Add("a", "1", "b", "2", "a", "3")
+	f.Add("x", "", "x", "y", "", "z")
+	f.Add("10:", "2:3", "1", "0:", "10:", "")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		pairs := []alloc.Pair{{k1, v1}, {k2, v2}, {k3, v3}}
+		m := map[string]string{}
+		for _, p := range pairs {
+			m[p.Key] = p.Value
+		}
+		if got, want := alloc.BucketOfPairs(pairs), alloc.BucketOf(m); got != want {
+			t.Fatalf("pairs %v give %q, the map %v gives %q", pairs, got, m, want)
+		}
+	})
+}
+
+// TestBucketIDMalformed: a string not made by BucketOf reads as the
+// entries before what is wrong in it, and nothing crashes.
+func TestBucketIDMalformed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want map[string]string
+	}{
+		{"", map[string]string{}},
+		{"1:a1:b", map[string]string{"a": "b"}},
+		{"1:a1:b5:c", map[string]string{"a": "b"}},
+		{"1:a", map[string]string{}},
+		{"x:a1:b", map[string]string{}},
+		{"-1:a1:b", map[string]string{}},
+		{"1:a1:b:", map[string]string{"a": "b"}},
+		{"99999999999999999999:a", map[string]string{}},
+	} {
+		if got := alloc.BucketID(c.in).Map(); !maps.Equal(got, c.want) {
+			t.Errorf("%q reads as %v, want %v", c.in, got, c.want)
+		}
+	}
 }

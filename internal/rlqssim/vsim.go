@@ -109,7 +109,8 @@ type vsim struct {
 	q        events
 	seq      int
 	nextID   int
-	index    map[string]int
+	index    map[alloc.BucketID]int
+	ids      []alloc.BucketID // cfg.Buckets' ids
 	run      *VRun
 	start    time.Time
 }
@@ -119,7 +120,7 @@ func Simulate(cfg VConfig) (*VRun, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &vsim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), index: map[string]int{}}
+	s := &vsim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), index: map[alloc.BucketID]int{}}
 	s.start = time.Unix(1_750_000_000, 0)
 	s.clock = &vclock{now: s.start}
 	s.store = memory.New(s.clock.Now)
@@ -127,7 +128,9 @@ func Simulate(cfg VConfig) (*VRun, error) {
 		s.board = memory.NewBoard(s.clock.Now)
 	}
 	for i, b := range cfg.Buckets {
-		s.index[bucketKey(b)] = i
+		id := alloc.BucketOf(b)
+		s.index[id] = i
+		s.ids = append(s.ids, id)
 	}
 	for i := range cfg.Replicas {
 		r, err := s.newReplica(i)
@@ -387,7 +390,7 @@ func (k *vsink) Push(acts []quota.Action) {
 	replace := false
 	for i, a := range acts {
 		replace = replace || a.Replace
-		idx, ok := s.index[bucketKey(a.Bucket)]
+		idx, ok := s.index[a.Bucket]
 		if !ok {
 			idx = -1
 		}
@@ -438,7 +441,7 @@ func (s *vsim) deliver(ev event) {
 		}
 		us := make([]quota.Usage, len(ev.usages))
 		for i, u := range ev.usages {
-			us[i] = quota.Usage{Bucket: s.cfg.Buckets[u.Bucket], Elapsed: u.Elapsed, Allowed: u.Allowed, Denied: u.Denied}
+			us[i] = quota.Usage{Bucket: s.ids[u.Bucket], Elapsed: u.Elapsed, Allowed: u.Allowed, Denied: u.Denied}
 		}
 		for _, u := range ev.usages {
 			s.trace("stream %d (envoy %d) reports bucket %d: %d allowed %d denied over %v", vs.id, vs.filter.envoy, u.Bucket, u.Allowed, u.Denied, u.Elapsed)
