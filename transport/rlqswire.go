@@ -32,29 +32,17 @@ type reportsDecoder struct {
 // decode reads an envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports.
 // Nothing returned shares memory with buf.
 func (d *reportsDecoder) decode(buf []byte) (domain string, usages []quota.Usage, err error) {
-	// Pass 1 checks the framing and counts the usages, so that pass 2
-	// allocates once.
-	n := 0
-	top := fields{buf: buf, end: len(buf)}
-	for top.next() {
-		if top.f.is(2, protowire.BytesType) {
-			n++
-		}
-	}
-	if top.err != nil {
-		return "", nil, top.err
-	}
 	// One copy of the message, which the entries' strings slice while a
 	// BucketID is made of them; only what is kept is copied again.
 	text := string(buf)
-	if n > 0 {
-		usages = make([]quota.Usage, 0, n)
-	}
-	for it := (fields{buf: buf, end: len(buf)}); it.next(); {
+	// One pass, in wire order: the first error met is the one
+	// proto.Unmarshal reports (bad UTF-8 before a truncated tail, say).
+	it := fields{buf: buf, end: len(buf)}
+	for it.next() {
 		switch f := it.f; {
 		case f.is(1, protowire.BytesType):
 			if domain = text[f.start:f.end]; !utf8.ValidString(domain) {
-				return "", nil, invalidUTF8("envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports.domain")
+				return "", nil, errStringUTF8
 			}
 		case f.is(2, protowire.BytesType):
 			u, err := d.usage(buf, text, f.start, f.end)
@@ -63,6 +51,9 @@ func (d *reportsDecoder) decode(buf []byte) (domain string, usages []quota.Usage
 			}
 			usages = append(usages, u)
 		}
+	}
+	if it.err != nil {
+		return "", nil, it.err
 	}
 	return strings.Clone(domain), usages, nil
 }
@@ -101,9 +92,9 @@ func (d *reportsDecoder) usage(buf []byte, text string, start, end int) (quota.U
 	return u, nil
 }
 
-// errMapUTF8 is protobuf-go's error for a map key or value that is not
-// UTF-8 (it names no field, unlike a string field's).
-var errMapUTF8 = errors.New("string field contains invalid UTF-8")
+// errStringUTF8 is protobuf-go's error for a string that is not UTF-8
+// (its fast path names no field).
+var errStringUTF8 = errors.New("string field contains invalid UTF-8")
 
 // bucketID decodes a BucketId's map entries into d.pairs, in wire order.
 func (d *reportsDecoder) bucketID(buf []byte, text string, start, end int) error {
@@ -118,11 +109,11 @@ func (d *reportsDecoder) bucketID(buf []byte, text string, start, end int) error
 			switch f := entry.f; {
 			case f.is(1, protowire.BytesType):
 				if p.Key = text[f.start:f.end]; !utf8.ValidString(p.Key) {
-					return errMapUTF8
+					return errStringUTF8
 				}
 			case f.is(2, protowire.BytesType):
 				if p.Value = text[f.start:f.end]; !utf8.ValidString(p.Value) {
-					return errMapUTF8
+					return errStringUTF8
 				}
 			}
 		}
