@@ -90,6 +90,12 @@ func (sh *shard) report(st *Stream, info streamInfo, sweep bool, now time.Time, 
 	news := false
 	if i < 0 {
 		if !sh.admit(st) {
+			if h.spent() && !h.queued && h.due == 0 {
+				// Made for this report (room passed, the memory budget
+				// then refused): no reporter, nothing held, nothing
+				// scheduled, so nothing would ever forget it.
+				sh.forget(h)
+			}
 			sh.refuse(st, u, sweep)
 			return
 		}

@@ -249,6 +249,13 @@ func TestBucketsBeyondTheCapsAreAnsweredOnce(t *testing.T) {
 			if g := f.st.Gauge("ratelimit.rlqs.reporters").Value(); g != int64(tc.tracked) {
 				t.Errorf("reporters gauge %d, want %d", g, tc.tracked)
 			}
+			// Each bucket has one stream: a refused one leaves no hub
+			// (one made before the memory budget refused its reporter
+			// stayed, reporterless: a flood's 317,000 hubs for 87,000
+			// reporters).
+			if g := f.st.Gauge("ratelimit.rlqs.buckets").Value(); g != int64(tc.tracked) {
+				t.Errorf("buckets gauge %d, want %d (one per tracked bucket)", g, tc.tracked)
+			}
 		})
 	}
 }
