@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -149,7 +147,7 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	stall := l.StallTimeout
 	g.RegisterService(guardedDesc(rls.serviceDesc(), stall), rls)
 	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall), s.ghs)
-	g.RegisterService(guardedDesc(&rlqsv3.RateLimitQuotaService_ServiceDesc, stall), s.quota)
+	g.RegisterService(guardedDesc(s.quota.serviceDesc(), stall), s.quota)
 	reflection.Register(g) // grpc.reflection.v1 and v1alpha (reflection.go)
 	return g
 }

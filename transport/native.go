@@ -46,7 +46,7 @@ func (n *listeners) nativeServer(s *Server) (*h2grpc.Server, error) {
 			healthWatchMethod: nativeHealthWatch(s.ghs),
 		},
 		BidiMethods: map[string]h2grpc.BidiMethod{
-			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: s.quota.native,
+			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: s.quota.stream,
 		},
 		Workers:               l.StreamWorkers,
 		MaxHeaderListSize:     nativeHeaderList,

@@ -5,18 +5,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"strings"
+	"runtime"
 	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/transport/h2grpc"
 )
@@ -25,7 +22,6 @@ import (
 // StreamRateLimitQuotas, on either gRPC server: a stream is a loop that
 // hands reports to the quota service and writes the actions it pushes.
 type quotaServer struct {
-	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	svc *quota.Service
 	log *slog.Logger
 
@@ -35,10 +31,39 @@ type quotaServer struct {
 	drainOnce sync.Once
 	// maxMsg bounds an answer's size.
 	maxMsg int
+	// heavy are the tokens a large message is decoded or encoded with:
+	// GOMAXPROCS of them.
+	heavy chan struct{}
 }
 
 func newQuotaServer(svc *quota.Service, log *slog.Logger) *quotaServer {
-	return &quotaServer{svc: svc, log: log, drain: make(chan struct{}), maxMsg: maxAnswerBytes}
+	return &quotaServer{svc: svc, log: log, drain: make(chan struct{}), maxMsg: maxAnswerBytes,
+		heavy: make(chan struct{}, runtime.GOMAXPROCS(0))}
+}
+
+// A flood's thousand streams, each decoding a thousand-usage report at
+// once, were a thousand runnable goroutines, and Go's scheduler has no
+// priorities: a probe Envoy's one-usage report waited its turn behind all
+// of them at every hop (1.6 s in the burst's first second). So a large
+// message is decoded, and a large answer encoded, holding one of
+// GOMAXPROCS tokens: the others wait parked, not runnable, and a small
+// message takes none. Sending and receiving are not held: a client that
+// reads slowly holds no token.
+const (
+	heavyBytes   = 4 << 10 // a report of about 80 usages
+	heavyActions = 64
+)
+
+// withHeavy runs f holding a heavy token, or returns ctx's error.
+func (q *quotaServer) withHeavy(ctx context.Context, f func()) error {
+	select {
+	case q.heavy <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-q.heavy }()
+	f()
+	return nil
 }
 
 // maxAnswerBytes bounds one RateLimitQuotaResponse: gRPC clients refuse
@@ -49,72 +74,75 @@ const maxAnswerBytes = 4<<20 - 64<<10
 // stopStreams ends the streams being served and those opened later.
 func (q *quotaServer) stopStreams() { q.drainOnce.Do(func() { close(q.drain) }) }
 
-// native is the method on the native server, whose messages are bytes:
+// stream is the method on either server, its messages as bytes:
 // decoded and encoded by hand (rlqswire.go).
-func (q *quotaServer) native(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
+func (q *quotaServer) stream(ctx context.Context, recv func() ([]byte, error), send func([]byte) error) error {
 	var dec reportsDecoder
 	return q.serve(ctx, func() (report, error) {
 		b, err := recv()
 		if err != nil {
 			return report{}, err
 		}
-		domain, usages, err := dec.decode(b)
+		var domain string
+		var usages []quota.Usage
+		if len(b) < heavyBytes {
+			domain, usages, err = dec.decode(b)
+		} else if herr := q.withHeavy(ctx, func() { domain, usages, err = dec.decode(b) }); herr != nil {
+			return report{}, herr
+		}
 		if err != nil {
 			return report{}, status.Errorf(codes.InvalidArgument, "usage reports: %v", err)
 		}
 		return report{domain, usages}, nil
 	}, func(acts []quota.Action) error {
-		n := 0
-		for i := range acts {
-			n += actionFrameSize(&acts[i])
+		var b []byte
+		encode := func() {
+			n := 0
+			for i := range acts {
+				n += actionFrameSize(&acts[i])
+			}
+			b = make([]byte, 0, n)
+			for i := range acts {
+				b = appendAction(b, &acts[i])
+			}
 		}
-		b := make([]byte, 0, n)
-		for i := range acts {
-			b = appendAction(b, &acts[i])
+		if len(acts) < heavyActions {
+			encode()
+		} else if err := q.withHeavy(ctx, encode); err != nil {
+			return err
 		}
 		return send(b)
 	})
 }
 
-// StreamRateLimitQuotas is the method on grpc-go's server. A message its
-// codec cannot read is INVALID_ARGUMENT, as on the native server (grpc-go
-// says INTERNAL).
-func (q *quotaServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	return q.serve(stream.Context(), func() (report, error) {
-		m, err := stream.Recv()
-		if s, ok := status.FromError(err); ok && s.Code() == codes.Internal && strings.Contains(s.Message(), "unmarshal") {
-			return report{}, status.Errorf(codes.InvalidArgument, "usage reports: %s", s.Message())
+// serviceDesc is the RateLimitQuotaService as the generated code
+// describes it, with a stream handler whose messages are bytes to the
+// codec (wireBytes) and decoded and encoded here as on the native server.
+func (q *quotaServer) serviceDesc() *grpc.ServiceDesc {
+	desc := rlqsv3.RateLimitQuotaService_ServiceDesc
+	desc.HandlerType = (*interface {
+		grpcStream(grpc.ServerStream) error
+	})(nil)
+	desc.Streams = []grpc.StreamDesc{{StreamName: "StreamRateLimitQuotas", ServerStreams: true, ClientStreams: true,
+		Handler: func(srv any, ss grpc.ServerStream) error { return srv.(*quotaServer).grpcStream(ss) }}}
+	return &desc
+}
+
+// grpcStream is the method on grpc-go's server.
+func (q *quotaServer) grpcStream(ss grpc.ServerStream) error {
+	return q.stream(ss.Context(), func() ([]byte, error) {
+		var m wireBytes
+		if err := ss.RecvMsg(&m); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return report{}, err
-		}
-		return reportOf(m), nil
-	}, func(acts []quota.Action) error {
-		resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(acts))}
-		for i, a := range acts {
-			resp.BucketAction[i] = bucketAction(a)
-		}
-		return stream.Send(resp)
-	})
+		return m, nil
+	}, func(b []byte) error { return ss.SendMsg(wireBytes(b)) })
 }
 
 // report is one RateLimitQuotaUsageReports as the quota service takes it.
 type report struct {
 	domain string
 	usages []quota.Usage
-}
-
-// reportOf reads a decoded message.
-func reportOf(m *rlqsv3.RateLimitQuotaUsageReports) report {
-	usages := make([]quota.Usage, len(m.GetBucketQuotaUsages()))
-	for i, u := range m.GetBucketQuotaUsages() {
-		usages[i] = quota.Usage{Elapsed: u.GetTimeElapsed().AsDuration(),
-			Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied()}
-		if b := u.GetBucketId().GetBucket(); len(b) > 0 {
-			usages[i].Bucket = alloc.BucketOf(b)
-		}
-	}
-	return report{m.GetDomain(), usages}
 }
 
 type received struct {
@@ -285,38 +313,9 @@ func (o *outbox) flush(send func([]quota.Action) error) (replaced time.Time, err
 	return replaced, nil
 }
 
-func bucketAction(a quota.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket.Map()}}
-	if a.Abandon {
-		ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
-		return ba
-	}
-	ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-			AssignmentTimeToLive: durationpb.New(a.TTL),
-			RateLimitStrategy:    strategyProto(a.Strategy),
-		}}
-	return ba
-}
-
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
 	}
 	return b
-}
-
-func strategyProto(s alloc.Strategy) *typev3.RateLimitStrategy {
-	switch s.Kind {
-	case alloc.TokenBucket:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens:     s.MaxTokens,
-			TokensPerFill: wrapperspb.UInt32(s.TokensPerFill),
-			FillInterval:  durationpb.New(s.FillInterval),
-		}}}
-	case alloc.DenyAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
-	}
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
 }

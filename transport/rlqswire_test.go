@@ -2,15 +2,19 @@ package transport
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/quota"
@@ -226,4 +230,81 @@ func FuzzEncodeAction(f *testing.F) {
 			Strategy: alloc.Strategy{Kind: kinds[int(kind)%len(kinds)], MaxTokens: maxTokens, TokensPerFill: perFill, FillInterval: time.Duration(fill)}}
 		checkAction(t, []quota.Action{a, a})
 	})
+}
+
+// TestHeavyTokens: at most cap(heavy) large messages are worked on at
+// once; a waiter whose call ends gives up without running.
+func TestHeavyTokens(t *testing.T) {
+	t.Parallel()
+	q := &quotaServer{heavy: make(chan struct{}, 1)}
+	inside, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = q.withHeavy(context.Background(), func() { close(inside); <-release })
+	}()
+	<-inside
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- q.withHeavy(ctx, func() { ran <- struct{}{} }) }()
+	select {
+	case <-ran:
+		t.Fatal("a second large message was worked on while the only token was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a waiter whose call ended: %v, want context.Canceled", err)
+	}
+	if len(ran) != 0 {
+		t.Fatal("it ran")
+	}
+	close(release)
+	if err := q.withHeavy(context.Background(), func() { ran <- struct{}{} }); err != nil || len(ran) != 1 {
+		t.Fatalf("after the token came back: %v, ran %d", err, len(ran))
+	}
+}
+
+// reportOf reads a message decoded by the generated code: the oracle the
+// hand decoder is checked against.
+func reportOf(m *rlqsv3.RateLimitQuotaUsageReports) report {
+	usages := make([]quota.Usage, len(m.GetBucketQuotaUsages()))
+	for i, u := range m.GetBucketQuotaUsages() {
+		usages[i] = quota.Usage{Elapsed: u.GetTimeElapsed().AsDuration(),
+			Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied()}
+		if b := u.GetBucketId().GetBucket(); len(b) > 0 {
+			usages[i].Bucket = alloc.BucketOf(b)
+		}
+	}
+	return report{m.GetDomain(), usages}
+}
+
+// bucketAction and strategyProto build the answer with the generated
+// types: the oracle the hand encoder is checked against.
+func bucketAction(a quota.Action) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: a.Bucket.Map()}}
+	if a.Abandon {
+		ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		return ba
+	}
+	ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(a.TTL),
+			RateLimitStrategy:    strategyProto(a.Strategy),
+		}}
+	return ba
+}
+
+func strategyProto(s alloc.Strategy) *typev3.RateLimitStrategy {
+	switch s.Kind {
+	case alloc.TokenBucket:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens:     s.MaxTokens,
+			TokensPerFill: wrapperspb.UInt32(s.TokensPerFill),
+			FillInterval:  durationpb.New(s.FillInterval),
+		}}}
+	case alloc.DenyAll:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
 }

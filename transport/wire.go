@@ -37,6 +37,10 @@ type wireRequest struct {
 	entries [4]engine.Entry
 }
 
+// wireBytes is a message the codec passes as it is: the quota stream's,
+// decoded and encoded by hand (rlqswire.go).
+type wireBytes []byte
+
 // wireResponse is an engine.Response that rlsCodec encodes as a
 // RateLimitResponse. Only responses without dynamic metadata take this form.
 type wireResponse engine.Response
@@ -50,6 +54,9 @@ func newRLSCodec() rlsCodec { return rlsCodec{fallback: encoding.GetCodecV2(prot
 func (rlsCodec) Name() string { return protocodec.Name }
 
 func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(wireBytes); ok {
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
 	r, ok := v.(*wireResponse)
 	if !ok {
 		return c.fallback.Marshal(v)
@@ -66,6 +73,10 @@ func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if d, ok := v.(*decodeLater); ok {
 		d.err = c.Unmarshal(data, d.v)
+		return nil
+	}
+	if b, ok := v.(*wireBytes); ok {
+		*b = data.Materialize()
 		return nil
 	}
 	r, ok := v.(*wireRequest)
