@@ -295,14 +295,15 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		return
 	}
 	in := alloc.Input{Now: now.UnixNano(), Plan: h.plan, Window: h.window, Reporters: h.reps}
-	for _, w := range h.wins {
+	for i := range h.wins {
+		w := &h.wins[i]
 		if w.held > 0 {
 			in.Held = append(in.Held, alloc.Hold{Window: w.start, N: w.held})
 		}
 		if w.inflight > 0 {
 			in.InFlight = append(in.InFlight, alloc.Hold{Window: w.start, N: w.inflight})
 		}
-		in.Full = in.Full || !w.full.IsZero() && now.Sub(w.full) < alloc.RetryShort
+		in.Full = in.Full || w.refused(now)
 	}
 	if !h.othersAt.IsZero() && now.Sub(h.othersAt) < boardStale {
 		in.Others = h.others
@@ -396,7 +397,7 @@ func (sh *shard) sweep(h *hub, now time.Time) {
 		if w.start+h.window <= now.UnixNano() {
 			w.held = 0 // its window ended: nothing to give back
 		}
-		if !w.full.IsZero() && now.Sub(w.full) >= alloc.RetryShort {
+		if !w.full.IsZero() && !w.refused(now) {
 			w.full = time.Time{}
 		}
 	}

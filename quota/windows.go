@@ -79,5 +79,11 @@ func (ws windows) busy() bool {
 // start within alloc.RetryShort of now.
 func (ws windows) refusedLately(start int64, now time.Time) bool {
 	w := ws.get(start)
-	return w != nil && !w.full.IsZero() && now.Sub(w.full) < alloc.RetryShort
+	return w != nil && w.refused(now)
+}
+
+// refused reports whether the store refused part of a reservation in w
+// within alloc.RetryShort of now.
+func (w *winState) refused(now time.Time) bool {
+	return !w.full.IsZero() && now.Sub(w.full) < alloc.RetryShort
 }

@@ -142,8 +142,12 @@ func mergeDuration(buf []byte, start, end int, out *durationpb.Duration) error {
 
 // actionSize is the encoded length of a's BucketAction, not counting the
 // tag and length that put it in a RateLimitQuotaResponse.
-func actionSize(a *quota.Action) int {
-	n := 1 + sizeBytes(bucketIDSize(a.Bucket))
+func actionSize(a *quota.Action) int { return actionSizeWith(a, bucketIDSize(a.Bucket)) }
+
+// actionSizeWith is actionSize given a's BucketId's size (reading the
+// BucketID once per action written, not once per size taken).
+func actionSizeWith(a *quota.Action, bid int) int {
+	n := 1 + sizeBytes(bid)
 	if a.Abandon {
 		return n + 1 + sizeBytes(0)
 	}
@@ -199,10 +203,11 @@ func uint32ValueSize(v uint32) int {
 // appendAction appends a as a RateLimitQuotaResponse's bucket_action
 // (field 1), fields in number order as protobuf-go writes them.
 func appendAction(b []byte, a *quota.Action) []byte {
+	bid := bucketIDSize(a.Bucket)
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(actionSize(a)))
+	b = protowire.AppendVarint(b, uint64(actionSizeWith(a, bid)))
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(bucketIDSize(a.Bucket)))
+	b = protowire.AppendVarint(b, uint64(bid))
 	for k, v := range a.Bucket.All() {
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(entrySize(k, v)))

@@ -30,8 +30,7 @@ func BucketOf(m map[string]string) BucketID {
 	for k, v := range m {
 		pairs = append(pairs, Pair{k, v})
 	}
-	slices.SortFunc(pairs, func(a, b Pair) int { return strings.Compare(a.Key, b.Key) })
-	return encodePairs(pairs)
+	return BucketOfPairs(pairs)
 }
 
 // BucketOfPairs is the BucketID of the map the pairs make when put in it
