@@ -3,6 +3,7 @@ package quota
 import (
 	"container/heap"
 	"context"
+	"runtime"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -193,6 +194,7 @@ func (sh *shard) loop() {
 		default:
 		}
 		if sh.takeBatch() {
+			runtime.Gosched() // as interleave does, between batches
 			continue
 		}
 		wake := sh.in.wake
