@@ -190,9 +190,11 @@ func profileFlood(ctx context.Context, o options, debug string) error {
 	}
 	prefix := o.profile + "-" + o.server
 	cpu := make(chan error, 1)
-	go func() {
-		cpu <- testenv.SaveURL(context.WithoutCancel(ctx), "http://"+debug+"/debug/pprof/profile?seconds=5", prefix+".pprof")
-	}()
+	url, path := "http://"+debug+"/debug/pprof/profile?seconds=5", prefix+".pprof"
+	if o.trace {
+		url, path = "http://"+debug+"/debug/pprof/trace?seconds=5", prefix+".trace"
+	}
+	go func() { cpu <- testenv.SaveURL(context.WithoutCancel(ctx), url, path) }()
 	for i := 1; ; i++ {
 		select {
 		case <-ctx.Done():

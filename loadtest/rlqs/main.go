@@ -24,6 +24,8 @@ type options struct {
 	// profile: where the flood saves the server's CPU profile and
 	// goroutine dumps taken while it runs (empty: none).
 	profile string
+	// trace: with profile, an execution trace instead of the CPU profile.
+	trace bool
 	// probeProcess: the flood's probe and RLS caller run in a process of
 	// their own (probes.go).
 	probeProcess bool
@@ -44,6 +46,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
 	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
+	flag.BoolVar(&o.trace, "trace", false, "with -profile, save the server's execution trace of the flood's first 5 s (<profile>-<server>.trace, for go tool trace: where the probe's goroutines waited to run) instead of its CPU profile")
 	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof), goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) and a heap profile at its peak RSS (<this>-<server>-heap.pprof) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
 	flag.BoolVar(&o.probeProcess, "probe-process", true, "with -flood, run the probe Envoy and the RLS caller in a process of their own, not among the flood's streams")
 	pin := flag.String("pin", "", "with -flood, SERVER/CLIENT: run the server and the probe process on the CPUs SERVER (a taskset list), the flooding client on CLIENT, e.g. 1/0")
