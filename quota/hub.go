@@ -339,6 +339,7 @@ func (sh *shard) serve(h *hub, now time.Time) {
 		ops = &sh.xops
 		h.express = false
 	}
+	h.wins.room(len(out.Reserve))
 	for _, rv := range out.Reserve {
 		if h.wins.refusedLately(rv.Window, now) {
 			continue // the store refused it just now: not again yet

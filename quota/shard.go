@@ -109,6 +109,11 @@ type shard struct {
 	// xops and xcalling are the same for the express calls.
 	xops     []pendingOp
 	xcalling bool
+	// spare is a store call's operations array, booked and cleared, for
+	// the next call's: a flood's shard appended its operations to a new
+	// array for every call, a fifth of all the server allocated, and the
+	// collector's work grew with it.
+	spare []pendingOp
 	// cfg is the config the hubs were looked up in.
 	cfg *engine.Config
 
@@ -440,9 +445,9 @@ type call struct {
 func (sh *shard) callAsync(express bool) {
 	c := &call{ops: sh.ops, express: express}
 	if express {
-		c.ops, sh.xops, sh.xcalling = sh.xops, nil, true
+		c.ops, sh.xops, sh.xcalling = sh.xops, sh.takeSpare(), true
 	} else {
-		sh.ops, sh.calling = nil, true
+		sh.ops, sh.calling = sh.takeSpare(), true
 	}
 	sh.s.wg.Add(1)
 	go func() {
@@ -459,7 +464,7 @@ func (sh *shard) callAsync(express bool) {
 // (manual services).
 func (sh *shard) callNow() {
 	c := &call{ops: sh.ops}
-	sh.ops = nil
+	sh.ops = sh.takeSpare()
 	c.failed, c.err = sh.s.apply(c.ops)
 	sh.result(c)
 }
@@ -477,22 +482,25 @@ func (s *Service) apply(ops []pendingOp) (int, error) {
 	if len(ops) == 0 {
 		return 0, nil
 	}
-	cops := make([]engine.CounterOp, len(ops))
-	for i := range ops {
-		cops[i] = ops[i].op
-	}
+	// One chunk's array, not the call's: a flood's calls are thousands
+	// of operations.
+	cops := make([]engine.CounterOp, 0, min(len(ops), applyChunk))
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.CallTimeout)
 	defer cancel()
-	for from := 0; from < len(cops); from += applyChunk {
-		to := min(from+applyChunk, len(cops))
-		if err := s.counter.Apply(ctx, cops[from:to], nil); err != nil {
+	for from := 0; from < len(ops); from += applyChunk {
+		to := min(from+applyChunk, len(ops))
+		cops = cops[:0]
+		for i := from; i < to; i++ {
+			cops = append(cops, ops[i].op)
+		}
+		if err := s.counter.Apply(ctx, cops, nil); err != nil {
 			// This chunk and the ones after it are not booked. One given
 			// up on may still be counted by the store later: that is
 			// under-admission, never over.
 			return from, err
 		}
 		for i := from; i < to; i++ {
-			ops[i].op.After = cops[i].After
+			ops[i].op.After = cops[i-from].After
 		}
 	}
 	return len(ops), nil
@@ -521,4 +529,27 @@ func (sh *shard) result(c *call) {
 			sh.markExpress(p.h) // answered in the next interleave
 		}
 	}
+	sh.keepSpare(c.ops)
+	c.ops = nil
+}
+
+// maxSpare bounds the array a shard keeps between calls: what a backlog's
+// largest call needed is not kept for good.
+const maxSpare = 8 * opsHigh
+
+// takeSpare is the kept array, emptied, or nil.
+func (sh *shard) takeSpare() []pendingOp {
+	ops := sh.spare
+	sh.spare = nil
+	return ops
+}
+
+// keepSpare keeps ops' array for a later call, cleared so that it holds
+// no hub.
+func (sh *shard) keepSpare(ops []pendingOp) {
+	if cap(ops) > maxSpare || cap(ops) <= cap(sh.spare) {
+		return
+	}
+	clear(ops)
+	sh.spare = ops[:0]
 }

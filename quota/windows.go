@@ -40,6 +40,15 @@ func (ws *windows) at(start int64) *winState {
 	return &(*ws)[len(*ws)-1]
 }
 
+// room makes room for n more states at once: a new bucket's first plan
+// reserves on every window its assignment reaches (a dozen or more), and
+// growing the array by doubling allocated three times what it kept.
+func (ws *windows) room(n int) {
+	if cap(*ws)-len(*ws) < n {
+		*ws = append(make(windows, 0, len(*ws)+n), *ws...)
+	}
+}
+
 // tidy drops the states that keep nothing.
 func (ws *windows) tidy() {
 	out := (*ws)[:0]
