@@ -267,7 +267,7 @@ func (sh *shard) handle(m msg) {
 			}
 		}
 	case msgClose:
-		sh.closeStream(m.st)
+		sh.closeStream(m.st, m.light, m.at)
 	case msgResult:
 		sh.result(m.call)
 	case msgBoard:
@@ -373,6 +373,13 @@ func (sh *shard) schedule(h *hub, at time.Time) {
 	if e := &sh.due[h.due-1]; !e.at.Equal(at) {
 		e.at = at
 		heap.Fix(&sh.due, h.due-1)
+	}
+}
+
+// dueBy makes h due at at, unless it is due earlier.
+func (sh *shard) dueBy(h *hub, at time.Time) {
+	if h.due == 0 || sh.due[h.due-1].at.After(at) {
+		sh.schedule(h, at)
 	}
 }
 
