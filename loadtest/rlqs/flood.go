@@ -15,13 +15,14 @@ import (
 	"github.com/sluicehq/sluice/loadtest/internal/harness"
 )
 
-// flood runs issue 43's bucket flood against one sluice: streams × buckets
-// new buckets at once (each stream its own connection), a probe Envoy
+// flood runs a row of issue 43's bucket flood against one sluice (rows.go:
+// new buckets on many streams at once, a stream that never reads, many
+// concurrent streams, very large reports), a probe Envoy
 // subscribing a bucket every 250 ms and an RLS caller throughout (in a
 // process of their own unless -probe-process=false: probes.go). It
 // prints one summary line; broken lists what failed (an unanswered probe,
 // a failed RLS decision, an unanswered bucket).
-func flood(ctx context.Context, o options, streams, buckets int) ([]string, error) {
+func flood(ctx context.Context, o options, row floodRow) ([]string, error) {
 	hs, err := harness.NewScenario("rlqs-flood", o.bin, o.backend)
 	if err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 	peaks := make(chan int64, 1)
 	go func() { profDone <- profileFlood(profCtx, o, s.Debug) }()
 	go func() { peaks <- peakRSS(profCtx, o, s.PID(), s.Debug) }()
-	broken, err := floodStreams(ctx, s.GRPC, streams, buckets)
+	did, broken, err := row.run(ctx, s.GRPC)
 	floodTook := time.Since(start)
 	stopProf()
 	if perr := <-profDone; perr != nil {
@@ -88,8 +89,8 @@ func flood(ctx context.Context, o options, streams, buckets int) ([]string, erro
 		return append(broken, "no probe answered"), nil
 	}
 	slices.Sort(lat)
-	fmt.Printf("flood %s%s: %d streams × %d new buckets answered in %v; probe (%d, %s) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
-		o.server, o.pin, streams, buckets, floodTook.Round(time.Millisecond), len(lat), probeWhere(o.probeProcess), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
+	fmt.Printf("flood %s %s%s: %s in %v; probe (%d, %s) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
+		row.name, o.server, o.pin, did, floodTook.Round(time.Millisecond), len(lat), probeWhere(o.probeProcess), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
 		lat[len(lat)-1], pr.RLSCalls, boolInt(pr.RLSErr != ""), rssBefore>>20, peak>>20)
 	return broken, nil
 }

@@ -45,7 +45,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose name contains this")
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "length of each scenario")
 	flag.BoolVar(&o.simulate, "simulate", false, "run in simulated time against the quota service in process instead")
-	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice with STREAMSxBUCKETS new buckets (e.g. 1000x1000) beside a probe Envoy and an RLS caller")
+	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice beside a probe Envoy and an RLS caller, as a row of issue 43's table: STREAMSxBUCKETS new buckets at once (e.g. 1000x1000, 200x1000), unread (one stream sending reports of 1,000 new buckets for 15 s and never reading), streams:N (N concurrent streams, e.g. streams:10000) or big:N (N new buckets in 0.3 MB reports read by a default gRPC client, e.g. big:100000)")
 	flag.BoolVar(&o.trace, "trace", false, "with -profile, save the server's execution trace of the flood's first 5 s (<profile>-<server>.trace, for go tool trace: where the probe's goroutines waited to run) instead of its CPU profile")
 	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof), goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) and a heap profile at its peak RSS (<this>-<server>-heap.pprof) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
 	flag.BoolVar(&o.probeProcess, "probe-process", true, "with -flood, run the probe Envoy and the RLS caller in a process of their own, not among the flood's streams")
@@ -65,14 +65,14 @@ func main() {
 	var broken []string
 	var err error
 	if o.flood != "" {
-		var streams, buckets int
-		if _, perr := fmt.Sscanf(o.flood, "%dx%d", &streams, &buckets); perr != nil || streams < 1 || buckets < 1 {
-			harness.Verdict(nil, fmt.Errorf("-flood %q: want STREAMSxBUCKETS, both positive, e.g. 1000x1000", o.flood))
+		row, perr := parseFlood(o.flood)
+		if perr != nil {
+			harness.Verdict(nil, perr)
 		}
 		if o.pin, err = parsePin(*pin); err != nil {
 			harness.Verdict(nil, err)
 		}
-		broken, err = flood(ctx, o, streams, buckets)
+		broken, err = flood(ctx, o, row)
 		harness.Verdict(broken, err)
 		return
 	}
