@@ -168,3 +168,74 @@ func TestFloodSmallStreamServedBeforeBacklog(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestServedStreamBeforeNewStreams: a stream already served (the probe
+// Envoy, one bucket now and then) reports while a burst of new streams,
+// each with one new bucket, waits for the same shard: its report is served
+// next, before theirs (issue 43: ten thousand streams opened at once were
+// each charged less than the probe, whose charge from a few earlier
+// reports had not faded on an idle shard, and it waited half a second for
+// all of them). Without the new lane's charge it is served last.
+func TestServedStreamBeforeNewStreams(t *testing.T) {
+	st, store, eng := memoryEngine(t)
+	const earlier, burst = 4, 50
+	rules := newGatedRules(eng, earlier+1)
+	for i := range earlier {
+		close(rules.open[i]) // the probe's earlier reports pass
+	}
+	o := quota.DefaultOptions()
+	o.Shards = 1
+	// The probe reported a while before the burst: its lane's charges
+	// faded with the time passed (ten seconds, on this clock).
+	var mu sync.Mutex
+	now := time.Now()
+	o.Clock = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	svc, err := quota.New(o, rules, engine.DirectCounter{Backend: store}, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+
+	probe := svc.Open(newSink())
+	streams := []*quota.Stream{probe}
+	for i := range earlier {
+		if err := probe.Report(time.Now(), "q", users(100_000+i, 1, 0)); err != nil {
+			t.Fatal(err)
+		}
+		<-rules.entered[i]
+	}
+	mu.Lock()
+	now = now.Add(10 * time.Second)
+	mu.Unlock()
+	// Another stream's new bucket holds the shard while the burst and the
+	// probe's next report queue.
+	holder := svc.Open(newSink())
+	streams = append(streams, holder)
+	if err := holder.Report(time.Now(), "q", users(200_000, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	<-rules.entered[earlier]
+	for i := range burst {
+		s := svc.Open(newSink())
+		streams = append(streams, s)
+		if err := s.Report(time.Now(), "q", users(i, 1, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := probe.Report(time.Now(), "q", users(100_000+earlier, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	close(rules.open[earlier])
+	testenv.Eventually(t, "every bucket looked up", func() bool { return len(rules.lookups()) == earlier+1+burst+1 })
+	order := rules.lookups()
+	if at, want := slices.Index(order, fmt.Sprint("u", 100_000+earlier)), earlier+1; at != want {
+		t.Errorf("the probe's report was looked up %d-th, want %d-th: right after the report being served when it came, before the %d new streams'", at, want, burst)
+	}
+	for _, s := range streams {
+		s.Close()
+	}
+}

@@ -4,15 +4,26 @@ import (
 	"container/heap"
 	"math"
 	"sync"
+	"time"
 )
 
 // intake is what waits for a shard from the streams: one lane per stream,
 // served least recent work first. A lane is charged its messages' usages
 // when they are queued, and what it was charged fades by half for every
-// halfLife usages the shard takes from any lane; the lane charged least
-// is served next (its messages in order). A stream that reports one
-// bucket now and then is served next, however many reports a flood of
-// streams queued before it; a stream that stops asking fades back in.
+// halfLife usages the shard takes from any lane and for every halfTime
+// that passes; the lane charged least is served next (its messages in
+// order). A stream that reports one bucket now and then is served next,
+// however many reports a flood of streams queued before it; a stream that
+// stops asking fades back in.
+//
+// A new lane (a stream's first message to the shard) is charged newLane
+// besides: a stream already served goes before a burst of new ones unless
+// it asked more than that lately. Ten thousand streams opened at once,
+// each with one new bucket, were each charged less than a probe Envoy
+// that had reported a bucket every 250 ms for a while (its charge did not
+// fade while the shard was idle), and the probe waited for all of them
+// (half a second); an existing stream's answers are not to wait for a
+// burst of new ones.
 //
 // A single channel served its blocked senders first come, first served:
 // the probe's one usage waited behind every flood stream's thousand.
@@ -41,6 +52,10 @@ type intake struct {
 	// then, which fades every older one alike and keeps ready's order.
 	work  float64
 	scale float64
+	// clock and epoch: time fades charges too (halfTime), from epoch, the
+	// last rebase.
+	clock func() time.Time
+	epoch time.Time
 	// wake tells the shard's goroutine that a lane got a message.
 	wake chan struct{}
 }
@@ -50,8 +65,16 @@ const (
 	laneSize = 4
 	// halfLife is how many usages taken halve what lanes were charged.
 	halfLife = 1 << 16
-	// rebaseAt is how much work (in half-lives) is taken before charges
-	// are rescaled, far from float64's range.
+	// halfTime is how long it takes what a lane was charged to halve.
+	halfTime = time.Second
+	// newLane is what a stream's first message to a shard is charged
+	// besides its usages: more than a light Envoy's steady charge (one
+	// bucket every 250 ms: about 6), less than one chunk of a flood's
+	// report (maxChunk), so a new Envoy still goes before a flood's
+	// backlog.
+	newLane = 16
+	// rebaseAt is how much work and time (in half-lives) pass before
+	// charges are rescaled, far from float64's range.
 	rebaseAt = 256
 )
 
@@ -68,8 +91,9 @@ type lane struct {
 	space chan struct{}
 }
 
-func newIntake() *intake {
-	return &intake{lanes: make(map[*Stream]*lane), small: laneHeap{small: true}, scale: 1, wake: make(chan struct{}, 1)}
+func newIntake(clock func() time.Time) *intake {
+	return &intake{lanes: make(map[*Stream]*lane), small: laneHeap{small: true}, scale: 1, wake: make(chan struct{}, 1),
+		clock: clock, epoch: clock()}
 }
 
 // cost is what a message is charged: its usages. An ack or a close costs
@@ -86,8 +110,10 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	l := in.lanes[m.st]
+	in.fade(0)
 	if l == nil {
 		l = &lane{st: m.st, idx: -1, sidx: -1, space: make(chan struct{}, 1)}
+		l.charged = newLane * in.scale
 		in.lanes[m.st] = l
 	}
 	if len(l.q) >= laneSize {
@@ -155,17 +181,23 @@ func express(m *msg) bool {
 	return false
 }
 
-// fade counts n usages taken: later charges weigh more, so earlier ones
-// fade. Every lane is rescaled alike now and then (ready's order holds).
+// fade counts n usages taken, and the time passed: later charges weigh
+// more, so earlier ones fade. Every lane is rescaled alike now and then
+// (ready's order holds).
 func (in *intake) fade(n uint64) {
 	in.work += float64(n)
-	if in.work >= rebaseAt*halfLife {
+	now := in.clock()
+	halves := in.work/halfLife + float64(now.Sub(in.epoch))/float64(halfTime)
+	if halves >= rebaseAt {
+		// Now's scale, which may have gone past float64's range after a
+		// long idle time: every charge has faded to nothing then.
+		scale := math.Exp2(halves)
 		for _, l := range in.lanes {
-			l.charged /= in.scale
+			l.charged /= scale
 		}
-		in.work = 0
+		in.work, in.epoch, halves = 0, now, 0
 	}
-	in.scale = math.Exp2(in.work / halfLife)
+	in.scale = math.Exp2(halves)
 }
 
 // laneHeap orders lanes by what they were charged; small tells which of

@@ -125,7 +125,7 @@ func newShard(s *Service, idx int) *shard {
 	sh := &shard{s: s, idx: idx, hubs: make(map[string]*hub), byStream: make(map[*Stream][]*hub),
 		pushes: make(map[*Stream][]Action)}
 	if !s.manual {
-		sh.in = newIntake()
+		sh.in = newIntake(s.o.Clock)
 		sh.ctl = make(chan msg)
 		sh.results = make(chan msg, 3)
 	}
