@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/rlqssim"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -80,126 +74,46 @@ func parseFlood(s string) (floodRow, error) {
 	}}, nil
 }
 
-// newBuckets is a report subscribing n new buckets {user: <prefix><k>}.
-func newBuckets(prefix string, from, n int) *rlqsv3.RateLimitQuotaUsageReports {
-	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "q"}
-	for k := from; k < from+n; k++ {
-		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId:    &rlqsv3.BucketId{Bucket: map[string]string{"user": prefix + strconv.Itoa(k)}},
-			TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1})
-	}
-	return rep
-}
-
 // floodUnread is the row "one stream, 1,000 new buckets per report, never
-// reading": it sends report after report for d (or until the server stops
-// taking them: its flow control), and reads nothing.
+// reading".
 func floodUnread(ctx context.Context, target string, perReport int, d time.Duration) (string, []string, error) {
 	c, err := dial(target)
 	if err != nil {
 		return "", nil, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(c).StreamRateLimitQuotas(ctx)
+	sent, err := rlqssim.FloodUnread(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), perReport, 100_000, d)
 	if err != nil {
-		return "", nil, err
+		return "", []string{fmt.Sprintf("the unread stream: %v", err)}, nil
 	}
-	sent := 0
-	for ctx.Err() == nil && sent < 100_000 { // a count bound besides the time
-		// Send blocks while the server takes no more: the stream's
-		// context ending unblocks it.
-		if err := stream.Send(newBuckets("n", sent*perReport, perReport)); err != nil {
-			break
-		}
-		sent++
-	}
-	return fmt.Sprintf("one stream never reading sent %d reports of %d new buckets in %v", sent, perReport, d), nil, nil
+	return fmt.Sprintf("one stream never reading sent %d reports of %d new buckets", sent, perReport), nil, nil
 }
 
-// floodManyStreams is the row "10,000 concurrent streams": n streams,
-// perConn to a connection, each subscribing one new bucket; every stream
-// stays open until every one is answered.
+// floodManyStreams is the row "10,000 concurrent streams".
 func floodManyStreams(ctx context.Context, target string, n, perConn int) (string, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, rowTimeout)
 	defer cancel()
-	var conns []*grpc.ClientConn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	start := time.Now()
-	took := make([]time.Duration, n)
-	errs := make([]error, n)
-	var answered, all sync.WaitGroup
-	answered.Add(n)
-	all.Add(n)
-	release := make(chan struct{})
-	for i := range n {
-		if i%perConn == 0 {
-			c, err := dial(target)
-			if err != nil {
-				close(release)
-				return "", nil, err
-			}
-			conns = append(conns, c)
-		}
-		client := rlqsv3.NewRateLimitQuotaServiceClient(conns[len(conns)-1])
-		go func() {
-			defer all.Done()
-			once := sync.OnceFunc(answered.Done)
-			defer once()
-			errs[i] = func() error {
-				stream, err := client.StreamRateLimitQuotas(ctx)
-				if err != nil {
-					return err
-				}
-				if err := stream.Send(newBuckets(fmt.Sprintf("s%d-", i), 0, 1)); err != nil {
-					return err
-				}
-				if _, err := stream.Recv(); err != nil {
-					return err
-				}
-				took[i] = time.Since(start)
-				once()
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-				return stream.CloseSend()
-			}()
-		}()
+	res, err := rlqssim.FloodManyStreams(ctx, func() (*grpc.ClientConn, error) { return dial(target) }, n, perConn)
+	if err != nil {
+		return "", nil, err
 	}
-	answered.Wait()
-	close(release)
-	all.Wait()
 	var broken []string
-	failed := 0
-	for i, err := range errs {
-		if err != nil {
-			if failed++; failed <= 3 {
-				broken = append(broken, fmt.Sprintf("stream %d: %v", i, err))
-			}
+	for i, err := range res.Failed {
+		if i == 3 {
+			broken = append(broken, fmt.Sprintf("and %d streams more", len(res.Failed)-3))
+			break
 		}
+		broken = append(broken, err.Error())
 	}
-	if failed > 3 {
-		broken = append(broken, fmt.Sprintf("and %d streams more", failed-3))
-	}
-	ok := slices.DeleteFunc(slices.Clone(took), func(d time.Duration) bool { return d == 0 })
-	slices.Sort(ok)
 	median := time.Duration(0)
-	if len(ok) > 0 {
-		median = testenv.Percentile(ok, 0.5)
+	if len(res.Took) > 0 {
+		median = testenv.Percentile(res.Took, 0.5)
 	}
-	return fmt.Sprintf("%d of %d concurrent streams (%d a connection) answered, median %v", len(ok), n, perConn, median.Round(time.Millisecond)), broken, nil
+	return fmt.Sprintf("%d of %d concurrent streams (%d a connection) answered, median %v", res.Answered, n, perConn, median.Round(time.Millisecond)), broken, nil
 }
 
-// floodBig is the row "100k buckets in 0.3 MB reports": one stream sends
-// n new buckets in reports of perReport, and reads the answers as a
-// default gRPC client does (4 MiB at most a message): an answer over it
-// loses the stream (RESOURCE_EXHAUSTED).
+// floodBig is the row "100k buckets in 0.3 MB reports", read by a default
+// gRPC client: an answer over its 4 MiB would lose the stream.
 func floodBig(ctx context.Context, target string, n, perReport int) (string, []string, error) {
 	c, err := dial(target)
 	if err != nil {
@@ -208,46 +122,11 @@ func floodBig(ctx context.Context, target string, n, perReport int) (string, []s
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, rowTimeout)
 	defer cancel()
-	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(c).StreamRateLimitQuotas(ctx)
-	if err != nil {
-		return "", nil, err
-	}
-	largestReport := 0
-	sendErr := make(chan error, 1)
-	go func() {
-		for from := 0; from < n; from += perReport {
-			rep := newBuckets("b", from, min(perReport, n-from))
-			largestReport = max(largestReport, proto.Size(rep))
-			if err := stream.Send(rep); err != nil {
-				sendErr <- err
-				return
-			}
-		}
-		sendErr <- nil
-	}()
-	seen := make(map[string]bool, n)
-	responses, largest := 0, 0
+	res, err := rlqssim.FloodBig(ctx, rlqsv3.NewRateLimitQuotaServiceClient(c), n, perReport)
 	var broken []string
-	for len(seen) < n {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) == codes.ResourceExhausted {
-				broken = append(broken, fmt.Sprintf("an answer over the client's limit lost the stream: %v", err))
-			} else {
-				broken = append(broken, fmt.Sprintf("after %d of %d buckets answered: %v", len(seen), n, err))
-			}
-			break
-		}
-		responses++
-		largest = max(largest, proto.Size(resp))
-		for _, a := range resp.GetBucketAction() {
-			seen[a.GetBucketId().GetBucket()["user"]] = true
-		}
-	}
-	cancel()
-	if err := <-sendErr; err != nil && !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled && len(broken) == 0 {
-		broken = append(broken, fmt.Sprintf("sending: %v", err))
+	if err != nil {
+		broken = append(broken, err.Error())
 	}
 	return fmt.Sprintf("%d of %d new buckets in reports of %.2f MB answered in %d responses, the largest %.2f MB",
-		len(seen), n, float64(largestReport)/1e6, responses, float64(largest)/1e6), broken, nil
+		res.Answered, n, float64(res.LargestReport)/1e6, res.Responses, float64(res.LargestAnswer)/1e6), broken, nil
 }
