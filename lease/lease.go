@@ -198,14 +198,15 @@ func (c *Counter) Apply(ctx context.Context, ops []engine.CounterOp, batch engin
 				return err
 			}
 		}
-		w, d, err := c.try(&ops[i], prev, &rs)
+		hash := xxhash.Sum64String(ops[i].Key)
+		w, d, err := c.try(&ops[i], prev, hash, &rs)
 		if err != nil {
 			c.launch(rs, batch)
 			return err
 		}
 		switch {
 		case d != notDirect:
-			directs = append(directs, directOp{i, prev, ops[i].Lease.Kind, d == cold})
+			directs = append(directs, directOp{i, prev, ops[i].Lease.Kind, d == cold, hash})
 		case w != nil:
 			waiters = append(waiters, w)
 		}
@@ -300,7 +301,8 @@ type directOp struct {
 	i    int
 	prev *engine.CounterOp
 	kind engine.LeaseKind
-	cold bool // its key had no state
+	cold bool   // its key had no state
+	hash uint64 // its key's (xxhash), for its stripe and the once set
 }
 
 // route is how try sends a decision that it did not answer at once.
@@ -339,7 +341,7 @@ func (c *Counter) applyDirect(ctx context.Context, ops []engine.CounterOp, direc
 		if d.prev != nil {
 			d.prev.Lease.Kind = engine.LeaseSlidingPrev
 		}
-		c.settle(op, d.prev, d.cold, err == nil, &rs)
+		c.settle(op, d.prev, d.hash, d.cold, err == nil, &rs)
 	}
 	c.launch(rs, nil)
 	return err
@@ -384,16 +386,18 @@ func (c *Counter) applyExact(ctx context.Context, ops []engine.CounterOp, batch 
 // — is sent direct instead: a reservation of its own hits, as exact
 // counting sends its INCRBY, so no decision waits for a reservation
 // started before it and then for another.
-func (c *Counter) try(op, prev *engine.CounterOp, out *[]resv) (w *waiter, r route, err error) {
-	s := c.stripe(op.Key)
+func (c *Counter) try(op, prev *engine.CounterOp, hash uint64, out *[]resv) (w *waiter, r route, err error) {
+	s := &c.stripes[hash%stripes]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.m[op.Key]
+	if st == nil && op.Lease.Kind != engine.LeaseBucket {
+		// A cold key: settle makes the state from its answer (one
+		// hash, one clock reading for its whole decision).
+		return nil, cold, nil
+	}
 	now := c.o.Clock().UnixMicro()
 	if st == nil {
-		if op.Lease.Kind != engine.LeaseBucket {
-			return nil, cold, nil // settle makes the state from its answer
-		}
 		st = newState(op, prev, now)
 		s.m[op.Key] = st
 	}

@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -279,12 +277,10 @@ func (st *state) over(now int64) {
 // rate. cold: the decision found no state (its
 // hits are not among the state's direct hits in flight); ok: the call
 // succeeded. Reservations it starts ahead go to out.
-func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv) {
-	hash := xxhash.Sum64String(op.Key)
+func (c *Counter) settle(op, prev *engine.CounterOp, hash uint64, cold, ok bool, out *[]resv) {
 	s := &c.stripes[hash%stripes]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := c.o.Clock().UnixMicro()
 	st := s.m[op.Key]
 	h, after := int64(min(op.Hits, 1<<62)), int64(min(op.After, 1<<62))
 	if st != nil && !cold {
@@ -295,13 +291,14 @@ func (c *Counter) settle(op, prev *engine.CounterOp, cold, ok bool, out *[]resv)
 	}
 	c.st.reservations.Inc()
 	c.st.waited.Inc()
+	if st == nil && op.Lease.Kind == engine.LeaseWindow && op.After <= uint64(op.Lease.Limit) && !c.once.seen(hash) {
+		// A fixed window within its limit, seen once: remembered in the
+		// once set only; its state is made at its next decision.
+		c.st.reserved.Add(uint64(h))
+		return
+	}
+	now := c.o.Clock().UnixMicro()
 	if st == nil {
-		if op.Lease.Kind == engine.LeaseWindow && op.After <= uint64(op.Lease.Limit) && !c.once.seen(hash) {
-			// A fixed window within its limit, seen once: remembered in
-			// the once set only; its state is made at its next decision.
-			c.st.reserved.Add(uint64(h))
-			return
-		}
 		st = newState(op, prev, now)
 		s.m[op.Key] = st
 	}
