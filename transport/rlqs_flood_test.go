@@ -55,22 +55,7 @@ func TestQuotaBucketFlood(t *testing.T) {
 			client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
 
 			// The probe and the RLS caller run through the flood.
-			probeCtx, stopProbe := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			var lat []time.Duration
-			var waiting time.Duration
-			var probeErr, rlsErr error
-			rlsCalls := 0
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				// Another Envoy: its own connection.
-				lat, waiting, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)))
-			}()
-			go func() {
-				defer wg.Done()
-				rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)))
-			}()
+			stopWitnesses := startWitnesses(t, ctx, h)
 
 			// The flood: every stream sends its thousand buckets and reads
 			// what comes until every bucket is answered.
@@ -120,20 +105,7 @@ func TestQuotaBucketFlood(t *testing.T) {
 			// sent has expired (ghosts), and nothing is left. (The probe
 			// subscribes a bucket every 250 ms for as long as the flood
 			// lasts: a count left to it would say how fast the machine was.)
-			stopProbe()
-			wg.Wait()
-			if probeErr != nil {
-				t.Fatalf("probe: %v", probeErr)
-			}
-			if rlsErr != nil {
-				t.Fatalf("RLS decisions during the flood: %v", rlsErr)
-			}
-			if len(lat) == 0 || rlsCalls == 0 {
-				t.Fatalf("%d probes and %d RLS calls answered during the flood", len(lat), rlsCalls)
-			}
-			testenv.Eventually(t, "every stream gone from the streams gauge", func() bool {
-				return h.Stats.Gauge("ratelimit.rlqs.streams").Value() == 0
-			})
+			lat, waiting, rlsCalls := stopWitnesses()
 			testenv.Eventually(t, "every bucket forgotten after its TTL", func() bool {
 				return h.Stats.Gauge("ratelimit.rlqs.reporters").Value() == 0
 			})
@@ -150,9 +122,62 @@ func TestQuotaBucketFlood(t *testing.T) {
 					t.Logf("probe %d: %v", i, l)
 				}
 			}
-			slices.Sort(lat)
 			t.Logf("%s: %d probes answered, p50 %v, max %v; %d RLS decisions, none failed; %d buckets refused",
 				server, len(lat), lat[len(lat)/2], lat[len(lat)-1], rlsCalls, refused)
 		})
+	}
+}
+
+// startWitnesses runs a probe Envoy (a connection of its own, a new bucket
+// every 250 ms) and an RLS caller beside a flood. What it returns stops
+// them and fails the test unless every probe and RLS decision was answered
+// and every stream (the probe's too) left the streams gauge: a closed
+// stream's state is gone. It returns the probes' latencies, sorted, how
+// long the last one was still waiting, and the RLS decisions made.
+func startWitnesses(t *testing.T, ctx context.Context, h *harness) func() ([]time.Duration, time.Duration, int) {
+	t.Helper()
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var lat []time.Duration
+	var waiting time.Duration
+	var probeErr, rlsErr error
+	rlsCalls := 0
+	first := make(chan struct{})
+	answered := sync.OnceFunc(func() { close(first) })
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer answered() // the probe failed: stop tells
+		lat, waiting, probeErr = rlqssim.ProbeEach(ctx, rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)),
+			func(time.Time, time.Duration) { answered() })
+	}()
+	go func() {
+		defer wg.Done()
+		rlsCalls, rlsErr = rlqssim.RLSLoop(ctx, rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)))
+	}()
+	// The flood starts once the probe has been answered: it is an Envoy
+	// already served when the flood comes.
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
+	return func() ([]time.Duration, time.Duration, int) {
+		t.Helper()
+		stop()
+		wg.Wait()
+		if probeErr != nil {
+			t.Fatalf("probe: %v", probeErr)
+		}
+		if rlsErr != nil {
+			t.Fatalf("RLS decisions during the flood: %v", rlsErr)
+		}
+		if len(lat) == 0 || rlsCalls == 0 {
+			t.Fatalf("%d probes and %d RLS calls answered during the flood", len(lat), rlsCalls)
+		}
+		testenv.Eventually(t, "every stream gone from the streams gauge", func() bool {
+			return h.Stats.Gauge("ratelimit.rlqs.streams").Value() == 0
+		})
+		slices.Sort(lat)
+		return lat, waiting, rlsCalls
 	}
 }

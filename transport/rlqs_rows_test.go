@@ -2,18 +2,14 @@ package transport_test
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/rlqssim"
-	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestQuotaFloodRows replays the other rows of issue 43's table on both
@@ -88,45 +84,12 @@ func TestQuotaFloodRows(t *testing.T) {
 				// A hang's bound, not a speed's.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				defer cancel()
-				probeCtx, stopProbe := context.WithCancel(ctx)
-				var wg sync.WaitGroup
-				var lat []time.Duration
-				var probeErr, rlsErr error
-				rlsCalls := 0
-				wg.Add(2)
-				go func() {
-					defer wg.Done()
-					lat, _, probeErr = rlqssim.Probe(probeCtx, rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)))
-				}()
-				go func() {
-					defer wg.Done()
-					rlsCalls, rlsErr = rlqssim.RLSLoop(probeCtx, rlsv3.NewRateLimitServiceClient(h.GRPCConn(t)))
-				}()
-				testenv.Eventually(t, "the probe's first report taken", func() bool {
-					return h.Stats.Counter("ratelimit.rlqs.reports").Value() > 0
-				})
-
+				stopWitnesses := startWitnesses(t, ctx, h)
 				dial := func() (*grpc.ClientConn, error) {
 					return grpc.NewClient(h.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 				}
 				row.run(t, ctx, rlqsv3.NewRateLimitQuotaServiceClient(h.GRPCConn(t)), dial)
-
-				stopProbe()
-				wg.Wait()
-				if probeErr != nil {
-					t.Fatalf("probe: %v", probeErr)
-				}
-				if rlsErr != nil {
-					t.Fatalf("RLS decisions during the flood: %v", rlsErr)
-				}
-				if len(lat) == 0 || rlsCalls == 0 {
-					t.Fatalf("%d probes and %d RLS calls answered during the flood", len(lat), rlsCalls)
-				}
-				// Every stream closed (the probe's too): its state is gone.
-				testenv.Eventually(t, "every stream gone from the streams gauge", func() bool {
-					return h.Stats.Gauge("ratelimit.rlqs.streams").Value() == 0
-				})
-				slices.Sort(lat)
+				lat, _, rlsCalls := stopWitnesses()
 				t.Logf("%s: %d probes answered, p50 %v, max %v; %d RLS decisions, none failed", server, len(lat), lat[len(lat)/2], lat[len(lat)-1], rlsCalls)
 			})
 		}
