@@ -54,6 +54,7 @@ type quotaResult struct {
 	firstErr              string
 	waits                 []time.Duration // sorted: subscription → every bucket answered
 	reportWaits           []time.Duration // sorted: measured report → next response on its stream
+	freshWaits            []time.Duration // sorted: measured report → the answer to the new bucket it carried
 	reportsSent           int             // measured reports (messages), answered or not
 }
 
@@ -131,6 +132,13 @@ type quotaEnvoy struct {
 	// a response came after it); reportWaits the delays to that response.
 	sentReport  int64
 	reportWaits []time.Duration
+	// Every measured report also subscribes one new bucket (fresh, named
+	// freshName, sent at freshSent), which the server must answer: the
+	// delay to that answer is the report's own, whatever the others need.
+	fresh      *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	freshName  string
+	freshSent  int64
+	freshWaits []time.Duration
 }
 
 // fill rewrites the message's counts for one interval: the demand, and
@@ -138,7 +146,8 @@ type quotaEnvoy struct {
 func (e *quotaEnvoy) fill(first bool, interval time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for k, u := range e.msg.BucketQuotaUsages {
+	for k := range e.demand {
+		u := e.msg.BucketQuotaUsages[k]
 		if first {
 			u.TimeElapsed, u.NumRequestsAllowed, u.NumRequestsDenied = durationpb.New(0), 1, 0
 			continue
@@ -164,6 +173,15 @@ func (e *quotaEnvoy) receive(actions, responses *atomic.Int64) {
 		actions.Add(int64(len(resp.GetBucketAction())))
 		now := time.Now().UnixNano()
 		e.mu.Lock()
+		if e.freshSent > 0 {
+			for _, a := range resp.GetBucketAction() {
+				if a.GetBucketId().GetBucket()["user"] == e.freshName {
+					e.freshWaits = append(e.freshWaits, time.Duration(now-e.freshSent))
+					e.freshSent = 0
+					break
+				}
+			}
+		}
 		if e.sentReport > 0 {
 			e.reportWaits = append(e.reportWaits, time.Duration(now-e.sentReport))
 			e.sentReport = 0
@@ -301,6 +319,13 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 				// nothing in it needed an answer.
 				e.sentReport = time.Now().UnixNano()
 				res.reportsSent++
+				if e.fresh == nil {
+					e.fresh = &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}
+					e.msg.BucketQuotaUsages = append(e.msg.BucketQuotaUsages, e.fresh)
+				}
+				e.freshName = fmt.Sprintf("new%d-%d", i, iv)
+				e.fresh.BucketId = &rlqsv3.BucketId{Bucket: map[string]string{"user": e.freshName}}
+				e.freshSent = e.sentReport
 			}
 			e.mu.Unlock()
 			if err := e.stream.Send(e.msg); err != nil {
@@ -324,6 +349,7 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 	}
 	res.waits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.waits })
 	res.reportWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.reportWaits })
+	res.freshWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.freshWaits })
 	return res, nil
 }
 
@@ -356,14 +382,15 @@ func renderQuota(rs []quotaResult) string {
 	entries := float64(fl.envoys * fl.buckets)
 	mb := func(n int64) string { return fmt.Sprintf("%.0f MB", float64(n)/(1<<20)) }
 	b.WriteString("### Quota service (RLQS): many Envoys, many buckets\n\n")
-	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | subscription → every bucket answered p50 / p99 | report → answer p50 / p99 (reports answered) | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	b.WriteString("| gRPC server | Envoys × buckets | reporting interval | measured | bucket reports | server CPU ms/1k reports | server CPU, cores | actions/1k reports | subscription → every bucket answered p50 / p99 | report → answer p50 / p99 (reports answered) | report → its new bucket answered p50 / p99 (of reports) | server RSS: idle → warm → end | RSS per reporter | server heap in use | driver CPU ms/1k reports | errors |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		k := float64(max(r.reports, 1)) / 1000
-		fmt.Fprintf(&b, "| %s | %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s / %s (%d of %d) | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d × %d | %v | %s | %d | %.1f | %.2f | %.0f | %s / %s | %s / %s (%d of %d) | %s / %s (%d of %d) | %s → %s → %s | %.0f B | %s | %.1f | %d |\n",
 			r.server, fl.envoys, fl.buckets, fl.interval, fmtDur(r.elapsed), r.reports, r.serverCPU*1000/k, r.serverCPU/r.elapsed.Seconds(),
 			float64(r.actions)/k, fmtDur(testenv.Percentile(r.waits, 0.5)), fmtDur(testenv.Percentile(r.waits, 0.99)),
-			fmtDur(testenv.Percentile(r.reportWaits, 0.5)), fmtDur(testenv.Percentile(r.reportWaits, 0.99)), len(r.reportWaits), r.reportsSent, mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
+			fmtDur(testenv.Percentile(r.reportWaits, 0.5)), fmtDur(testenv.Percentile(r.reportWaits, 0.99)), len(r.reportWaits), r.reportsSent,
+			fmtDur(testenv.Percentile(r.freshWaits, 0.5)), fmtDur(testenv.Percentile(r.freshWaits, 0.99)), len(r.freshWaits), r.reportsSent, mb(r.rssIdle), mb(r.rssWarm), mb(r.rss), float64(r.rss-r.rssIdle)/entries,
 			mb(int64(r.heapInuse)), r.driverCPU*1000/k, r.errs)
 	}
 	for _, r := range rs {
@@ -377,7 +404,8 @@ func renderQuota(rs []quotaResult) string {
 		"The first interval subscribes every bucket; %d warm intervals, then %d measured. "+
 		"Server CPU (from /proc) covers the measured intervals: reading the reports, the shards that divide each rule and reserve on the store, and writing the actions. "+
 		"Subscription → every bucket answered is the delay from an Envoy's first report (every bucket new) to the response that answered its last bucket (one per Envoy, all Envoys subscribing within one interval); later reports are answered only when an assignment changes or is renewed. "+
-		"Report → answer is the delay from a measured report to the next response on its stream, counted for the reports answered before their stream's next report (a response sent for another reason, a renewal, also counts: a lower bound where those are frequent). "+
+		"Report → answer is the delay from a measured report to the next response on its stream, counted for the reports answered before their stream's next report (a response sent for another reason, a renewal, also counts; and a report that needed no answer waits for the next renewal, up to a quarter of the report period). "+
+		"So every measured report also subscribes one new bucket, which must be answered: report → its new bucket answered is the delay to that answer, the report's own latency through the server, whatever the rest of the report needed. "+
 		"RSS per reporter is (end − idle) ÷ (Envoys × buckets). Driver CPU is this program's own, building, sending and reading the messages.\n\n",
 		fl.envoys, fl.buckets, fl.interval, fl.warm, fl.intervals)
 	return b.String()
