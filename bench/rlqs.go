@@ -162,6 +162,17 @@ func (e *quotaEnvoy) fill(first bool, interval time.Duration) {
 	}
 }
 
+// withNew makes the message subscribe one new bucket, name, besides its
+// buckets, sent at (unix ns); under e.mu.
+func (e *quotaEnvoy) withNew(name string, at int64) {
+	if e.fresh == nil {
+		e.fresh = &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}
+		e.msg.BucketQuotaUsages = append(e.msg.BucketQuotaUsages, e.fresh)
+	}
+	e.freshName, e.freshSent = name, at
+	e.fresh.BucketId = &rlqsv3.BucketId{Bucket: map[string]string{"user": name}}
+}
+
 // receive applies the stream's actions until it ends.
 func (e *quotaEnvoy) receive(actions, responses *atomic.Int64) {
 	for {
@@ -319,13 +330,7 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 				// nothing in it needed an answer.
 				e.sentReport = time.Now().UnixNano()
 				res.reportsSent++
-				if e.fresh == nil {
-					e.fresh = &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}
-					e.msg.BucketQuotaUsages = append(e.msg.BucketQuotaUsages, e.fresh)
-				}
-				e.freshName = fmt.Sprintf("new%d-%d", i, iv)
-				e.fresh.BucketId = &rlqsv3.BucketId{Bucket: map[string]string{"user": e.freshName}}
-				e.freshSent = e.sentReport
+				e.withNew(fmt.Sprintf("new%d-%d", i, iv), e.sentReport)
 			}
 			e.mu.Unlock()
 			if err := e.stream.Send(e.msg); err != nil {
