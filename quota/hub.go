@@ -278,18 +278,92 @@ func (sh *shard) closeStream(st *Stream, light bool, now time.Time) {
 		}
 	}
 	delete(sh.byStream, st)
+	delete(sh.acks, st)
 }
 
-// acked confirms the replacements st's transport acknowledged.
+// acked confirms the replacements st's transport acknowledged. The
+// first acknowledgement of a stream looks at every hub of it, and from
+// then on the shard keeps the hubs where the stream's buckets were cut
+// (ackList), so that an acknowledgement looks at those alone: looking at
+// all of them at every acknowledgement was 13 % of the native server's
+// CPU with 50 Envoys × 1,000 buckets.
 func (sh *shard) acked(st *Stream, upTo, at time.Time) {
-	for _, h := range sh.byStream[st] {
-		if h.gone {
-			continue
+	up := upTo.UnixNano()
+	l := sh.acks[st]
+	if l == nil || !l.tracking {
+		l = &ackList{tracking: true}
+		sh.acks[st] = l
+		for _, h := range sh.byStream[st] {
+			if h.gone {
+				continue
+			}
+			if i := h.find(st); i >= 0 {
+				sh.confirm(h, i, up, at)
+				if cut := lastCut(&h.reps[i]); cut > up {
+					l.cuts = append(l.cuts, cutAt{h, cut}) // for a later acknowledgement
+				}
+			}
 		}
-		if i := h.find(st); i >= 0 && alloc.ConfirmAck(&h.reps[i], upTo.UnixNano(), at.UnixNano(), sh.s.o.Alloc) && h.short {
-			sh.markDirty(h)
+		return
+	}
+	kept := l.cuts[:0]
+	for _, c := range l.cuts {
+		switch {
+		case c.h.gone:
+		case c.at > up:
+			kept = append(kept, c)
+		default:
+			if i := c.h.find(st); i >= 0 {
+				sh.confirm(c.h, i, up, at)
+			}
 		}
 	}
+	clear(l.cuts[len(kept):])
+	l.cuts = kept
+}
+
+// confirm confirms reporter i of h up to up, as acknowledged at at.
+func (sh *shard) confirm(h *hub, i int, up int64, at time.Time) {
+	if alloc.ConfirmAck(&h.reps[i], up, at.UnixNano(), sh.s.o.Alloc) && h.short {
+		sh.markDirty(h)
+	}
+}
+
+// ackList is what a shard keeps of a stream for its acknowledgements: the
+// hubs where its buckets were cut since the last one, and when.
+type ackList struct {
+	tracking bool
+	cuts     []cutAt
+}
+
+type cutAt struct {
+	h  *hub
+	at int64
+}
+
+// noteCut keeps that h's reporter of st was cut at (for the stream's
+// next acknowledgement), if the stream is acknowledged at all; a list
+// grown past its bound (acknowledgements stopped coming) is dropped, and
+// the next acknowledgement looks at every hub again.
+func (sh *shard) noteCut(st *Stream, h *hub, at int64) {
+	l := sh.acks[st]
+	if l == nil || !l.tracking {
+		return
+	}
+	if len(l.cuts) >= 2*len(sh.byStream[st])+64 {
+		l.tracking, l.cuts = false, nil
+		return
+	}
+	l.cuts = append(l.cuts, cutAt{h, at})
+}
+
+// lastCut is when r's newest cut segment was cut (0: none).
+func lastCut(r *alloc.Reporter) int64 {
+	var last int64
+	for _, sg := range r.Segs {
+		last = max(last, sg.Cut)
+	}
+	return last
 }
 
 // serve plans h at now and carries out what the planner decided.
@@ -326,6 +400,9 @@ func (sh *shard) serve(h *hub, now time.Time) {
 	for _, c := range out.Changes {
 		r, m := &h.reps[c.R], &h.meta[c.R]
 		alloc.Commit(r, c, in.Now, o.Alloc)
+		if lastCut(r) == in.Now {
+			sh.noteCut(m.st, h, in.Now)
+		}
 		if c.Replace {
 			m.steady = now
 		}

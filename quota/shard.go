@@ -108,6 +108,9 @@ type shard struct {
 	out     alloc.Output
 	// pushes are the actions decided since the last finish, per stream.
 	pushes map[*Stream][]Action
+	// acks keeps, per stream acknowledged at least once, the hubs its
+	// next acknowledgement confirms (acked).
+	acks map[*Stream]*ackList
 	// ops waiting for the next store call; calling is true while one is
 	// out.
 	ops     []pendingOp
@@ -129,7 +132,7 @@ type shard struct {
 
 func newShard(s *Service, idx int) *shard {
 	sh := &shard{s: s, idx: idx, hubs: make(map[string]*hub), byStream: make(map[*Stream][]*hub),
-		pushes: make(map[*Stream][]Action)}
+		pushes: make(map[*Stream][]Action), acks: make(map[*Stream]*ackList)}
 	if !s.manual {
 		sh.in = newIntake(s.o.Clock)
 		sh.ctl = make(chan msg)
