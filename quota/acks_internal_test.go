@@ -18,7 +18,7 @@ import (
 func TestAckConfirmsTheCutHubs(t *testing.T) {
 	o := DefaultOptions()
 	sh := &shard{s: &Service{st: newMetrics(stats.NewStore()), o: o}, hubs: map[string]*hub{},
-		byStream: map[*Stream][]*hub{}, acks: map[*Stream]*ackList{}}
+		byStream: map[*Stream][]*hub{}, acks: map[*Stream][]cutAt{}}
 	st := &Stream{}
 	t0 := time.Unix(1_700_000_000, 0)
 	at := func(s int) int64 { return t0.Add(time.Duration(s) * time.Second).UnixNano() }
@@ -61,7 +61,7 @@ func TestAckConfirmsTheCutHubs(t *testing.T) {
 	if until(hubs[3]) != far {
 		t.Error("hub d, never noted, was looked at: the acknowledgement scanned every hub")
 	}
-	if n := len(sh.acks[st].cuts); n != 0 {
+	if n := len(sh.acks[st]); n != 0 {
 		t.Errorf("%d cuts kept after an acknowledgement past all of them", n)
 	}
 
@@ -70,8 +70,8 @@ func TestAckConfirmsTheCutHubs(t *testing.T) {
 	for range 2*len(hubs) + 64 + 1 {
 		sh.noteCut(st, hubs[2], at(40))
 	}
-	if l := sh.acks[st]; l.tracking || len(l.cuts) != 0 {
-		t.Fatalf("past its bound the list holds %d cuts (tracking %v), want none and a full look", len(l.cuts), l.tracking)
+	if cuts, tracked := sh.acks[st]; tracked || len(cuts) != 0 {
+		t.Fatalf("past its bound the list holds %d cuts (tracking %v), want none and a full look", len(cuts), tracked)
 	}
 	sh.acked(st, time.Unix(0, at(50)), time.Unix(0, at(51)))
 	if got, want := until(hubs[3]), ended(51); got != want {

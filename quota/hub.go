@@ -284,15 +284,13 @@ func (sh *shard) closeStream(st *Stream, light bool, now time.Time) {
 // acked confirms the replacements st's transport acknowledged. The
 // first acknowledgement of a stream looks at every hub of it, and from
 // then on the shard keeps the hubs where the stream's buckets were cut
-// (ackList), so that an acknowledgement looks at those alone: looking at
+// (acks), so that an acknowledgement looks at those alone: looking at
 // all of them at every acknowledgement was 13 % of the native server's
 // CPU with 50 Envoys × 1,000 buckets.
 func (sh *shard) acked(st *Stream, upTo, at time.Time) {
 	up := upTo.UnixNano()
-	l := sh.acks[st]
-	if l == nil || !l.tracking {
-		l = &ackList{tracking: true}
-		sh.acks[st] = l
+	cuts, tracked := sh.acks[st]
+	if !tracked {
 		for _, h := range sh.byStream[st] {
 			if h.gone {
 				continue
@@ -300,14 +298,15 @@ func (sh *shard) acked(st *Stream, upTo, at time.Time) {
 			if i := h.find(st); i >= 0 {
 				sh.confirm(h, i, up, at)
 				if cut := lastCut(&h.reps[i]); cut > up {
-					l.cuts = append(l.cuts, cutAt{h, cut}) // for a later acknowledgement
+					cuts = append(cuts, cutAt{h, cut}) // for a later acknowledgement
 				}
 			}
 		}
+		sh.acks[st] = cuts
 		return
 	}
-	kept := l.cuts[:0]
-	for _, c := range l.cuts {
+	kept := cuts[:0]
+	for _, c := range cuts {
 		switch {
 		case c.h.gone:
 		case c.at > up:
@@ -318,8 +317,8 @@ func (sh *shard) acked(st *Stream, upTo, at time.Time) {
 			}
 		}
 	}
-	clear(l.cuts[len(kept):])
-	l.cuts = kept
+	clear(cuts[len(kept):])
+	sh.acks[st] = kept
 }
 
 // confirm confirms reporter i of h up to up, as acknowledged at at.
@@ -329,13 +328,8 @@ func (sh *shard) confirm(h *hub, i int, up int64, at time.Time) {
 	}
 }
 
-// ackList is what a shard keeps of a stream for its acknowledgements: the
-// hubs where its buckets were cut since the last one, and when.
-type ackList struct {
-	tracking bool
-	cuts     []cutAt
-}
-
+// cutAt is a hub where a stream's bucket was cut, and when: what the
+// stream's next acknowledgement confirms.
 type cutAt struct {
 	h  *hub
 	at int64
@@ -346,15 +340,14 @@ type cutAt struct {
 // grown past its bound (acknowledgements stopped coming) is dropped, and
 // the next acknowledgement looks at every hub again.
 func (sh *shard) noteCut(st *Stream, h *hub, at int64) {
-	l := sh.acks[st]
-	if l == nil || !l.tracking {
-		return
+	cuts, tracked := sh.acks[st]
+	switch {
+	case !tracked:
+	case len(cuts) >= 2*len(sh.byStream[st])+64:
+		delete(sh.acks, st)
+	default:
+		sh.acks[st] = append(cuts, cutAt{h, at})
 	}
-	if len(l.cuts) >= 2*len(sh.byStream[st])+64 {
-		l.tracking, l.cuts = false, nil
-		return
-	}
-	l.cuts = append(l.cuts, cutAt{h, at})
 }
 
 // lastCut is when r's newest cut segment was cut (0: none).

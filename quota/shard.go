@@ -109,8 +109,9 @@ type shard struct {
 	// pushes are the actions decided since the last finish, per stream.
 	pushes map[*Stream][]Action
 	// acks keeps, per stream acknowledged at least once, the hubs its
-	// next acknowledgement confirms (acked).
-	acks map[*Stream]*ackList
+	// next acknowledgement confirms (acked); a stream not in it (never
+	// acknowledged, or its list dropped) is looked at whole.
+	acks map[*Stream][]cutAt
 	// ops waiting for the next store call; calling is true while one is
 	// out.
 	ops     []pendingOp
@@ -132,7 +133,7 @@ type shard struct {
 
 func newShard(s *Service, idx int) *shard {
 	sh := &shard{s: s, idx: idx, hubs: make(map[string]*hub), byStream: make(map[*Stream][]*hub),
-		pushes: make(map[*Stream][]Action), acks: make(map[*Stream]*ackList)}
+		pushes: make(map[*Stream][]Action), acks: make(map[*Stream][]cutAt)}
 	if !s.manual {
 		sh.in = newIntake(s.o.Clock)
 		sh.ctl = make(chan msg)

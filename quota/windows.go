@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/engine/alloc"
@@ -43,11 +44,7 @@ func (ws *windows) at(start int64) *winState {
 // room makes room for n more states at once: a new bucket's first plan
 // reserves on every window its assignment reaches (a dozen or more), and
 // growing the array by doubling allocated three times what it kept.
-func (ws *windows) room(n int) {
-	if cap(*ws)-len(*ws) < n {
-		*ws = append(make(windows, 0, len(*ws)+n), *ws...)
-	}
-}
+func (ws *windows) room(n int) { *ws = slices.Grow(*ws, n) }
 
 // tidy drops the states that keep nothing.
 func (ws *windows) tidy() {

@@ -31,11 +31,7 @@ func Flood(ctx context.Context, client rlqsv3.RateLimitQuotaServiceClient, id, n
 	if err != nil {
 		return 0, err
 	}
-	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "q"}
-	for j := range n {
-		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, subscribe(map[string]string{"user": fmt.Sprintf("f%d-%d", id, j)}))
-	}
-	if err := stream.Send(rep); err != nil {
+	if err := stream.Send(NewBuckets(fmt.Sprintf("f%d-", id), 0, n)); err != nil {
 		return 0, err
 	}
 	seen := map[string]bool{}

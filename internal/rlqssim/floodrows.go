@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // The other rows of issue 43's table, beside Flood's many streams of new
@@ -27,9 +26,7 @@ import (
 func NewBuckets(prefix string, from, n int) *rlqsv3.RateLimitQuotaUsageReports {
 	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "q"}
 	for k := from; k < from+n; k++ {
-		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId:    &rlqsv3.BucketId{Bucket: map[string]string{"user": prefix + strconv.Itoa(k)}},
-			TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1})
+		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, subscribe(map[string]string{"user": prefix + strconv.Itoa(k)}))
 	}
 	return rep
 }
