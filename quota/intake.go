@@ -16,14 +16,17 @@ import (
 // however many reports a flood of streams queued before it; a stream that
 // stops asking fades back in.
 //
-// A new lane (a stream's first message to the shard) is charged newLane
-// besides: a stream already served goes before a burst of new ones unless
-// it asked more than that lately. Ten thousand streams opened at once,
+// A new stream's first report is charged newLane besides: a stream
+// already served goes before a burst of new ones unless it asked more
+// than that lately. Ten thousand streams opened at once,
 // each with one new bucket, were each charged less than a probe Envoy
 // that had reported a bucket every 250 ms for a while (its charge did not
 // fade while the shard was idle), and the probe waited for all of them
 // (half a second); an existing stream's answers are not to wait for a
-// burst of new ones.
+// burst of new ones. The charge is the stream's, not the lane's: an old
+// stream's first bucket on a shard (a lane it never had) was charged as a
+// new stream's and went behind the burst's 3,500 lanes queued there
+// (344 ms).
 //
 // A single channel served its blocked senders first come, first served:
 // the probe's one usage waited behind every flood stream's thousand.
@@ -67,7 +70,7 @@ const (
 	halfLife = 1 << 16
 	// halfTime is how long it takes what a lane was charged to halve.
 	halfTime = time.Second
-	// newLane is what a stream's first message to a shard is charged
+	// newLane is what a new stream's first report is charged
 	// besides its usages: more than a light Envoy's steady charge (one
 	// bucket every 250 ms: about 6), less than one chunk of a flood's
 	// report (maxChunk), so a new Envoy still goes before a flood's
@@ -113,7 +116,9 @@ func (in *intake) put(m msg) (bool, <-chan struct{}) {
 	in.fade(0)
 	if l == nil {
 		l = &lane{st: m.st, idx: -1, sidx: -1, space: make(chan struct{}, 1)}
-		l.charged = newLane * in.scale
+		if m.opening {
+			l.charged = newLane * in.scale
+		}
 		in.lanes[m.st] = l
 	}
 	if len(l.q) >= laneSize {

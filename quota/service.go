@@ -209,6 +209,8 @@ type Stream struct {
 	refusedAt int64
 	// chunks are the reports' parts per shard, reused.
 	chunks [][]usageAt
+	// reported: a report was taken (the next is not the opening one).
+	reported bool
 }
 
 // streamInfo is what a stream's reports showed of its Envoy.
@@ -281,6 +283,8 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	if st.domain == "" {
 		st.domain = domain
 	}
+	opening := !st.reported
+	st.reported = true
 	periodic := st.learn(now, usages)
 	s.st.reports.Add(uint64(len(usages)))
 	sweep := false
@@ -292,7 +296,7 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	}
 	for _, u := range usages {
 		key := st.domain + "\x00" + string(u.Bucket)
-		i := int(xxhash.Sum64String(key) % uint64(len(s.shards)))
+		i := s.shardOf(key)
 		st.chunks[i] = append(st.chunks[i], usageAt{key: key, Usage: u})
 	}
 	ctx := context.Background()
@@ -310,12 +314,17 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 			copy(part, c[:n])
 			c = c[n:]
 			st.touched[i] = true
-			if !s.shards[i].post(ctx, msg{kind: msgReport, st: st, at: now, info: st.info, sweep: sweep, usages: part}) {
+			if !s.shards[i].post(ctx, msg{kind: msgReport, st: st, at: now, info: st.info, sweep: sweep, opening: opening, usages: part}) {
 				return ErrClosed
 			}
 		}
 	}
 	return nil
+}
+
+// shardOf is the shard owning a bucket's hub (key: domain and BucketId).
+func (s *Service) shardOf(key string) int {
+	return int(xxhash.Sum64String(key) % uint64(len(s.shards)))
 }
 
 // learn updates what the reports show of the Envoy: how often it reports

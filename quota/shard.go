@@ -23,17 +23,19 @@ const (
 )
 
 type msg struct {
-	kind   msgKind
-	st     *Stream
-	at     time.Time
-	info   streamInfo
-	sweep  bool      // answer the stream's refused buckets
-	light  bool      // msgAck, msgClose: the stream tracks few buckets
-	upTo   time.Time // msgAck: what was acknowledged
-	usages []usageAt
-	call   *call
-	board  *boardCall
-	done   chan struct{}
+	kind  msgKind
+	st    *Stream
+	at    time.Time
+	info  streamInfo
+	sweep bool // answer the stream's refused buckets
+	light bool // msgAck, msgClose: the stream tracks few buckets
+	// opening: msgReport, a part of the stream's first report.
+	opening bool
+	upTo    time.Time // msgAck: what was acknowledged
+	usages  []usageAt
+	call    *call
+	board   *boardCall
+	done    chan struct{}
 }
 
 const (
