@@ -244,6 +244,7 @@ func (c *conn) recv(ctx context.Context, st *stream) ([]byte, error) {
 		// What is queued (a WINDOW_UPDATE among it) goes out while we
 		// wait.
 		c.flushWholeLocked()
+		st.started() // waiting for its client now
 		in.cond.Wait()
 	}
 	msg := in.buf[in.off:]

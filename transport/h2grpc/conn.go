@@ -28,7 +28,10 @@ var clientPreface = []byte(http2.ClientPreface)
 // stream is one call. The reader owns it until the request is complete;
 // then a worker does. Fields under "mu" belong to the connection's mutex.
 type stream struct {
-	c      *conn
+	c *conn
+	// pass is a streaming call's slot in the start gate, until it has
+	// started (started).
+	pass   atomic.Pointer[Pass]
 	id     uint32
 	method Method
 	// deadline is when the grpc-timeout header, counted from the

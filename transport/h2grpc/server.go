@@ -127,6 +127,9 @@ type Options struct {
 	// Workers is how many goroutines are kept to run methods (0: none); a
 	// call that finds none free gets a goroutine of its own.
 	Workers int
+	// StartGate is what streaming calls start through (gate.go; default
+	// NewDefaultStartGate()).
+	StartGate *StartGate
 	// MaxConnectionAge, if set, makes a connection drain (GOAWAY) after
 	// about this long (±10%), and close MaxConnectionAgeGrace later.
 	MaxConnectionAge      time.Duration
@@ -207,6 +210,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.StartGate == nil {
+		o.StartGate = NewDefaultStartGate()
+	}
 	o.Floods.ensureDefaults()
 	return o
 }
@@ -270,6 +276,8 @@ var ErrServerStopped = errors.New("h2grpc: server stopped")
 type Server struct {
 	o    Options
 	work chan *stream
+	// gate bounds the streaming calls starting at once (gate.go).
+	gate *StartGate
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -289,6 +297,7 @@ func NewServer(o Options) (*Server, error) {
 	return &Server{
 		o:     o,
 		work:  make(chan *stream),
+		gate:  o.StartGate,
 		lns:   map[net.Listener]struct{}{},
 		conns: map[*conn]struct{}{},
 	}, nil
@@ -379,8 +388,12 @@ func (s *Server) worker() {
 func (s *Server) dispatch(st *stream) {
 	if st.streaming != nil || st.bidi != nil {
 		// A stream may last as long as its connection: it would take a
-		// worker from the unary calls the pool is kept for.
-		go st.c.run(st)
+		// worker from the unary calls the pool is kept for. It starts
+		// when the gate lets it.
+		s.gate.Start(func(p *Pass) {
+			st.pass.Store(p)
+			go st.c.run(st)
+		})
 		return
 	}
 	select {

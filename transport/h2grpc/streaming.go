@@ -117,6 +117,7 @@ func (c *conn) runStream(st *stream) {
 		return c.send(ctx, st, frame)
 	})
 	done()
+	st.started()
 	if !sent {
 		c.release(st)
 	}
@@ -136,6 +137,7 @@ func (c *conn) runBidi(st *stream) {
 		return c.send(ctx, st, frame)
 	})
 	done()
+	st.started()
 	c.endStreaming(st, err)
 }
 
@@ -171,6 +173,7 @@ func (c *conn) endStreaming(st *stream, err error) {
 // send writes one message of a streaming call, within the peer's windows;
 // what they do not allow waits, at most MaxOutput of it.
 func (c *conn) send(ctx context.Context, st *stream, frame []byte) error {
+	st.started()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.streamErrLocked(ctx, st) == nil && (len(c.out) > c.s.o.MaxOutput || len(st.pending) > c.s.o.MaxOutput) {
