@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -73,8 +74,9 @@ func (c guardedCreds) Clone() credentials.TransportCredentials {
 }
 
 // guardedDesc is desc with each handler's first receive bounded by stall
-// and its unmarshalling failures INVALID_ARGUMENT (see guardedRecv).
-func guardedDesc(desc *grpc.ServiceDesc, stall time.Duration) *grpc.ServiceDesc {
+// and its unmarshalling failures INVALID_ARGUMENT (see guardedRecv), and
+// its streams started through gate (see guardedStream).
+func guardedDesc(desc *grpc.ServiceDesc, stall time.Duration, gate *h2grpc.StartGate) *grpc.ServiceDesc {
 	d := *desc
 	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
 	for i := range d.Methods {
@@ -87,26 +89,52 @@ func guardedDesc(desc *grpc.ServiceDesc, stall time.Duration) *grpc.ServiceDesc 
 	for i := range d.Streams {
 		h := d.Streams[i].Handler
 		d.Streams[i].Handler = func(srv any, ss grpc.ServerStream) error {
-			g := &guardedStream{ServerStream: ss}
+			g := &guardedStream{ServerStream: ss, gate: gate}
 			g.first = guardedRecv(ss.Context(), stall, ss.RecvMsg)
+			defer g.started()
 			return h(srv, g)
 		}
 	}
 	return &d
 }
 
+// guardedStream is a stream whose method starts through the start gate
+// (h2grpc's StartGate: a burst of new streams, each a runnable goroutine
+// setting itself up, delayed every established stream's answers). grpc-go
+// has started the method's goroutine already; it waits for a slot, parked,
+// once its first message has come (a stream that sends nothing takes
+// none), and gives it back when the method asks for the next message,
+// sends, or returns.
 type guardedStream struct {
 	grpc.ServerStream
 	first func(any) error // nil once used
+	gate  *h2grpc.StartGate
+	pass  atomic.Pointer[h2grpc.Pass]
 }
 
 func (g *guardedStream) RecvMsg(m any) error {
 	if f := g.first; f != nil {
 		g.first = nil
-		return f(m)
+		if err := f(m); err != nil {
+			return err
+		}
+		p, err := g.gate.Wait(g.Context())
+		if err != nil {
+			return status.FromContextError(err).Err()
+		}
+		g.pass.Store(p)
+		return nil
 	}
+	g.started()
 	return recvDecoded(g.ServerStream.RecvMsg, m)
 }
+
+func (g *guardedStream) SendMsg(m any) error {
+	g.started()
+	return g.ServerStream.SendMsg(m)
+}
+
+func (g *guardedStream) started() { g.pass.Swap(nil).Done() }
 
 // guardedRecv is recv answering the call DEADLINE_EXCEEDED if no message
 // has come within stall, as the native server does: writing the status

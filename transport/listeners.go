@@ -145,9 +145,10 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 	g := grpc.NewServer(opts...)
 	rls := newRLSServer(s.decider(), s.log, s.errs)
 	stall := l.StallTimeout
-	g.RegisterService(guardedDesc(rls.serviceDesc(), stall), rls)
-	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall), s.ghs)
-	g.RegisterService(guardedDesc(s.quota.serviceDesc(), stall), s.quota)
+	gate := h2grpc.NewDefaultStartGate()
+	g.RegisterService(guardedDesc(rls.serviceDesc(), stall, gate), rls)
+	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall, gate), s.ghs)
+	g.RegisterService(guardedDesc(s.quota.serviceDesc(), stall, gate), s.quota)
 	reflection.Register(g) // grpc.reflection.v1 and v1alpha (reflection.go)
 	return g
 }
