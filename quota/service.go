@@ -209,8 +209,6 @@ type Stream struct {
 	refusedAt int64
 	// chunks are the reports' parts per shard, reused.
 	chunks [][]usageAt
-	// reported: a report was taken (the next is not the opening one).
-	reported bool
 }
 
 // streamInfo is what a stream's reports showed of its Envoy.
@@ -280,11 +278,10 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	case st.domain != "" && domain != "" && domain != st.domain:
 		return fmt.Errorf("rlqs: usage report for domain %q on a stream of domain %q", domain, st.domain)
 	}
-	if st.domain == "" {
+	opening := st.domain == "" // no report was taken yet
+	if opening {
 		st.domain = domain
 	}
-	opening := !st.reported
-	st.reported = true
 	periodic := st.learn(now, usages)
 	s.st.reports.Add(uint64(len(usages)))
 	sweep := false

@@ -43,7 +43,6 @@ const (
 // they came. Its zero value is not usable: NewStartGate.
 type StartGate struct {
 	hold time.Duration
-	now  func() time.Time
 
 	mu    sync.Mutex
 	slots []gateSlot
@@ -86,20 +85,20 @@ func NewDefaultStartGate() *StartGate {
 
 // NewStartGate is a gate of n slots, each held hold at most.
 func NewStartGate(n int, hold time.Duration) *StartGate {
-	return &StartGate{hold: hold, now: time.Now, slots: make([]gateSlot, max(n, 1))}
+	return &StartGate{hold: hold, slots: make([]gateSlot, max(n, 1))}
 }
 
-// Start calls start with a pass now, or once a slot is free (on another
-// goroutine then); start must not block. It returns the waiter to Cancel,
-// nil if start was called.
-func (g *StartGate) Start(start func(*Pass)) *gateWaiter {
+// start calls f with a pass now, or once a slot is free (on another
+// goroutine then); f must not block. It returns the waiter to cancel, nil
+// if f was called.
+func (g *StartGate) start(f func(*Pass)) *gateWaiter {
 	g.mu.Lock()
 	if p := g.takeLocked(); p != nil {
 		g.mu.Unlock()
-		start(p)
+		f(p)
 		return nil
 	}
-	w := &gateWaiter{start: start}
+	w := &gateWaiter{start: f}
 	g.queue = append(g.queue, w)
 	g.armLocked()
 	g.mu.Unlock()
@@ -109,7 +108,7 @@ func (g *StartGate) Start(start func(*Pass)) *gateWaiter {
 // Wait returns a pass once a slot is free, or ctx's error first.
 func (g *StartGate) Wait(ctx context.Context) (*Pass, error) {
 	ch := make(chan *Pass, 1)
-	w := g.Start(func(p *Pass) { ch <- p })
+	w := g.start(func(p *Pass) { ch <- p })
 	if w == nil {
 		return <-ch, nil
 	}
@@ -142,7 +141,7 @@ func (g *StartGate) takeLocked() *Pass {
 	for i := range g.slots {
 		if g.slots[i].p == nil {
 			p := &Pass{g: g}
-			g.slots[i] = gateSlot{p: p, since: g.now()}
+			g.slots[i] = gateSlot{p: p, since: time.Now()}
 			return p
 		}
 	}
@@ -201,7 +200,7 @@ func (g *StartGate) armLocked() {
 		}
 	}
 	g.armed = true
-	time.AfterFunc(max(oldest.Add(g.hold).Sub(g.now()), 0), g.expire)
+	time.AfterFunc(max(oldest.Add(g.hold).Sub(time.Now()), 0), g.expire)
 }
 
 // expire takes back the slots held past hold and gives them to the
@@ -209,7 +208,7 @@ func (g *StartGate) armLocked() {
 func (g *StartGate) expire() {
 	g.mu.Lock()
 	g.armed = false
-	now := g.now()
+	now := time.Now()
 	for i := range g.slots {
 		if s := g.slots[i]; s.p != nil && now.Sub(s.since) >= g.hold {
 			s.p.done.Store(true) // its Done does nothing now

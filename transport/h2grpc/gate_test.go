@@ -45,7 +45,7 @@ func TestStartGate(t *testing.T) {
 	g := NewStartGate(2, time.Hour)
 	var s starts
 	for i := range 5 {
-		g.Start(s.start(i))
+		g.start(s.start(i))
 	}
 	if got := s.started(); len(got) != 2 {
 		t.Fatalf("started %v with 2 slots, want [0 1]", got)
@@ -89,11 +89,11 @@ func TestStartGate(t *testing.T) {
 func TestStartGateTakesBackHeldSlots(t *testing.T) {
 	g := NewStartGate(1, 20*time.Millisecond)
 	var s starts
-	g.Start(s.start(0)) // never Done
-	g.Start(s.start(1))
+	g.start(s.start(0)) // never Done
+	g.start(s.start(1))
 	testenv.Eventually(t, "the second call started", func() bool { return len(s.started()) == 2 })
 	s.pass(0).Done() // late: the slot is the second call's now
-	g.Start(s.start(2))
+	g.start(s.start(2))
 	if got := s.started(); len(got) != 2 {
 		t.Fatalf("started %v: a late Done freed the slot the second call holds", got)
 	}

@@ -390,7 +390,7 @@ func (s *Server) dispatch(st *stream) {
 		// A stream may last as long as its connection: it would take a
 		// worker from the unary calls the pool is kept for. It starts
 		// when the gate lets it.
-		s.gate.Start(func(p *Pass) {
+		s.gate.start(func(p *Pass) {
 			st.pass.Store(p)
 			go st.c.run(st)
 		})
