@@ -200,7 +200,7 @@ func (g *StartGate) armLocked() {
 		}
 	}
 	g.armed = true
-	time.AfterFunc(max(oldest.Add(g.hold).Sub(time.Now()), 0), g.expire)
+	time.AfterFunc(max(time.Until(oldest.Add(g.hold)), 0), g.expire)
 }
 
 // expire takes back the slots held past hold and gives them to the
