@@ -291,10 +291,21 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	for i := range st.chunks {
 		st.chunks[i] = st.chunks[i][:0]
 	}
-	for _, u := range usages {
-		key := st.domain + "\x00" + string(u.Bucket)
-		i := s.shardOf(key)
-		st.chunks[i] = append(st.chunks[i], usageAt{key: key, Usage: u})
+	// Young buckets first: a usage over less than MinElapsed is a bucket
+	// the Envoy has just made (its immediate report, or a periodic one
+	// that found it new). It has no assignment, so the Envoy applies its
+	// no_assignment_behavior (ALLOW_ALL by default) until answered; the
+	// others hold assignments that last past the report. At the end of a
+	// 1,000-bucket report it waited for every chunk before it.
+	for _, young := range [2]bool{true, false} {
+		for _, u := range usages {
+			if (u.Elapsed < alloc.MinElapsed) != young {
+				continue
+			}
+			key := st.domain + "\x00" + string(u.Bucket)
+			i := s.shardOf(key)
+			st.chunks[i] = append(st.chunks[i], usageAt{key: key, Usage: u})
+		}
 	}
 	ctx := context.Background()
 	for i, c := range st.chunks {

@@ -455,3 +455,63 @@ func TestRunningServiceStopsEveryGoroutine(t *testing.T) {
 		t.Errorf("a report after Close: got %v, want ErrClosed", err)
 	}
 }
+
+// pushSink keeps each Push apart.
+type pushSink struct {
+	mu     sync.Mutex
+	pushes [][]quota.Action
+}
+
+func (k *pushSink) Push(a []quota.Action) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pushes = append(k.pushes, append([]quota.Action(nil), a...))
+}
+
+// TestYoungBucketAnsweredFirst: a report's bucket with less than
+// MinElapsed of usage is one its Envoy has just made and runs on its
+// no_assignment_behavior (ALLOW_ALL by default) until answered; it is
+// answered in the first push of its report, wherever it stands in it,
+// not after the buckets that came with it.
+func TestYoungBucketAnsweredFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		older int // buckets in the report before the young one
+	}{
+		{"alone", 0},
+		{"behind one chunk", 64},
+		{"behind a reconnected Envoy's 300 buckets", 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := quota.DefaultOptions()
+			o.Shards = 1
+			f := newFixture(t, o, rules1000, true)
+			k := &pushSink{}
+			st := f.svc.Open(k)
+			// An Envoy whose stream was cut reports every bucket it has
+			// on the new stream, each over its report period.
+			u := users(0, tc.older, 5*time.Second)
+			young := users(tc.older, 1, 0)[0]
+			u = append(u, young)
+			if err := st.Report(f.clock.Now(), "q", u); err != nil {
+				t.Fatal(err)
+			}
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			if len(k.pushes) == 0 {
+				t.Fatal("no push after the report")
+			}
+			for i, p := range k.pushes {
+				for _, a := range p {
+					if a.Bucket == young.Bucket {
+						if i != 0 {
+							t.Errorf("the young bucket answered in push %d of %d, want the first", i+1, len(k.pushes))
+						}
+						return
+					}
+				}
+			}
+			t.Errorf("the young bucket never answered (%d pushes)", len(k.pushes))
+		})
+	}
+}
