@@ -41,8 +41,8 @@ type Action struct {
 	At time.Time
 }
 
-// Sink takes a stream's actions; Push must not block (the stream's owner
-// queues them and writes them in order).
+// Sink takes a stream's actions; Push must not block (the stream's
+// transport queues them and writes them in order).
 type Sink interface{ Push([]Action) }
 
 // Usage is one bucket's part of a usage report.
@@ -187,7 +187,8 @@ func (s *Service) Drain(ctx context.Context) {
 
 // Stream is one StreamRateLimitQuotas call: its reports come in through
 // Report, its actions go out through its Sink. One goroutine (the
-// stream's owner) calls Report and Close.
+// stream's owner) calls Report and Close; Acked may be called from another,
+// while Report waits for room in a shard, but never after Close.
 type Stream struct {
 	s      *Service
 	id     uint64
@@ -201,8 +202,9 @@ type Stream struct {
 	lastPeriodic time.Time
 	gaps         [4]time.Duration
 	ngaps        int
-	// touched marks the shards holding a bucket of the stream.
-	touched []bool
+	// touched marks the shards holding a bucket of the stream (set by
+	// Report, read by Acked in another goroutine).
+	touched []atomic.Bool
 	// buckets counts the stream's reporters (MaxBuckets).
 	buckets atomic.Int64
 	// refusedAt is when refused buckets were last answered, all of them.
@@ -223,7 +225,7 @@ type streamInfo struct {
 // Open registers a new stream whose actions go to sink.
 func (s *Service) Open(sink Sink) *Stream {
 	st := &Stream{s: s, id: s.nextID.Add(1), sink: sink, info: streamInfo{refill: true},
-		touched: make([]bool, len(s.shards)), chunks: make([][]usageAt, len(s.shards))}
+		touched: make([]atomic.Bool, len(s.shards)), chunks: make([][]usageAt, len(s.shards))}
 	s.st.streams.Set(s.streams.Add(1))
 	return st
 }
@@ -232,12 +234,12 @@ func (s *Service) Open(sink Sink) *Stream {
 // before upTo (their At) has reached the Envoy by at: its connection read
 // them (an HTTP/2 PING written behind them was answered). A bucket they
 // replaced stops counting a delivery later, instead of at the Envoy's
-// next report. Called by the stream's owner; a stream whose transport
-// cannot tell (grpc-go's server) never calls it.
+// next report. Not after Close; a stream whose transport cannot tell
+// (grpc-go's server) never calls it.
 func (st *Stream) Acked(upTo, at time.Time) {
 	s := st.s
-	for i, t := range st.touched {
-		if t {
+	for i := range st.touched {
+		if st.touched[i].Load() {
 			s.shards[i].post(context.Background(), msg{kind: msgAck, st: st, at: at, upTo: upTo, light: st.light()})
 		}
 	}
@@ -321,7 +323,7 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 			part := make([]usageAt, n)
 			copy(part, c[:n])
 			c = c[n:]
-			st.touched[i] = true
+			st.touched[i].Store(true)
 			if !s.shards[i].post(ctx, msg{kind: msgReport, st: st, at: now, info: st.info, sweep: sweep, opening: opening, usages: part}) {
 				return ErrClosed
 			}
@@ -400,8 +402,8 @@ func (st *Stream) Close() {
 	}
 	s := st.s
 	s.st.streams.Set(s.streams.Add(-1))
-	for i, t := range st.touched {
-		if t {
+	for i := range st.touched {
+		if st.touched[i].Load() {
 			s.shards[i].post(context.Background(), msg{kind: msgClose, st: st, at: s.o.Clock(), light: st.light()})
 		}
 	}

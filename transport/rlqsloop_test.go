@@ -1,0 +1,131 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/alloc"
+	"github.com/sluicehq/sluice/engine/memory"
+	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/quota"
+)
+
+// stallingCounter holds every call with an operation on a key holding
+// stall until release is closed, as a store that stopped answering: the
+// call's own deadline does not end it.
+type stallingCounter struct {
+	engine.Counter
+	stall   string
+	release chan struct{}
+	held    atomic.Int64
+}
+
+func (c *stallingCounter) Apply(ctx context.Context, ops []engine.CounterOp, batch engine.Batch) error {
+	for _, op := range ops {
+		if strings.Contains(op.Key, c.stall) {
+			c.held.Add(1)
+			<-c.release
+			break
+		}
+	}
+	return c.Counter.Apply(ctx, ops, batch)
+}
+
+// TestQuotaAnswersWhileAReportIsHandedOver: a stream's answers are written
+// while its own large report still waits for room in a shard. An Envoy
+// whose stream was cut reports its 4,000 buckets on the new one, with one
+// it has just made (time_elapsed 0, on its no_assignment_behavior until
+// answered). The shard answers the young bucket from its first store call
+// and then stalls on the next (the store is slow), so the rest of the
+// report waits in the stream's lane. The young bucket's answer must reach
+// the Envoy meanwhile; the stream's loop used to be the goroutine handing
+// the report over, and wrote nothing until it had.
+func TestQuotaAnswersWhileAReportIsHandedOver(t *testing.T) {
+	st0 := stats.NewStore()
+	rules := "domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New(time.Now)
+	defer store.Close()
+	eo := engine.DefaultOptions()
+	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
+	eng, err := engine.NewService(eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetConfig(cfg)
+	counter := &stallingCounter{Counter: eo.Counter, stall: "later", release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(counter.release) }) }
+	defer release()
+	o := quota.DefaultOptions()
+	o.Shards = 1
+	svc, err := quota.New(o, eng, counter, nil, st0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	q := newQuotaServer(svc, slog.New(slog.DiscardHandler))
+
+	// The shard takes a report four chunks (64 usages each) a batch, and
+	// stops taking while a store call is out and hundreds of operations
+	// wait for the next; the store stalls from the second batch on, so
+	// most of the report still waits for room in the stream's lane.
+	usages := make([]quota.Usage, 0, 4001)
+	for i := range 4000 {
+		name := fmt.Sprint("first", i)
+		if i >= 300 {
+			name = fmt.Sprint("later", i)
+		}
+		usages = append(usages, quota.Usage{Bucket: alloc.BucketOf(map[string]string{"user": name}), Elapsed: 5 * time.Second, Allowed: 10})
+	}
+	young := alloc.BucketOf(map[string]string{"user": "young"})
+	usages = append(usages, quota.Usage{Bucket: young, Allowed: 1})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	over := make(chan struct{}) // the call is over: recv fails
+	sent := false
+	recv := func() (report, error) {
+		if !sent {
+			sent = true
+			return report{domain: "q", usages: usages}, nil
+		}
+		<-over
+		return report{}, io.EOF
+	}
+	answered := make(chan struct{})
+	var answeredOnce sync.Once
+	send := func(acts []quota.Action) error {
+		for _, a := range acts {
+			if a.Bucket == young {
+				answeredOnce.Do(func() { close(answered) })
+			}
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- q.serve(ctx, recv, send)
+		close(over)
+	}()
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the young bucket was not answered in 10 s while the rest of its report waited for the shard (%d store calls held)", counter.held.Load())
+	}
+	release()
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("serve returned nil after its context was cancelled")
+	}
+}
