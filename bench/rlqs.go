@@ -86,8 +86,12 @@ func benchQuota(ctx context.Context, f flags, work string) (string, error) {
 
 // benchQuotaOn is one run of the fleet on sluice's gRPC server server.
 func benchQuotaOn(ctx context.Context, f flags, work, root, server string, fl quotaFleet) (quotaResult, error) {
+	// Room for every Envoy's buckets and the new bucket each measured
+	// report subscribes: at exactly envoys × buckets, every new bucket
+	// was refused (answered at once with the blanket rule), and the
+	// column measured the refusal, not a subscription.
 	p, err := startSluice(f.sluice, work, root, "memory", "", "SLUICE_GRPC_SERVER="+server,
-		fmt.Sprintf("SLUICE_RLQS_MAX_REPORTERS=%d", fl.envoys*fl.buckets))
+		fmt.Sprintf("SLUICE_RLQS_MAX_REPORTERS=%d", fl.envoys*(fl.buckets+fl.intervals)))
 	if err != nil {
 		return quotaResult{}, err
 	}
@@ -139,6 +143,9 @@ type quotaEnvoy struct {
 	freshName  string
 	freshSent  int64
 	freshWaits []time.Duration
+	// freshBlanket counts new buckets answered with a blanket rule: the
+	// rule is a token bucket, so that is a refusal (a cap), not a share.
+	freshBlanket int
 }
 
 // fill rewrites the message's counts for one interval: the demand, and
@@ -187,6 +194,9 @@ func (e *quotaEnvoy) receive(actions, responses *atomic.Int64) {
 		if e.freshSent > 0 {
 			for _, a := range resp.GetBucketAction() {
 				if a.GetBucketId().GetBucket()["user"] == e.freshName {
+					if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+						e.freshBlanket++
+					}
 					e.freshWaits = append(e.freshWaits, time.Duration(now-e.freshSent))
 					e.freshSent = 0
 					break
@@ -355,6 +365,18 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 	res.waits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.waits })
 	res.reportWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.reportWaits })
 	res.freshWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.freshWaits })
+	blanket := 0
+	for _, e := range envoys {
+		e.mu.Lock()
+		blanket += e.freshBlanket
+		e.mu.Unlock()
+	}
+	if blanket > 0 {
+		res.errs += int64(blanket)
+		if res.firstErr == "" {
+			res.firstErr = fmt.Sprintf("%d new buckets answered with a blanket rule (refused), not a token bucket share", blanket)
+		}
+	}
 	return res, nil
 }
 
