@@ -82,3 +82,41 @@ func TestAckConfirmsTheCutHubs(t *testing.T) {
 		t.Error("a closed stream's acknowledgement list is kept")
 	}
 }
+
+// TestAckNeverWaitsForAFullLane: an acknowledgement comes from the
+// stream's transport loop, which writes the stream's answers; where the
+// stream's lane is full (its receiver handing a large report over), it is
+// dropped rather than waited for, and the loop goes on writing.
+func TestAckNeverWaitsForAFullLane(t *testing.T) {
+	o := DefaultOptions()
+	o.Shards = 1
+	s, err := newService(o, nil, nil, nil, stats.NewStore(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.manual = false
+	sh := s.shards[0]
+	sh.in = newIntake(time.Now)
+	st := s.Open(discardSink{})
+	st.touched[0].Store(true)
+	for range laneSize {
+		if ok, _ := sh.in.put(msg{kind: msgReport, st: st}); !ok {
+			t.Fatal("lane full before laneSize messages")
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		now := time.Now()
+		st.Acked(now, now)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acked waited 5 s for room in the stream's full lane")
+	}
+	if n := len(sh.in.lanes[st].q); n != laneSize {
+		t.Errorf("lane holds %d messages, want the %d reports (the acknowledgement dropped)", n, laneSize)
+	}
+}

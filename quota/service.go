@@ -236,11 +236,17 @@ func (s *Service) Open(sink Sink) *Stream {
 // replaced stops counting a delivery later, instead of at the Envoy's
 // next report. Not after Close; a stream whose transport cannot tell
 // (grpc-go's server) never calls it.
+//
+// It never waits: where the stream's lane is full (its Report is handing
+// a large report over), the acknowledgement is dropped there. The next
+// one covers everything before it, and without one the Envoy's next
+// report confirms the cuts; a transport loop waiting here wrote nothing
+// meanwhile (the native server's tail at 50 Envoys × 1,000 buckets).
 func (st *Stream) Acked(upTo, at time.Time) {
 	s := st.s
 	for i := range st.touched {
 		if st.touched[i].Load() {
-			s.shards[i].post(context.Background(), msg{kind: msgAck, st: st, at: at, upTo: upTo, light: st.light()})
+			s.shards[i].offer(msg{kind: msgAck, st: st, at: at, upTo: upTo, light: st.light()})
 		}
 	}
 }

@@ -182,6 +182,21 @@ func (sh *shard) post(ctx context.Context, m msg) bool {
 	}
 }
 
+// offer is post without waiting: false, and m dropped, where its
+// stream's lane is full or the service stopped.
+func (sh *shard) offer(m msg) bool {
+	if sh.s.manual {
+		sh.handle(m)
+		sh.finish(m.at)
+		return true
+	}
+	if sh.s.isClosed() {
+		return false
+	}
+	ok, _ := sh.in.put(m)
+	return ok
+}
+
 // loop is the shard's goroutine: it serves messages and due hubs until the
 // service stops.
 func (sh *shard) loop() {
