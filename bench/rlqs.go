@@ -365,6 +365,13 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 	res.waits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.waits })
 	res.reportWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.reportWaits })
 	res.freshWaits = answerWaits(envoys, func(e *quotaEnvoy) []time.Duration { return e.freshWaits })
+	res.countRefused(envoys)
+	return res, nil
+}
+
+// countRefused counts the new buckets answered with a blanket rule as
+// errors: the rule is a token bucket, so each was refused (a cap).
+func (res *quotaResult) countRefused(envoys []*quotaEnvoy) {
 	blanket := 0
 	for _, e := range envoys {
 		e.mu.Lock()
@@ -377,7 +384,6 @@ func driveQuota(ctx context.Context, p *process, fl quotaFleet) (quotaResult, er
 			res.firstErr = fmt.Sprintf("%d new buckets answered with a blanket rule (refused), not a token bucket share", blanket)
 		}
 	}
-	return res, nil
 }
 
 // answerWaits are the fleet's delays of one kind (which), sorted.
