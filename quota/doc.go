@@ -22,7 +22,10 @@
 //     even then, their buckets served between a backlog's, and their
 //     operations sent in a store call of their own beside the flood's
 //     (express.go), so that a probe Envoy's new bucket waits for neither
-//     the flood's call out nor a place in the next.
+//     the flood's call out nor a place in the next. A large report's
+//     young buckets (usage over less than MinElapsed: just made, on the
+//     Envoy's no_assignment_behavior until answered) are sent first, and
+//     when they are few, they are express too.
 //  2. The shard's goroutine (loop) takes the usages: each bucket finds its
 //     hub (one per domain and BucketId on this replica), the Envoy's
 //     reporter in it takes the report's demand. A bucket beyond the
