@@ -286,24 +286,13 @@ func (sh *shard) handle(m msg) {
 		for i := range m.usages {
 			sh.report(m.st, m.info, m.sweep, m.at, &m.usages[i])
 		}
-		if sh.s.manual {
-			break
-		}
-		// A small report is express; so are a large one's few young
-		// buckets (Stream.Report sends them first): each is what an
-		// Envoy's immediate report of a new bucket would have been, had
-		// it not come with a periodic one. Many young buckets at once are
-		// a flood's subscriptions, not express.
-		all := express(&m)
-		if !all && youngIn(m.usages) > expressUsages {
-			break
-		}
-		for i := range m.usages {
-			if !all && m.usages[i].Elapsed >= alloc.MinElapsed {
-				continue
-			}
-			if h := sh.hubs[m.usages[i].key]; h != nil {
-				sh.markExpress(h)
+		// A small report is express (a large report's few young buckets
+		// come as one: Stream.Report).
+		if !sh.s.manual && express(&m) {
+			for i := range m.usages {
+				if h := sh.hubs[m.usages[i].key]; h != nil {
+					sh.markExpress(h)
+				}
 			}
 		}
 	case msgClose:
@@ -318,18 +307,6 @@ func (sh *shard) handle(m msg) {
 	case msgAck:
 		sh.acked(m.st, m.upTo, m.at)
 	}
-}
-
-// youngIn counts the usages over less than MinElapsed: buckets their
-// Envoy has just made.
-func youngIn(us []usageAt) int {
-	n := 0
-	for i := range us {
-		if us[i].Elapsed < alloc.MinElapsed {
-			n++
-		}
-	}
-	return n
 }
 
 // expressAll makes the operations of the hubs of hs that wait to be

@@ -11,22 +11,17 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
-// TestYoungBucketsOfALargeReportAreExpress: a large report's few young
-// buckets (usage over less than MinElapsed: just made by the Envoy, which
-// applies its no_assignment_behavior until answered) are what its
-// immediate report would have carried, and go the express way: their
-// reservations leave in an express call as soon as the shard looks for
-// express work, not after the rest of the batch is planned (a new bucket
-// of a 1,000-bucket report waited 25-40 ms for its batch of 256 hubs). A
-// flood's first chunk of young buckets is not express.
-func TestYoungBucketsOfALargeReportAreExpress(t *testing.T) {
+// youngFixture is a one-shard service whose shard loop does not run: the
+// test looks at its lanes, or drives the shard itself.
+func youngFixture(t *testing.T) (*Service, *engine.Service) {
+	t.Helper()
 	st0 := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")}}, engine.ConfigOptions{Stats: st0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := memory.New(time.Now)
-	defer store.Close()
+	t.Cleanup(func() { _ = store.Close() })
 	eo := engine.DefaultOptions()
 	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
 	eng, err := engine.NewService(eo)
@@ -36,67 +31,113 @@ func TestYoungBucketsOfALargeReportAreExpress(t *testing.T) {
 	eng.SetConfig(cfg)
 	o := DefaultOptions()
 	o.Shards = 1
-	// A manual service's shard, driven here as its loop would drive it.
-	s, err := newService(o, eng, eo.Counter, nil, st0, true)
+	s, err := newService(o, eng, eo.Counter, nil, st0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	s.manual = false
+	t.Cleanup(s.Close)
+	return s, eng
+}
+
+// usagesOf are young young usages (no time elapsed: buckets just made)
+// after old ones (a report period each), named after name.
+func usagesOf(name string, old, young int) []Usage {
+	var us []Usage
+	for i := range old + young {
+		u := Usage{Bucket: alloc.BucketOf(map[string]string{"user": fmt.Sprint(name, i)})}
+		if i < old {
+			u.Elapsed, u.Allowed = 5*time.Second, 10
+		}
+		us = append(us, u)
+	}
+	return us
+}
+
+// TestYoungBucketsOfALargeReportComeAlone: a large report's few young
+// buckets (usage over less than MinElapsed: just made by the Envoy, which
+// applies its no_assignment_behavior until answered) reach the shard
+// first, as a small report of their own: what the Envoy's immediate
+// report would have been, which the shard takes and serves between a
+// backlog's hubs (express). In a chunk of the report they waited for the
+// shard to finish whatever it was serving. A flood's first chunk, all
+// young, is not a small report.
+func TestYoungBucketsOfALargeReportComeAlone(t *testing.T) {
+	s, _ := youngFixture(t)
+	in := s.shards[0].in
+	for _, tc := range []struct {
+		name       string
+		old, young int
+		first      int // usages in the lane's first message
+	}{
+		{"one young bucket after 63 old", 63, 1, 1},
+		{"four young after 60 old", 60, 4, 4},
+		{"a flood's subscriptions: 64 young", 0, 64, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := s.Open(discardSink{})
+			if err := st.Report(time.Now(), "q", usagesOf(tc.name, tc.old, tc.young)); err != nil {
+				t.Fatal(err)
+			}
+			q := in.lanes[st].q
+			if len(q) == 0 || len(q[0].usages) != tc.first {
+				t.Fatalf("lane's first message: %d usages (of %d messages), want %d", len(q[0].usages), len(q), tc.first)
+			}
+			for _, u := range q[0].usages {
+				if u.Elapsed >= alloc.MinElapsed {
+					t.Errorf("first message holds %s, not young", u.Bucket)
+				}
+			}
+			m, ok := in.take(true) // what a busy shard takes between hubs
+			if small := tc.young <= expressUsages; ok != small || ok && m.st != st {
+				t.Errorf("an express take found a message %v (its stream's: %v), want %v", ok, ok && m.st == st, small)
+			}
+			for ok := true; ok; _, ok = in.take(false) {
+			}
+		})
+	}
+}
+
+// TestInterleaveSendsWaitingExpressOps: a shard looking for express work
+// in the middle of a backlog (interleave) sends the express operations
+// waiting, also those of an express hub it served in the backlog's own
+// order (a large report's young buckets come first): the young bucket's
+// reservation waited for the whole batch of 256 hubs to be planned.
+func TestInterleaveSendsWaitingExpressOps(t *testing.T) {
+	s, eng := youngFixture(t)
 	sh := s.shards[0]
-	sh.in, sh.results, sh.cfg = newIntake(time.Now), make(chan msg, 3), eng.Config()
+	sh.cfg = eng.Config()
 	st := s.Open(discardSink{})
 	st.domain = "q" // as its first Report would
 	now := time.Now()
-
-	for _, tc := range []struct {
-		name       string
-		young, old int
-		express    bool
-	}{
-		{"one young bucket before 63 old", 1, 63, true},
-		{"four young before 60 old", 4, 60, true},
-		{"a flood's subscriptions: 64 young", 64, 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var us []usageAt
-			for i := range tc.young + tc.old {
-				u := Usage{Bucket: alloc.BucketOf(map[string]string{"user": fmt.Sprint(tc.name, i)})}
-				if i >= tc.young {
-					u.Elapsed, u.Allowed = 5*time.Second, 10
-				}
-				us = append(us, usageAt{key: "q\x00" + string(u.Bucket), Usage: u})
-			}
-			sh.handle(msg{kind: msgReport, st: st, at: now, info: st.info, usages: us})
-			for i, u := range us {
-				h := sh.hubs[u.key]
-				if h == nil {
-					t.Fatalf("usage %d made no hub", i)
-				}
-				if want := tc.express && i < tc.young; h.express != want {
-					t.Errorf("usage %d (young %v): express %v, want %v", i, i < tc.young, h.express, want)
-				}
-			}
-			// The shard serves its dirty hubs in order, the young ones
-			// first, and looks for express work every expressEvery hubs:
-			// the young ones' reservations leave then.
-			for _, h := range sh.dirty[:min(len(sh.dirty), expressEvery)] {
-				if h.queued {
-					h.queued = false
-					sh.serve(h, now)
-				}
-			}
-			sh.interleave()
-			if tc.express && !sh.xcalling {
-				t.Errorf("after %d hubs served, the young buckets' reservations (%d operations) wait for the rest of the batch", expressEvery, len(sh.xops))
-			}
-			if sh.xcalling {
-				sh.handle(<-sh.results)
-			}
-			sh.finish(now)
-			if sh.calling {
-				sh.handle(<-sh.results)
-			}
-		})
+	var young, old []usageAt
+	for i, u := range usagesOf("u", 63, 1) {
+		ua := usageAt{key: "q\x00" + string(u.Bucket), Usage: u}
+		if i < 63 {
+			old = append(old, ua)
+		} else {
+			young = append(young, ua)
+		}
+	}
+	sh.handle(msg{kind: msgReport, st: st, at: now, info: st.info, usages: young})
+	sh.handle(msg{kind: msgReport, st: st, at: now, info: st.info, usages: old})
+	if h := sh.hubs[young[0].key]; h == nil || !h.express {
+		t.Fatal("the young bucket's small report did not make its hub express")
+	}
+	for _, h := range sh.dirty[:expressEvery] {
+		if h.queued {
+			h.queued = false
+			sh.serve(h, now)
+		}
+	}
+	sh.interleave()
+	if !sh.xcalling {
+		t.Errorf("after %d hubs served, the young bucket's reservation (%d operations) waits for the rest of the batch", expressEvery, len(sh.xops))
+	}
+	if sh.xcalling {
+		sh.handle(<-sh.results)
+	}
+	sh.finish(now)
+	if sh.calling {
+		sh.handle(<-sh.results)
 	}
 }
