@@ -39,6 +39,37 @@ func (c *stallingCounter) Apply(ctx context.Context, ops []engine.CounterOp, bat
 	return c.Counter.Apply(ctx, ops, batch)
 }
 
+// loopServer is a quota server on a one-shard quota service whose store
+// stalls calls on the buckets named "later…" until counter.release is
+// closed (the caller closes it before the test ends).
+func loopServer(t *testing.T) (*stallingCounter, *quotaServer) {
+	t.Helper()
+	st0 := stats.NewStore()
+	rules := "domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
+	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New(time.Now)
+	t.Cleanup(func() { _ = store.Close() })
+	eo := engine.DefaultOptions()
+	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
+	eng, err := engine.NewService(eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetConfig(cfg)
+	counter := &stallingCounter{Counter: eo.Counter, stall: "later", release: make(chan struct{})}
+	o := quota.DefaultOptions()
+	o.Shards = 1
+	svc, err := quota.New(o, eng, counter, nil, st0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return counter, newQuotaServer(svc, slog.New(slog.DiscardHandler))
+}
+
 // TestQuotaAnswersWhileAReportIsHandedOver: a stream's answers are written
 // while its own large report still waits for room in a shard. An Envoy
 // whose stream was cut reports its 4,000 buckets on the new one, with one
@@ -49,33 +80,10 @@ func (c *stallingCounter) Apply(ctx context.Context, ops []engine.CounterOp, bat
 // the Envoy meanwhile; the stream's loop used to be the goroutine handing
 // the report over, and wrote nothing until it had.
 func TestQuotaAnswersWhileAReportIsHandedOver(t *testing.T) {
-	st0 := stats.NewStore()
-	rules := "domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.New(time.Now)
-	defer store.Close()
-	eo := engine.DefaultOptions()
-	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
-	counter := &stallingCounter{Counter: eo.Counter, stall: "later", release: make(chan struct{})}
+	counter, q := loopServer(t)
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(counter.release) }) }
 	defer release()
-	o := quota.DefaultOptions()
-	o.Shards = 1
-	svc, err := quota.New(o, eng, counter, nil, st0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	q := newQuotaServer(svc, slog.New(slog.DiscardHandler))
 
 	// The shard takes a report four chunks (64 usages each) a batch, and
 	// stops taking while a store call is out and hundreds of operations
@@ -128,4 +136,55 @@ func TestQuotaAnswersWhileAReportIsHandedOver(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Error("serve returned nil after its context was cancelled")
 	}
+}
+
+// TestQuotaUnreadAnswersHoldReportsBack: an Envoy that never reads its
+// answers gets no more of its reports taken once the answers waiting for
+// it fill the outbox, as its HTTP/2 window holds back what the server
+// would write (a receiver that only handed reports over took all of them:
+// 1,594 reports of 1,000 new buckets in 15 s, 1.3 GB).
+func TestQuotaUnreadAnswersHoldReportsBack(t *testing.T) {
+	counter, q := loopServer(t)
+	close(counter.release) // no stall here
+	ctx, cancel := context.WithCancel(context.Background())
+	over := make(chan struct{})
+	var taken atomic.Int64
+	recv := func() (report, error) {
+		select {
+		case <-over:
+			return report{}, io.EOF
+		default:
+		}
+		n := taken.Add(1)
+		us := make([]quota.Usage, 1000)
+		for i := range us {
+			us[i] = quota.Usage{Bucket: alloc.BucketOf(map[string]string{"user": fmt.Sprint("r", n, "-", i)})}
+		}
+		return report{domain: "q", usages: us}, nil
+	}
+	unblock := make(chan struct{})
+	send := func([]quota.Action) error { // the Envoy never reads
+		<-unblock
+		return io.ErrClosedPipe
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- q.serve(ctx, recv, send)
+		close(over)
+	}()
+	// Each report subscribes 1,000 buckets, all answered: the outbox's
+	// room (outboxRoom actions) is full after two, whatever the pace.
+	const most = 20
+	deadline := time.Now().Add(3 * time.Second)
+	for taken.Load() <= most && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := taken.Load(); n > most {
+		t.Errorf("%d reports taken from an Envoy that reads nothing, want at most %d", n, most)
+	} else {
+		t.Logf("%d reports taken from an Envoy that reads nothing", n)
+	}
+	cancel()
+	close(unblock)
+	<-done
 }
