@@ -191,22 +191,7 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (report, error), se
 			<-loopDone
 			st.Close()
 		}()
-		for {
-			// What the Envoy does not read holds its next report back,
-			// as the HTTP/2 window holds its writes.
-			err := box.wait(ctx)
-			var r report
-			if err == nil {
-				r, err = recv()
-			}
-			if err == nil {
-				err = q.report(st, r)
-			}
-			if err != nil {
-				ended <- err
-				return
-			}
-		}
+		ended <- q.receive(ctx, st, box, recv)
 	}()
 	for {
 		select {
@@ -238,6 +223,25 @@ func (q *quotaServer) serve(ctx context.Context, recv func() (report, error), se
 				_, err := box.flush(send)
 				return err
 			}
+			return err
+		}
+	}
+}
+
+// receive hands the stream's reports to the quota service until recv or
+// the service fails (io.EOF: the Envoy ended the stream), and returns why.
+// What the Envoy does not read holds its next report back (box.wait), as
+// the HTTP/2 window holds back what the server would write.
+func (q *quotaServer) receive(ctx context.Context, st *quota.Stream, box *outbox, recv func() (report, error)) error {
+	for {
+		if err := box.wait(ctx); err != nil {
+			return err
+		}
+		r, err := recv()
+		if err != nil {
+			return err
+		}
+		if err := q.report(st, r); err != nil {
 			return err
 		}
 	}
