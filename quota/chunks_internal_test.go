@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
-	"github.com/sluicehq/sluice/engine/memory"
-	"github.com/sluicehq/sluice/engine/stats"
 )
 
 type discardSink struct{}
@@ -20,27 +17,7 @@ func (discardSink) Push([]Action) {}
 // scratch is dropped, not kept for the stream's life (a flood of a
 // thousand streams that each subscribed 1,000 buckets kept 64 MB of it).
 func TestStreamKeepsNoLargeScratch(t *testing.T) {
-	st0 := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")}}, engine.ConfigOptions{Stats: st0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.New(time.Now)
-	defer store.Close()
-	eo := engine.DefaultOptions()
-	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
-	o := DefaultOptions()
-	o.Shards = 2
-	s, err := NewManual(o, eng, eo.Counter, nil, st0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := internalService(t, 2, true)
 	st := s.Open(discardSink{})
 	now := time.Unix(1_700_000_000, 0)
 	for _, n := range []int{10, 2000, 10} {

@@ -11,9 +11,11 @@ import (
 	"github.com/sluicehq/sluice/engine/stats"
 )
 
-// youngFixture is a one-shard service whose shard loop does not run: the
-// test looks at its lanes, or drives the shard itself.
-func youngFixture(t *testing.T) (*Service, *engine.Service) {
+// internalService is a service of shards on the memory backend with a
+// rule of 1,000/s per user in domain q. Its shard loops never run: a
+// manual one serves each message as it is posted, another keeps them in
+// its lanes for the test to look at, or drives the shards itself.
+func internalService(t *testing.T, shards int, manual bool) (*Service, *engine.Service) {
 	t.Helper()
 	st0 := stats.NewStore()
 	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")}}, engine.ConfigOptions{Stats: st0})
@@ -30,8 +32,8 @@ func youngFixture(t *testing.T) (*Service, *engine.Service) {
 	}
 	eng.SetConfig(cfg)
 	o := DefaultOptions()
-	o.Shards = 1
-	s, err := newService(o, eng, eo.Counter, nil, st0, false)
+	o.Shards = shards
+	s, err := newService(o, eng, eo.Counter, nil, st0, manual)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func usagesOf(name string, old, young int) []Usage {
 // shard to finish whatever it was serving. A flood's first chunk, all
 // young, is not a small report.
 func TestYoungBucketsOfALargeReportComeAlone(t *testing.T) {
-	s, _ := youngFixture(t)
+	s, _ := internalService(t, 1, false)
 	in := s.shards[0].in
 	for _, tc := range []struct {
 		name       string
@@ -103,7 +105,7 @@ func TestYoungBucketsOfALargeReportComeAlone(t *testing.T) {
 // order (a large report's young buckets come first): the young bucket's
 // reservation waited for the whole batch of 256 hubs to be planned.
 func TestInterleaveSendsWaitingExpressOps(t *testing.T) {
-	s, eng := youngFixture(t)
+	s, eng := internalService(t, 1, false)
 	sh := s.shards[0]
 	sh.cfg = eng.Config()
 	st := s.Open(discardSink{})
