@@ -209,10 +209,8 @@ type Stream struct {
 	buckets atomic.Int64
 	// refusedAt is when refused buckets were last answered, all of them.
 	refusedAt int64
-	// chunks are the reports' parts per shard, reused; rest, per shard,
-	// where the part not sent on its own begins.
+	// chunks are the reports' parts per shard, reused.
 	chunks [][]usageAt
-	rest   []int
 }
 
 // streamInfo is what a stream's reports showed of its Envoy.
@@ -332,20 +330,11 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 	// whatever it was serving (the native server's acknowledgements'
 	// confirmations under load: p50 1.2 s). A flood's subscriptions are
 	// all young, and go as the rest do.
-	rest := st.rest[:0]
 	for i, c := range st.chunks {
-		y := 0
-		for y < len(c) && c[y].Elapsed < alloc.MinElapsed {
-			y++
-		}
-		if y == 0 || y > expressUsages {
-			y = 0
-		} else if !send(i, c[:y]) {
+		if y := fewYoung(c); y > 0 && !send(i, c[:y]) {
 			return ErrClosed
 		}
-		rest = append(rest, y)
 	}
-	st.rest = rest
 	for i, c := range st.chunks {
 		if cap(c) > keptChunk {
 			// Not kept for the next report: a stream that subscribed its
@@ -354,7 +343,7 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 			// first are what keptChunk is sized for.
 			st.chunks[i] = nil
 		}
-		for c = c[rest[i]:]; len(c) > 0; {
+		for c = c[fewYoung(c):]; len(c) > 0; {
 			n := min(len(c), maxChunk)
 			if !send(i, c[:n]) {
 				return ErrClosed
@@ -363,6 +352,20 @@ func (st *Stream) Report(now time.Time, domain string, usages []Usage) error {
 		}
 	}
 	return nil
+}
+
+// fewYoung is how many young usages a shard's part of a report begins
+// with, when they are few enough to go on their own (Report): at most
+// expressUsages, else none.
+func fewYoung(c []usageAt) int {
+	y := 0
+	for y < len(c) && y <= expressUsages && c[y].Elapsed < alloc.MinElapsed {
+		y++
+	}
+	if y > expressUsages {
+		return 0
+	}
+	return y
 }
 
 // shardOf is the shard owning a bucket's hub (key: domain and BucketId).
