@@ -60,6 +60,13 @@ type Criteria struct {
 	// mean over the last Smooth of judged seconds (random arrivals make
 	// single seconds vary by themselves).
 	Smooth time.Duration
+	// Until, when set, is the run's length: a second that ends after it
+	// (a live run's last, cut short) is checked against the limit but not
+	// judged for use.
+	Until time.Duration
+	// MinMean: over all judged seconds, the fleet admits on average at
+	// least MinMean of min(limit, demand) (0: not judged).
+	MinMean float64
 }
 
 // Verdict is what Judge found.
@@ -72,6 +79,9 @@ type Verdict struct {
 	Judged             int
 	FleetMin, FleetMax float64
 	FleetMean          float64
+	// Use is the mean over judged seconds of what the fleet admitted as a
+	// share of min(limit, demand).
+	Use float64
 	// Worst is the lowest share of an Envoy's fair share it admitted.
 	Worst    float64
 	Failures []string
@@ -185,9 +195,13 @@ func (j *judge) use() {
 	perSecond := c.Limit / c.Window.Seconds()
 	var cur *stretch
 	var stretches []*stretch
+	useN := 0
 	for s := 0; s < j.secs; s++ {
 		from := time.Duration(s) * time.Second
 		use, ok := j.smoothed(s)
+		if c.Until > 0 && from+time.Second > c.Until {
+			ok = false
+		}
 		if !ok {
 			cur = nil
 			continue
@@ -204,6 +218,10 @@ func (j *judge) use() {
 		}
 		v.FleetMax = max(v.FleetMax, fleet)
 		v.FleetMean += fleet
+		if could := math.Min(perSecond, total); could > 0 {
+			v.Use += fleet / could
+			useN++
+		}
 		if low := c.MinFleet * math.Min(perSecond, total); use < low {
 			v.fail("second %d: the fleet admitted %.0f, under %.1f (%v × min(limit %v, demand %.1f))", s, use, low, c.MinFleet, perSecond, total)
 		}
@@ -220,6 +238,12 @@ func (j *judge) use() {
 	}
 	if v.Judged > 0 {
 		v.FleetMean /= float64(v.Judged)
+		if useN > 0 {
+			v.Use /= float64(useN)
+		}
+		if useN > 0 && v.Use < c.MinMean {
+			v.fail("the fleet admitted %.3f of min(limit, demand) on average over %d judged seconds, under %v", v.Use, v.Judged, c.MinMean)
+		}
 	}
 	j.fairness(stretches)
 }

@@ -116,6 +116,7 @@ func run(ctx context.Context, o options) ([]string, error) {
 						return broken, fmt.Errorf("%s: %w", name, err)
 					}
 					fmt.Println(rlqssim.Summary(name, line.v, line.lapses))
+					printFailures(line.v.Failures)
 					if !ok {
 						broken = append(broken, name+": "+strings.Join(line.v.Failures, "; "))
 					}
@@ -124,6 +125,20 @@ func run(ctx context.Context, o options) ([]string, error) {
 		}
 	}
 	return broken, nil
+}
+
+// printFailures prints the first failures of a run under its summary
+// line: the promises are judged apart (ok), but a floor missed for use or
+// fairness says which second.
+func printFailures(failures []string) {
+	const most = 5
+	for i, f := range failures {
+		if i == most {
+			fmt.Printf("    … and %d more\n", len(failures)-most)
+			break
+		}
+		fmt.Println("    " + f)
+	}
 }
 
 type outcome struct {
@@ -148,6 +163,9 @@ func scenario(ctx context.Context, o options, sc rlqssim.Scenario, arr rlqssim.A
 		v := rlqssim.Judge(c, r.Admitted[0], rls, sc.RLSDemand(), demand, sc.FaultTimes())
 		return outcome{v, r.Lapses}, v.Over == 0 && r.Lapses == 0, nil
 	}
+	// The live fleet counts per unix second from its start: its last second
+	// is cut short by the run's end.
+	c.Until = sc.Duration
 	return live(ctx, o, sc, arr, c, demand)
 }
 
