@@ -2,7 +2,6 @@ package alloc
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"time"
 )
@@ -468,7 +467,7 @@ const (
 func (p *Planner) divide(out *Output) {
 	in, o := p.in, &p.O
 	n := len(p.live)
-	p.inflateClaims(out)
+	p.liveClaims(out)
 	ghosts := p.ghostRate()
 	p.all = append(append(p.all[:0], p.claims...), in.Others.Claims...)
 	// The other replicas' claims come in the order the board lists them
@@ -527,31 +526,25 @@ func (p *Planner) joinRoomFor(avail, secs float64) float64 {
 	return first*secs + MinTokens + 1
 }
 
-// inflateClaims fills p.claims with the live reporters' claims as divided
-// and out.Claims with them as measured (what the other replicas see).
-func (p *Planner) inflateClaims(out *Output) {
-	in, o := p.in, &p.O
+// liveClaims fills p.claims with the live reporters' claims as divided
+// and out.Claims with them as measured (what the other replicas see): the
+// same, Headroom aside. A claim is not raised for the error of measuring
+// random arrivals over one report period (√(c·λ/period), about 3/s at
+// 43/s): the Envoys asking less than the level would then hold rate they
+// mostly leave unused, which the others need. Against Envoy's own token
+// bucket with Poisson arrivals (rlqssim.Ceiling), giving every Envoy 0.9
+// of its fair share is cheapest with a rate below a light Envoy's demand
+// and a larger bucket, not above it. Without the raise, over rlqssim's
+// 112 scenario runs, the fleet's mean use of what it could use went from
+// 0.870 to 0.890 with Poisson arrivals and from 0.947 to 0.962 with even
+// ones; the worst Envoy's share of its fair share from 0.70–0.86 to
+// 0.74–0.85 (Poisson) and from 0.74–1.00 to 0.85–1.00 (even).
+func (p *Planner) liveClaims(out *Output) {
 	p.claims = p.claims[:0]
 	for _, i := range p.live {
-		r := &in.Reporters[i]
-		c := r.Claim
-		if c.Known && in.Window > 0 {
-			// A demand measured over a report period of random arrivals
-			// is off by about √(c·λ/period): an Envoy whose claim came out
-			// low would refuse requests it asked for. It claims that much
-			// more (published to the other replicas as measured).
-			period := o.periodOr(r.Period)
-			bursty := r.Bursty
-			if bursty <= 0 {
-				bursty = 1
-			}
-			c.Rate += math.Sqrt(min(bursty, maxBursty) * c.Rate / period.Seconds())
-		}
-		p.claims = append(p.claims, c)
+		p.claims = append(p.claims, p.in.Reporters[i].Claim)
 	}
-	for _, i := range p.live {
-		out.Claims = append(out.Claims, in.Reporters[i].Claim)
-	}
+	out.Claims = append(out.Claims, p.claims...)
 }
 
 // ghostRate is what the buckets of gone Envoys may still admit per second.

@@ -133,22 +133,34 @@ func (sc Scenario) VConfig(arr Arrivals, acks bool, seed uint64) VConfig {
 		Delay:     2 * time.Millisecond, Acks: acks, Duration: sc.Duration, Faults: sc.Faults, RLS: sc.RLS}
 }
 
-// Criteria are what the scenario is judged by: never over, and, outside
-// the settling times, at least 0.9 of the limit (of the demand, when
-// less) and of every Envoy's max-min fair share. Use is judged per second
-// with even arrivals and per report period with Poisson ones (a second's
-// random arrivals are not the server's doing).
+// Criteria are what the scenario is judged by: never over; outside the
+// settling times, on average at least 0.9 of the limit (of the demand,
+// when less) with even arrivals and 0.85 with Poisson ones; and floors
+// for single seconds and for every Envoy's share of its max-min fair
+// share. Use is judged per second with even arrivals and per report
+// period with Poisson ones (a second's random arrivals are not the
+// server's doing).
 //
-// The floors are what per-second windows allow, not targets: each Envoy's
-// bucket must hold a few tokens that no other Envoy may spend, and a
-// Poisson arrival stream overflows a small bucket now and then, so use
-// and fairness are judged over a report period for Poisson arrivals. The
-// documented figures (docs/rlqs.md) are the measured ones, above these.
+// Poisson arrivals cost what no server can avoid: each Envoy's bucket
+// holds tokens no other Envoy may spend, and a random arrival stream
+// overflows or empties it now and then. For this fleet no assignment of
+// token buckets that holds every window gives every Envoy 0.95 of its fair
+// share, and giving each 0.9 leaves the fleet at most about 0.92 of the
+// limit (Ceiling, TestCeilingOfTheScenarioFleet). The floors sit a few
+// per cent under the measured figures (docs/rlqs.md), which the simulation
+// reproduces exactly for a seed: a change that loses use fails here. Two
+// or three replicas dip lower in single seconds while streams move.
 func (sc Scenario) Criteria(arr Arrivals) Criteria {
-	c := Criteria{Limit: ScenarioLimit, Settle: sc.Settle, FaultSettle: sc.FaultSettle, MinFleet: 0.7, MinShare: 0.6}
+	c := Criteria{Limit: ScenarioLimit, Settle: sc.Settle, FaultSettle: sc.FaultSettle, MinMean: 0.9, MinFleet: 0.87, MinShare: 0.8}
+	if sc.Replicas > 1 {
+		c.MinFleet = 0.7
+	}
 	if arr == Poisson {
 		c.Smooth = sc.Period()
-		c.MinFleet, c.MinShare = 0.6, 0.6
+		c.MinMean, c.MinFleet, c.MinShare = 0.85, 0.77, 0.7
+		if sc.Replicas > 1 {
+			c.MinFleet = 0.7
+		}
 	}
 	return c
 }
@@ -177,6 +189,6 @@ func Summary(name string, v Verdict, lapses int) string {
 	if len(v.Failures) > 0 || lapses > 0 {
 		state = "FAIL"
 	}
-	return fmt.Sprintf("%-40s %s: %d windows, %d over (by %.0f at most); %d seconds judged, fleet %.0f..%.0f (mean %.0f); worst share %.2f; %d lapses",
-		name, state, v.Windows, v.Over, v.MaxOver, v.Judged, v.FleetMin, v.FleetMax, v.FleetMean, v.Worst, lapses)
+	return fmt.Sprintf("%-40s %s: %d windows, %d over (by %.0f at most); %d seconds judged, fleet %.0f..%.0f (mean %.0f, use %.3f); worst share %.2f; %d lapses",
+		name, state, v.Windows, v.Over, v.MaxOver, v.Judged, v.FleetMin, v.FleetMax, v.FleetMean, v.Use, v.Worst, lapses)
 }
