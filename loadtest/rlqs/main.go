@@ -163,9 +163,12 @@ func scenario(ctx context.Context, o options, sc rlqssim.Scenario, arr rlqssim.A
 		v := rlqssim.Judge(c, r.Admitted[0], rls, sc.RLSDemand(), demand, sc.FaultTimes())
 		return outcome{v, r.Lapses}, v.Over == 0 && r.Lapses == 0, nil
 	}
-	// The live fleet counts per unix second from its start: its last second
-	// is cut short by the run's end.
+	// The live fleet counts per unix second from its start's: its last
+	// second is cut short by the run's end, and row s begins up to a second
+	// before s seconds into the run, so settling is a second longer.
 	c.Until = sc.Duration
+	c.Settle += time.Second
+	c.FaultSettle += time.Second
 	return live(ctx, o, sc, arr, c, demand)
 }
 
