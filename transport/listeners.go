@@ -142,13 +142,21 @@ func (n *listeners) newGRPCServer(s *Server) *grpc.Server {
 		// After the TLS option of grpcOpts, which it replaces.
 		opts = append(opts, grpc.Creds(guardedCreds{credentials.NewTLS(n.nativeTLS), guardLimits(l)}))
 	}
-	g := grpc.NewServer(opts...)
 	rls := newRLSServer(s.decider(), s.log, s.errs)
-	stall := l.StallTimeout
+	services := []struct {
+		desc *grpc.ServiceDesc
+		impl any
+	}{{rls.serviceDesc(), rls}, {&healthpb.Health_ServiceDesc, s.ghs}, {s.quota.serviceDesc(), s.quota}}
 	gate := h2grpc.NewDefaultStartGate()
-	g.RegisterService(guardedDesc(rls.serviceDesc(), stall, gate), rls)
-	g.RegisterService(guardedDesc(&healthpb.Health_ServiceDesc, stall, gate), s.ghs)
-	g.RegisterService(guardedDesc(s.quota.serviceDesc(), stall, gate), s.quota)
+	methods := make(map[string]bool)
+	for _, sv := range services {
+		streamingMethods(sv.desc, methods)
+	}
+	opts = append(opts, grpc.InTapHandle(setupTap(gate, methods, tapWait)))
+	g := grpc.NewServer(opts...)
+	for _, sv := range services {
+		g.RegisterService(guardedDesc(sv.desc, l.StallTimeout, gate), sv.impl)
+	}
 	reflection.Register(g) // grpc.reflection.v1 and v1alpha (reflection.go)
 	return g
 }

@@ -14,9 +14,11 @@ package h2grpc
 // runnable goroutine, and an established stream's goroutines find the run
 // queues shorter (the native server's worst probe 27-142 ms in 17 of 18
 // runs, 210 ms in one; the burst answered as fast as before, median
-// 0.6-0.7 s). grpc-go's server starts the goroutine itself; there the
-// method waits for a slot parked (transport's guardedStream), which helped
-// less (worst probe 29-342 ms).
+// 0.6-0.7 s). grpc-go's server starts the goroutine itself; there a new
+// stream waits for a slot at its tap, on the connection's reader, until
+// its handler starts (transport's setupTap), and again, parked, after its
+// first message (guardedStream): worst probe 29-230 ms, against 77-249 ms
+// with the second alone.
 //
 // A call holds its slot while it starts: until its method waits for a
 // message that has not come, sends, or returns. A method blocked on
