@@ -22,7 +22,8 @@ import (
 // replacement, until a report proves the Envoy had the replacement
 // (Confirm). Every Seg starts full, whichever Envoy version replaces
 // buckets how: older clients refill a replaced bucket, the newest starts
-// it at its old fill ratio; either is at most full. Clients that may
+// it at its old fill ratio; either is at most full (and a legacy client's
+// bucket one token more: LegacyCredit). Clients that may
 // refill on an equal renewal (the per-worker client) get a new Seg for
 // every renewal. need(window) adds, per Envoy, every Seg's burst plus, at
 // each moment of the window, the fastest rate it may be enforcing; a
@@ -580,14 +581,15 @@ func (p *Planner) bucketTokens() float64 {
 		if r.Sent && r.Cur.Kind == TokenBucket && (Keep(r.Cur, s, o.Hysteresis) || Near(r.Cur, s, 2*o.Hysteresis)) {
 			s = r.Cur // what the Envoy keeps is what takes room
 		}
-		n := 1.0
+		n, each := 1.0, float64(s.MaxTokens)
 		if r.Refill {
 			n++
+			each += LegacyCredit
 		}
 		if r.Sent && s != r.Cur && !Keep(r.Cur, s, o.Hysteresis) && !Near(r.Cur, s, 2*o.Hysteresis) {
 			n++
 		}
-		t += n * float64(s.MaxTokens)
+		t += n * each
 	}
 	return t
 }

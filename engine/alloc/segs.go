@@ -148,6 +148,17 @@ func (p *Planner) addNeed(need []float64, segs []Seg) {
 	}
 }
 
+// LegacyCredit is what a new bucket of a client that may refill on a
+// renewal (Reporter.Refill: the per-worker client) may admit beyond
+// max_tokens and its rate. That client's TokenBucketImpl (client_impl.cc;
+// source/common/common/token_bucket_impl.cc) refills in consume only a
+// bucket that is not full, and only then moves its last fill time: a new
+// bucket's first request finds it full, and its second is credited the
+// time since the bucket was made as well, up to one token more than the
+// bucket held. The global client's AtomicTokenBucketImpl has no such
+// credit (rlqssim's TestLegacyBucketOneMore plays both).
+const LegacyCredit = 1
+
 // SegOf is the Seg of a strategy decided at from and enforced at most
 // until; ok is false for blanket rules (nothing to count).
 func SegOf(s Strategy, from, until int64) (Seg, bool) {
@@ -185,6 +196,9 @@ func applyChange(segs []Seg, r *Reporter, c *Change, now int64, delivery time.Du
 			}
 		}
 		if sg, ok := SegOf(c.Strat, now, until); ok {
+			if r.Refill {
+				sg.Burst += LegacyCredit
+			}
 			segs = append(segs, sg)
 		}
 		return segs

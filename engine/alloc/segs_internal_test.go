@@ -93,3 +93,34 @@ func TestAddNeedSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacyBucketCounted: a bucket sent to a client that may refill on a
+// renewal (the per-worker client, whose TokenBucketImpl may admit a token
+// more than max_tokens once: LegacyCredit) is counted that token more in
+// every window it reaches; the newest client's is counted as sent. A
+// renewal of the legacy client's bucket is a new bucket, counted again.
+func TestLegacyBucketCounted(t *testing.T) {
+	const sec = int64(time.Second)
+	o := DefaultOptions()
+	s := Strategy{Kind: TokenBucket, MaxTokens: 4, TokensPerFill: 10, FillInterval: time.Second}
+	for _, c := range []struct {
+		refill bool
+		burst  float64
+	}{{false, 4}, {true, 4 + LegacyCredit}} {
+		r := Reporter{Live: true, Refill: c.refill}
+		Commit(&r, Change{Strat: s, TTL: 5 * time.Second, Replace: true}, 10*sec, o)
+		if len(r.Segs) != 1 || r.Segs[0].Burst != c.burst {
+			t.Fatalf("refill %v: segs %+v, want one of burst %v", c.refill, r.Segs, c.burst)
+		}
+		p := &Planner{O: o, in: &Input{Now: 10 * sec, Window: sec}, base: 10 * sec}
+		need := make([]float64, 3)
+		p.addNeed(need, r.Segs)
+		if need[1] != c.burst+10 {
+			t.Errorf("refill %v: need in a whole window %v, want %v (its bucket and a second of its rate)", c.refill, need[1], c.burst+10)
+		}
+		Commit(&r, Change{Strat: s, TTL: 5 * time.Second}, 11*sec, o) // an equal renewal
+		if want := map[bool]int{false: 1, true: 2}[c.refill]; len(r.Segs) != want {
+			t.Errorf("refill %v: after an equal renewal %d segs, want %d", c.refill, len(r.Segs), want)
+		}
+	}
+}

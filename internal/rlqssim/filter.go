@@ -112,11 +112,19 @@ type Action struct {
 	TTL       time.Duration
 }
 
-// tokenBucket is Envoy's AtomicTokenBucketImpl: continuously refilled at
-// rate, holding at most max, a request taking one whole token.
+// tokenBucket is Envoy's token bucket: continuously refilled at rate,
+// holding at most max, a request taking one whole token. The global
+// client's is AtomicTokenBucketImpl (global_client_impl.cc), exactly
+// that. The per-worker client's is TokenBucketImpl (client_impl.cc), whose
+// consume refills only a bucket that is not full and only then moves its
+// last fill time: a new bucket's first request finds it full and leaves
+// the time since it was made uncounted, and its second request is
+// credited that time too, up to one token more than max_tokens at once
+// (legacy).
 type tokenBucket struct {
 	max, rate, tokens float64
 	last              time.Time
+	legacy            bool
 }
 
 func (tb *tokenBucket) fill(now time.Time) {
@@ -127,7 +135,12 @@ func (tb *tokenBucket) fill(now time.Time) {
 }
 
 func (tb *tokenBucket) take(now time.Time) bool {
-	tb.fill(now)
+	if !tb.legacy {
+		tb.fill(now)
+	} else if tb.tokens < tb.max {
+		tb.tokens = math.Min(tb.max, tb.tokens+now.Sub(tb.last).Seconds()*tb.rate)
+		tb.last = now
+	}
 	if tb.tokens >= 1 {
 		tb.tokens--
 		return true
@@ -228,7 +241,8 @@ func (f *Filter) setBucket(b *cached, r received, now time.Time) {
 	} else {
 		rate = math.Inf(1)
 	}
-	tb := &tokenBucket{max: float64(r.MaxTokens), rate: math.Max(rate, minFillRate), tokens: float64(r.MaxTokens), last: now}
+	tb := &tokenBucket{max: float64(r.MaxTokens), rate: math.Max(rate, minFillRate), tokens: float64(r.MaxTokens), last: now,
+		legacy: f.client == PerWorker}
 	if f.client == Global && b.tb != nil && b.tb.max > 0 {
 		b.tb.fill(now)
 		tb.tokens = math.Floor(tb.max * (b.tb.tokens / b.tb.max))
