@@ -97,6 +97,32 @@ func TestJudge(t *testing.T) {
 	if v := Judge(c, rows, nil, 0, demand, []time.Duration{14 * time.Second}); !v.OK() {
 		t.Errorf("a second within Settle of a change, or of a fault, was judged: %v", v.Failures)
 	}
+	// The mean use: the good run's is (8×990/1000 + 8×300/300)/16.
+	if v := Judge(c, good(), nil, 0, demand, nil); math.Abs(v.Use-0.995) > 1e-9 {
+		t.Errorf("use %v, want 0.995", v.Use)
+	}
+	mean := c
+	mean.MinMean, mean.MinFleet = 0.99, 0.5
+	rows = good()
+	for s := 2; s < 10; s++ {
+		rows[0][s] = 600 // 890 of 1,000: above MinFleet, under the mean
+	}
+	if v := Judge(mean, rows, nil, 0, demand, nil); v.OK() || !strings.Contains(strings.Join(v.Failures, "\n"), "on average") {
+		t.Errorf("a mean use of 0.945 under MinMean 0.99 passed: %+v", v)
+	}
+	// A last second cut short by the run's end (Until) is checked for the
+	// limit, not judged for use.
+	rows = good()
+	rows[1][19] = 100
+	cut := c
+	cut.Until = 19 * time.Second
+	if v := Judge(cut, rows, nil, 0, demand, nil); !v.OK() || v.Judged != 15 {
+		t.Errorf("the second past Until: %+v, want it not judged (15 seconds)", v)
+	}
+	rows[0][19] = 1000
+	if v := Judge(cut, rows, nil, 0, demand, nil); v.Over != 1 {
+		t.Errorf("the second past Until not checked against the limit: %+v", v)
+	}
 	// RLS callers on the same counter count in every window.
 	if v := Judge(c, good(), []uint64{0, 0, 0, 0, 0, 11}, 100, demand, nil); v.Over != 1 {
 		t.Errorf("RLS callers' admissions not counted: %+v", v)

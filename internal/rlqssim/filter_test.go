@@ -34,27 +34,31 @@ func TestFilterUnassigned(t *testing.T) {
 }
 
 // TestLegacyBucketOneMore plays Envoy's two token buckets as their source
-// reads (token_bucket_impl.cc): made full with 2 tokens at 10 a second,
-// left alone for a second, then asked every millisecond for a second.
-// AtomicTokenBucketImpl (the global client's) admits its 2 tokens and its
-// rate; TokenBucketImpl (the per-worker client's) refills only a bucket
-// that is not full, so its second request is credited the second it sat
-// full: one token more in that window (alloc.LegacyCredit counts it).
+// reads (token_bucket_impl.cc), through each client's filter: a bucket of
+// 2 tokens at 10 a second assigned, left alone for a second, then asked
+// every millisecond for a second. The global client's
+// AtomicTokenBucketImpl admits its 2 tokens and its rate; the per-worker
+// client's TokenBucketImpl refills only a bucket that is not full, so its
+// second request is credited the second it sat full: one token more in
+// that window (alloc.LegacyCredit counts it).
 func TestLegacyBucketOneMore(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	admitted := func(legacy bool) int {
-		tb := &tokenBucket{max: 2, rate: 10, tokens: 2, last: t0, legacy: legacy}
+	t0 := time.Unix(1_750_000_000, 0)
+	admitted := func(client Client) int {
+		f := NewFilter(client, Behaviors{ReportingInterval: time.Second})
+		f.Request(0, t0) // subscribes
+		tb := Strategy{Kind: TokenBucket, MaxTokens: 2, TokensPerFill: 10, FillInterval: time.Second}
+		f.Apply([]Action{{Bucket: 0, Strategy: tb, FillNanos: 0, TTL: 10 * time.Second}}, t0)
 		n := 0
 		for ms := range 1000 {
-			if tb.take(t0.Add(time.Second + time.Duration(ms)*time.Millisecond)) {
+			if ok, _ := f.Request(0, t0.Add(time.Second+time.Duration(ms)*time.Millisecond)); ok {
 				n++
 			}
 		}
 		return n
 	}
-	atomicN, legacyN := admitted(false), admitted(true)
+	global, perWorker := admitted(Global), admitted(PerWorker)
 	// Within the window [1 s, 2 s): 2 + 10 × 0.999 s, whole tokens.
-	if atomicN != 11 || legacyN != atomicN+alloc.LegacyCredit {
-		t.Errorf("admitted %d (atomic) and %d (legacy), want 11 and %d", atomicN, legacyN, 11+alloc.LegacyCredit)
+	if global != 11 || perWorker != global+alloc.LegacyCredit {
+		t.Errorf("admitted %d (global client) and %d (per-worker), want 11 and %d", global, perWorker, 11+alloc.LegacyCredit)
 	}
 }
