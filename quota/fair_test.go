@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testenv/memengine"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -30,22 +31,8 @@ type gatedRules struct {
 // directly on a memory store, and the statistics store it reports to.
 func memoryEngine(t *testing.T) (*stats.Store, *memory.Backend, *engine.Service) {
 	t.Helper()
-	st := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules1000)}}, engine.ConfigOptions{Stats: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.NewWithOptions(memory.Options{})
-	t.Cleanup(func() { _ = store.Close() })
-	eo := engine.DefaultOptions()
-	eo.Counter = engine.DirectCounter{Backend: store}
-	eo.Stats = st
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
-	return st, store, eng
+	e := memengine.New(t, rules1000, memory.Options{})
+	return e.Stats, e.Store, e.Service
 }
 
 func newGatedRules(eng *engine.Service, gates int) *gatedRules {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/engine/memory"
 	"github.com/sluicehq/sluice/engine/stats"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/testenv/memengine"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -69,28 +70,15 @@ func newFixture(t testing.TB, o quota.Options, rules string, manual bool) *fixtu
 // wrap, when not nil.
 func newFixtureWith(t testing.TB, o quota.Options, rules string, manual bool, wrap func(engine.Counter) engine.Counter) *fixture {
 	t.Helper()
-	st := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ck := testenv.NewClock(time.Unix(1_700_000_000, 0))
 	budget := memory.NewBudget(1 << 40)
-	store := memory.NewWithOptions(memory.Options{Clock: ck.Now, Budget: budget})
-	t.Cleanup(func() { _ = store.Close() })
-	eo := engine.DefaultOptions()
-	eo.Counter = engine.DirectCounter{Backend: store}
-	eo.Stats = st
-	eo.Clock = ck.Now
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
+	e := memengine.New(t, rules, memory.Options{Clock: ck.Now, Budget: budget})
+	st, eng := e.Stats, e.Service
+	var err error
 	if manual {
 		o.Clock = ck.Now
 	}
-	counter := eo.Counter
+	counter := e.Counter
 	if wrap != nil {
 		counter = wrap(counter)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
-	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv/memengine"
 )
 
 // internalService is a service of shards on the memory backend with a
@@ -17,23 +17,11 @@ import (
 // its lanes for the test to look at, or drives the shards itself.
 func internalService(t *testing.T, shards int, manual bool) (*Service, *engine.Service) {
 	t.Helper()
-	st0 := stats.NewStore()
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")}}, engine.ConfigOptions{Stats: st0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.New(time.Now)
-	t.Cleanup(func() { _ = store.Close() })
-	eo := engine.DefaultOptions()
-	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
+	e := memengine.New(t, memengine.Rules1000, memory.Options{})
+	st0, eng := e.Stats, e.Service
 	o := DefaultOptions()
 	o.Shards = shards
-	s, err := newService(o, eng, eo.Counter, nil, st0, manual)
+	s, err := newService(o, eng, e.Counter, nil, st0, manual)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/alloc"
 	"github.com/sluicehq/sluice/engine/memory"
-	"github.com/sluicehq/sluice/engine/stats"
+	"github.com/sluicehq/sluice/internal/testenv/memengine"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -44,25 +44,11 @@ func (c *stallingCounter) Apply(ctx context.Context, ops []engine.CounterOp, bat
 // closed (the caller closes it before the test ends).
 func loopServer(t *testing.T) (*stallingCounter, *quotaServer) {
 	t.Helper()
-	st0 := stats.NewStore()
-	rules := "domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
-	cfg, err := engine.LoadConfig([]engine.ConfigFile{{Name: "rules.yaml", YAML: []byte(rules)}}, engine.ConfigOptions{Stats: st0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memory.New(time.Now)
-	t.Cleanup(func() { _ = store.Close() })
-	eo := engine.DefaultOptions()
-	eo.Counter, eo.Stats = engine.DirectCounter{Backend: store}, st0
-	eng, err := engine.NewService(eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetConfig(cfg)
-	counter := &stallingCounter{Counter: eo.Counter, stall: "later", release: make(chan struct{})}
+	e := memengine.New(t, memengine.Rules1000, memory.Options{})
+	counter := &stallingCounter{Counter: e.Counter, stall: "later", release: make(chan struct{})}
 	o := quota.DefaultOptions()
 	o.Shards = 1
-	svc, err := quota.New(o, eng, counter, nil, st0)
+	svc, err := quota.New(o, e.Service, counter, nil, e.Stats)
 	if err != nil {
 		t.Fatal(err)
 	}
