@@ -148,6 +148,7 @@ func New(next engine.Counter, o Options) (*Counter, error) {
 		return nil, err
 	}
 	c := &Counter{next: next, o: o, sweeper: make(chan struct{})}
+	c.once.init()
 	for i := range c.stripes {
 		c.stripes[i].m = map[string]*state{}
 	}
