@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/sluicehq/sluice/engine/alloc"
 )
 
 // This file bounds what any RLQS server can let a fleet use of a limit
@@ -57,6 +59,14 @@ type CeilingOptions struct {
 	Seed uint64
 	// MaxTokens bounds the buckets tried.
 	MaxTokens int
+	// Renewed is how many times in each window an Envoy's bucket is
+	// handed out anew, and full, beside the one it had: 0 for the global
+	// clients, which keep an equal bucket's tokens; 1 for the per-worker
+	// client (client_impl.cc makes a new TokenBucketImpl on every
+	// assignment) renewed every report period of a second on a
+	// per-second limit, as sluice renews it. Each new bucket costs its
+	// max_tokens again, and alloc.LegacyCredit more (token_bucket_impl.cc).
+	Renewed float64
 }
 
 // Validate reports options that give no meaningful ceiling.
@@ -70,6 +80,8 @@ func (o CeilingOptions) Validate() error {
 		return fmt.Errorf("ceiling: secs %v: at least 10 seconds of arrivals", o.Secs)
 	case o.MaxTokens < 1:
 		return fmt.Errorf("ceiling: max tokens %d: at least 1", o.MaxTokens)
+	case !(o.Renewed >= 0):
+		return fmt.Errorf("ceiling: renewed %v: must be 0 or more", o.Renewed)
 	}
 	return nil
 }
@@ -79,8 +91,8 @@ func (o CeilingOptions) Validate() error {
 // limit per second that holds in every window of o.Window, when every
 // Envoy admits at least o.Fair of its max-min fair share, and what each
 // Envoy's cheapest bucket for that costs of the window's limit. An Envoy
-// that must admit t per second costs the least b + r·W over buckets that
-// admit t of its arrivals; what the costs leave is counted as if every
+// that must admit t per second costs the least b + r·W (and the renewals'
+// buckets: o.Renewed) over buckets that admit t of its arrivals; what the costs leave is counted as if every
 // token of it were admitted, up to what the Envoys ask beyond their
 // floors. It fails when the floors alone cost more than the limit: no
 // server can promise that fairness with these arrivals.
@@ -112,12 +124,19 @@ func Ceiling(limit float64, demands []float64, o CeilingOptions) (float64, []flo
 	return math.Min(total, limit), costs, nil
 }
 
-// cheapest is the least b + r·W of a bucket that admits at least target
-// per second of Poisson arrivals of mean lam (over o's stream).
+// tokensCost is what a bucket of b tokens costs of every window beside
+// its rate: b, and b and LegacyCredit again for each renewal in it.
+func (o CeilingOptions) tokensCost(b int) float64 {
+	return float64(b) + o.Renewed*float64(b+alloc.LegacyCredit)
+}
+
+// cheapest is the least cost (tokensCost + r·W) of a bucket that admits at
+// least target per second of Poisson arrivals of mean lam (over o's
+// stream).
 func cheapest(lam, target float64, o CeilingOptions) float64 {
 	best := math.Inf(1)
 	for b := 1; b <= o.MaxTokens; b++ {
-		if float64(b)+target*o.Window >= best {
+		if o.tokensCost(b)+target*o.Window >= best {
 			break // a bucket admits at most its rate, over a long stream
 		}
 		lo, hi := 0.0, 4*lam+float64(b)
@@ -132,7 +151,7 @@ func cheapest(lam, target float64, o CeilingOptions) float64 {
 				lo = m
 			}
 		}
-		best = math.Min(best, float64(b)+hi*o.Window)
+		best = math.Min(best, o.tokensCost(b)+hi*o.Window)
 	}
 	return best
 }

@@ -74,6 +74,29 @@ func TestCeilingOfTheScenarioFleet(t *testing.T) {
 	}
 }
 
+// TestCeilingOfThePerWorkerFleet: the scenario fleet of per-worker
+// Envoys, each handed a new full bucket by a renewal every window (every
+// report period of a second, on a per-second limit), pays its tokens
+// twice: 0.9 of every fair share costs more than the limit, and 0.85 of
+// them leaves at most about 0.87 of it (the global clients': 0.93).
+func TestCeilingOfThePerWorkerFleet(t *testing.T) {
+	t.Parallel()
+	demands := scenarioDemands()
+	o := CeilingOptions{Window: 1, Fair: 0.85, Secs: 200, Seed: 1, MaxTokens: 24, Renewed: 1}
+	ceil, costs, err := Ceiling(ScenarioLimit, demands, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fair %.2f, renewed every window: ceiling %.1f/s, costs %.1f", o.Fair, ceil, costs)
+	if ceil < 840 || ceil > 885 {
+		t.Errorf("ceiling %.1f, want within [840, 885]", ceil)
+	}
+	o.Fair = 0.9
+	if c, costs, err := Ceiling(ScenarioLimit, demands, o); err == nil {
+		t.Errorf("fair 0.9, renewed every window: ceiling %.1f (costs %.1f), want the floors to cost more than the limit", c, costs)
+	}
+}
+
 // TestCeilingRejects: options without a meaning, and floors that cost
 // more than the limit, are errors naming what is wrong.
 func TestCeilingRejects(t *testing.T) {
@@ -85,6 +108,7 @@ func TestCeilingRejects(t *testing.T) {
 		{Window: 1, Fair: math.NaN(), Secs: 50, MaxTokens: 8},
 		{Window: 1, Fair: 0.9, Secs: 1, MaxTokens: 8},
 		{Window: 1, Fair: 0.9, Secs: 50},
+		{Window: 1, Fair: 0.9, Secs: 50, MaxTokens: 8, Renewed: -1},
 	} {
 		if _, _, err := Ceiling(1000, []float64{100}, o); err == nil {
 			t.Errorf("%+v: no error", o)

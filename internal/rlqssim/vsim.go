@@ -245,6 +245,32 @@ func (s *vsim) delay(vf *vfilter) time.Duration {
 	return d/2 + time.Duration(vf.rng.Int64N(int64(d/2)+1))
 }
 
+// nextTimer is when vf's report timer fires next, having fired at t.
+func (s *vsim) nextTimer(vf *vfilter, t time.Time) time.Time {
+	if vf.f.client != PerWorker {
+		return vf.timer.Add(vf.f.ReportPeriod())
+	}
+	return t.Add(vf.f.ReportPeriod() + s.late(vf))
+}
+
+// late is how late vf's report timer fires. The global clients truncate
+// time_elapsed to whole seconds, so their timer is played exact. The
+// per-worker client reports it to the nanosecond from its monotonic clock
+// (client_impl.cc, buildReport) and re-arms its timer once it has fired:
+// a real one fires a little late every time, so its time_elapsed is never
+// a whole number of seconds, which is how the service tells it from the
+// newest client (a bucket it may refill on a renewal). Played exact, its
+// reports said 1 s to the nanosecond, and the service took these Envoys
+// for the newest client (no refill counted) while the filter played the
+// per-worker bucket: the scenarios did not test what real per-worker
+// Envoys get. So it fires one or two steps late.
+func (s *vsim) late(vf *vfilter) time.Duration {
+	if vf.f.client != PerWorker {
+		return 0
+	}
+	return s.cfg.Step * time.Duration(1+vf.rng.IntN(2))
+}
+
 func (s *vsim) push(e event) {
 	s.seq++
 	e.seq = s.seq
@@ -276,7 +302,7 @@ func (s *vsim) loop() error {
 		for _, e := range s.envoys {
 			for _, vf := range e.filters {
 				if !vf.timer.IsZero() && !vf.timer.After(t) {
-					vf.timer = vf.timer.Add(vf.f.ReportPeriod())
+					vf.timer = s.nextTimer(vf, t)
 					s.report(vf, vf.f.Report(t))
 				}
 			}
@@ -325,7 +351,7 @@ func (s *vsim) loop() error {
 func (s *vsim) subscribe(vf *vfilter, usages []Usage) {
 	s.run.Stats.Subscriptions++
 	if vf.timer.IsZero() {
-		vf.timer = s.clock.now.Add(vf.f.ReportPeriod())
+		vf.timer = s.clock.now.Add(vf.f.ReportPeriod() + s.late(vf))
 	}
 	if vf.f.client != PerWorker {
 		if !vf.triedOpen {

@@ -2,8 +2,11 @@ package rlqssim
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/engine/alloc"
 )
 
 // TestScenarios runs the rows in simulated time against the quota
@@ -84,6 +87,60 @@ func TestSimulateDeterministic(t *testing.T) {
 		}
 		if len(a) != len(b) {
 			t.Fatalf("%s/%s/%s: traces of %d and %d lines", c.client, c.name, c.arr, len(a), len(b))
+		}
+	}
+}
+
+// TestPerWorkerReportsLikeEnvoy: the per-worker client's periodic reports
+// carry a time_elapsed that is not a whole number of seconds (its timer
+// fires late, and it reports to the nanosecond), which is how the service
+// tells it from the newest client; the global clients' are whole seconds.
+// Played exact, every per-worker report after a bucket's first said 1 s
+// to the nanosecond, and the service took these Envoys for the newest
+// client: the scenarios did not test what real per-worker Envoys get.
+func TestPerWorkerReportsLikeEnvoy(t *testing.T) {
+	t.Parallel()
+	for _, client := range []Client{PerWorker, Global} {
+		var sc *Scenario
+		for _, s := range Scenarios(client, Strategy{Kind: AllowAll}) {
+			if s.Name == "skewed, demand shift" {
+				sc = &s
+			}
+		}
+		cfg := sc.VConfig(Even, true, 1)
+		cfg.Duration = 10 * time.Second
+		var periodic, whole int
+		cfg.Trace = func(f string, a ...any) {
+			line := fmt.Sprintf(f, a...)
+			i := strings.LastIndex(line, " denied over ")
+			if i < 0 {
+				return
+			}
+			el, err := time.ParseDuration(line[i+len(" denied over "):])
+			if err != nil {
+				t.Errorf("%s: %v", line, err)
+				return
+			}
+			if el >= alloc.MinElapsed {
+				periodic++
+				if el%time.Second == 0 {
+					whole++
+				}
+			}
+		}
+		if _, err := Simulate(cfg); err != nil {
+			t.Fatal(err)
+		}
+		// Ten Envoys, each reporting every second (per-worker) or every
+		// 5 s (global).
+		want := map[Client]int{PerWorker: 80, Global: 10}[client]
+		switch {
+		case periodic < want:
+			t.Errorf("%s: %d periodic reports in 10 s, want at least %d", client, periodic, want)
+		case client == PerWorker && whole > 0:
+			t.Errorf("%s: %d of %d periodic reports over a whole number of seconds, want none", client, whole, periodic)
+		case client == Global && whole != periodic:
+			t.Errorf("%s: %d of %d periodic reports over a whole number of seconds, want all", client, whole, periodic)
 		}
 	}
 }
