@@ -169,7 +169,7 @@ func (sc Scenario) Criteria(arr Arrivals) Criteria {
 	// window at a report period of a second: its tokens are paid twice.
 	// With Poisson arrivals no server renewing it so can use more than
 	// about 0.87 of the limit while giving each Envoy 0.85 of its fair
-	// share, nor give each 0.9 (TestCeilingOfThePerWorkerFleet). Measured
+	// share, nor give each 0.9 (TestCeilingOfTheScenarioFleet). Measured
 	// (before the simulation played its reports' time_elapsed as Envoy
 	// sends it, the service took these Envoys for the newest client):
 	// even arrivals, seconds from 853 (one replica) and 651 (three, the
