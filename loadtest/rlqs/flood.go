@@ -21,39 +21,40 @@ import (
 // subscribing a bucket every 250 ms and an RLS caller throughout (in a
 // process of their own unless -probe-process=false: probes.go). It
 // prints one summary line; broken lists what failed (an unanswered probe,
-// a failed RLS decision, an unanswered bucket).
-func flood(ctx context.Context, o options, row floodRow) ([]string, error) {
+// a failed RLS decision, an unanswered bucket), and worst is the probe's
+// longest wait.
+func flood(ctx context.Context, o options, row floodRow) (worst time.Duration, broken []string, err error) {
 	hs, err := harness.NewScenario("rlqs-flood", o.bin, o.backend)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer hs.Close()
 	cfg := hs.Sluice
 	cfg.Env = append(cfg.Env, "SLUICE_GRPC_SERVER="+o.server)
 	if err := o.pin.lookTaskset(); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if o.pin.on() {
 		if cfg.Bin, err = o.pin.wrap(hs.Work, cfg.Bin); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		if err := o.pin.pinSelf(); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 	}
 	// One bucket per user, as the docs' x-user example buckets requests.
 	if err := testenv.WriteRules(cfg, "rules.yaml", rlqssim.ScenarioRules); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	s, err := testenv.StartSluice(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer s.Stop(10 * time.Second)
 	rssBefore, _ := testenv.RSS(s.PID())
 	stopProbe, err := startProbe(ctx, s.GRPC, o.probeProcess, o.pin)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer stopProbe()
 	start := time.Now()
@@ -70,7 +71,7 @@ func flood(ctx context.Context, o options, row floodRow) ([]string, error) {
 	}
 	peak := <-peaks
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	// A report period more of probes after the flood.
 	select {
@@ -79,20 +80,20 @@ func flood(ctx context.Context, o options, row floodRow) ([]string, error) {
 	}
 	pr, err := stopProbe()
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	broken = append(broken, failed("probe", pr.ProbeErr)...)
 	broken = append(broken, failed("RLS decisions", pr.RLSErr)...)
 	saveProbes(o, pr, start)
 	lat := withWaiting(slices.Clone(pr.Took), pr.Waiting, o.server)
 	if len(lat) == 0 {
-		return append(broken, "no probe answered"), nil
+		return 0, append(broken, "no probe answered"), nil
 	}
 	slices.Sort(lat)
 	fmt.Printf("flood %s %s%s: %s in %v; probe (%d, %s) p50 %v p99 %v max %v; %d RLS decisions, %d failed; RSS %d → peak %d MB\n",
 		row.name, o.server, o.pin, did, floodTook.Round(time.Millisecond), len(lat), probeWhere(o.probeProcess), testenv.Percentile(lat, 0.5), testenv.Percentile(lat, 0.99),
 		lat[len(lat)-1], pr.RLSCalls, boolInt(pr.RLSErr != ""), rssBefore>>20, peak>>20)
-	return broken, nil
+	return lat[len(lat)-1], broken, nil
 }
 
 // withWaiting counts the probe unanswered when probing stopped with its

@@ -31,6 +31,9 @@ type options struct {
 	probeProcess bool
 	// pin: the flood's server and client on CPUs of their own (pin.go).
 	pin pinning
+	// repeat: how many times the flood runs, each on a sluice of its
+	// own (floods.go).
+	repeat int
 }
 
 func main() {
@@ -48,6 +51,7 @@ func main() {
 	flag.StringVar(&o.flood, "flood", "", "instead of the scenarios, flood one sluice beside a probe Envoy and an RLS caller, as a row of issue 43's table: STREAMSxBUCKETS new buckets at once (e.g. 1000x1000, 200x1000), unread (one stream sending reports of 1,000 new buckets for 15 s and never reading), streams:N (N concurrent streams, e.g. streams:10000) or big:N (N new buckets in 0.3 MB reports read by a default gRPC client, e.g. big:100000)")
 	flag.BoolVar(&o.trace, "trace", false, "with -profile, save the server's execution trace of the flood's first 5 s (<profile>-<server>.trace, for go tool trace: where the probe's goroutines waited to run) instead of its CPU profile")
 	flag.StringVar(&o.profile, "profile", "", "with -flood, save the server's CPU profile (<this>-<server>.pprof), goroutine dumps (<this>-<server>-goroutines-N.txt, one a second) and a heap profile at its peak RSS (<this>-<server>-heap.pprof) taken during the flood, and each probe's send time and latency (<this>-<server>-probes.txt)")
+	flag.IntVar(&o.repeat, "repeat", 1, "with -flood, run it this many times, each on a new sluice, and print the distribution of the runs' worst probe answers (a flood's tail varies a lot from run to run: one run cannot compare two trees)")
 	flag.BoolVar(&o.probeProcess, "probe-process", true, "with -flood, run the probe Envoy and the RLS caller in a process of their own, not among the flood's streams")
 	pin := flag.String("pin", "", "with -flood, SERVER/CLIENT: run the server and the probe process on the CPUs SERVER (a taskset list), the flooding client on CLIENT, e.g. 1/0")
 	var probeTarget string
@@ -72,7 +76,7 @@ func main() {
 		if o.pin, err = parsePin(*pin); err != nil {
 			harness.Verdict(nil, err)
 		}
-		broken, err = flood(ctx, o, row)
+		broken, err = floods(ctx, o, row)
 		harness.Verdict(broken, err)
 		return
 	}
