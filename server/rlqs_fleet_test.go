@@ -13,10 +13,11 @@ import (
 )
 
 // quotaFleet is the fleet: ten Envoys asking 3,000/s of a 1,000/s
-// rule (one 2,100, two 300, seven 43), half of them the newest global
-// client (5 s report timer) and half the per-worker one (reports every
-// second), on Envoy's default no_assignment_behavior, ALLOW_ALL.
-func quotaFleet(targets []string) rlqssim.FleetConfig {
+// rule (one 2,100, two 300, seven 43), on Envoy's default
+// no_assignment_behavior, ALLOW_ALL; with perWorker, half of them the
+// per-worker client (reports every second), the others the newest global
+// client (5 s report timer).
+func quotaFleet(targets []string, perWorker bool) rlqssim.FleetConfig {
 	d, err := rlqssim.Skewed(3000, []rlqssim.Group{{Envoys: 1, Share: 70}, {Envoys: 2, Share: 20}, {Envoys: 7, Share: 10}})
 	if err != nil {
 		panic(err)
@@ -24,7 +25,7 @@ func quotaFleet(targets []string) rlqssim.FleetConfig {
 	envoys := make([]rlqssim.EnvoySpec, 10)
 	for i := range envoys {
 		envoys[i] = rlqssim.EnvoySpec{Client: rlqssim.Global}
-		if i%2 == 1 {
+		if perWorker && i%2 == 1 {
 			envoys[i] = rlqssim.EnvoySpec{Client: rlqssim.PerWorker, Workers: 1}
 		}
 	}
@@ -94,7 +95,7 @@ func TestQuotaFleetNeverOver(t *testing.T) {
 					env["BACKEND_TYPE"], env["REDIS_SOCKET_TYPE"], env["REDIS_URL"] = "redis", "tcp", r.Addr
 				}
 				h := startClock(t, env, map[string]string{"q.yaml": quotaRules}, nil)
-				f, err := rlqssim.NewFleet(quotaFleet([]string{h.GRPC}))
+				f, err := rlqssim.NewFleet(quotaFleet([]string{h.GRPC}, true))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -132,7 +133,11 @@ func TestQuotaFleetReplicas(t *testing.T) {
 			env := slowMachine(map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "SLUICE_GRPC_SERVER": server})
 			h1 := startClock(t, env, map[string]string{"q.yaml": quotaRules}, nil)
 			h2 := startClock(t, env, map[string]string{"q.yaml": quotaRules}, nil)
-			f, err := rlqssim.NewFleet(quotaFleet([]string{h1.GRPC, h2.GRPC}))
+			// Global clients only: a per-worker Envoy whose replica stops never
+			// opens a stream to the other (its timer does not open streams),
+			// and falls to ALLOW_ALL at its TTL, its own fallback
+			// (internal/rlqssim's TestScenarios judges those rows).
+			f, err := rlqssim.NewFleet(quotaFleet([]string{h1.GRPC, h2.GRPC}, false))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,8 @@
 //
 // Each simulated Envoy has one grpc-go stream to one of Config.Targets,
 // opened by its first report and reopened, to the next target, at the
-// next report after it breaks. Its buckets go through the filter's states
+// next report after it breaks (the per-worker client: at its next new
+// bucket, never by its timer). Its buckets go through the filter's states
 // as Envoy's source implements them (see engine/rlqs's doc.go for the
 // protocol facts): no-assignment (Config.NoAssignment), active (the
 // assigned blanket rule or token bucket, fill interval and TTL read in

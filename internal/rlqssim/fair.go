@@ -67,6 +67,12 @@ type Criteria struct {
 	// MinMean: over all judged seconds, the fleet admits on average at
 	// least MinMean of min(limit, demand) (0: not judged).
 	MinMean float64
+	// OverUntil, when set, ends the limit's check: a window that ends
+	// after it is not checked. From then on what some Envoys admit is
+	// their own fallback, which no server can reach (the per-worker
+	// client never reopens a stream that was cut, so its assignments
+	// lapse to its no_assignment_behavior at their TTL).
+	OverUntil time.Duration
 }
 
 // Verdict is what Judge found.
@@ -156,6 +162,9 @@ func (j *judge) fleetAt(s int) float64 {
 func (j *judge) windows() {
 	per := int(j.c.Window / time.Second)
 	for w := 0; w+per <= j.secs; w += per {
+		if j.c.OverUntil > 0 && time.Duration(w+per)*time.Second > j.c.OverUntil {
+			break
+		}
 		sum := 0.0
 		for s := w; s < w+per; s++ {
 			sum += j.fleetAt(s)

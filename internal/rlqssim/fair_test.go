@@ -123,6 +123,17 @@ func TestJudge(t *testing.T) {
 	if v := Judge(cut, rows, nil, 0, demand, nil); v.Over != 1 {
 		t.Errorf("the second past Until not checked against the limit: %+v", v)
 	}
+	// After OverUntil the limit is not checked (Envoys on their own
+	// fallback), before it still is.
+	over := cut
+	over.OverUntil = 18 * time.Second
+	if v := Judge(over, rows, nil, 0, demand, nil); v.Over != 0 || v.Windows != 18 {
+		t.Errorf("a window past OverUntil checked: %+v, want 18 windows and none over", v)
+	}
+	rows[0][17] = 1000
+	if v := Judge(over, rows, nil, 0, demand, nil); v.Over != 1 {
+		t.Errorf("the window ending at OverUntil not checked: %+v", v)
+	}
 	// RLS callers on the same counter count in every window.
 	if v := Judge(c, good(), []uint64{0, 0, 0, 0, 0, 11}, 100, demand, nil); v.Over != 1 {
 		t.Errorf("RLS callers' admissions not counted: %+v", v)

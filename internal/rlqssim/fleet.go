@@ -221,7 +221,12 @@ func (w *fworker) run(ctx context.Context) {
 			if w.timer.Before(now) {
 				w.timer = now.Add(w.f.ReportPeriod())
 			}
-			w.report(ctx, w.f.Report(now))
+			if w.f.client == PerWorker && w.stream == nil {
+				// Its timer never opens a stream (vsim.go's loop).
+				w.e.fleet.count(func(s *VStats) { s.Dropped++ })
+			} else {
+				w.report(ctx, w.f.Report(now))
+			}
 		}
 		for b := range f.cfg.Buckets {
 			rate := f.cfg.Demand(w.e.idx, b, now.Sub(f.start)) / float64(len(w.e.workers))
@@ -458,7 +463,8 @@ func (f *Fleet) Unanswered() []string {
 }
 
 // Cut ends Envoy i's streams (all Envoys for -1), as a network failure
-// would: it keeps its buckets and reopens at its next report timer.
+// would: it keeps its buckets, and reopens at its next report timer (the
+// per-worker client: at its next new bucket only).
 func (f *Fleet) Cut(i int) { f.each(i, false) }
 
 // Restart drops everything Envoy i holds (all for -1) and ends its

@@ -139,7 +139,8 @@ const (
 
 const (
 	// Cut ends an Envoy's streams, as a network failure would: it keeps
-	// its buckets and reopens at its next report timer.
+	// its buckets, and reopens at its next report timer (the per-worker
+	// client: at its next new bucket only).
 	Cut FaultKind = iota
 	// Restart drops everything an Envoy holds, as a new process has
 	// nothing; its streams end.

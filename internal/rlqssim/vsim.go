@@ -303,6 +303,14 @@ func (s *vsim) loop() error {
 			for _, vf := range e.filters {
 				if !vf.timer.IsZero() && !vf.timer.After(t) {
 					vf.timer = s.nextTimer(vf, t)
+					if vf.f.client == PerWorker && vf.stream == nil {
+						// The per-worker client's timer sends only on an open
+						// stream and never opens one (client_impl.cc,
+						// sendUsageReport): nothing is built, so its counts
+						// wait for the stream a new bucket opens.
+						s.run.Stats.Dropped++
+						continue
+					}
 					s.report(vf, vf.f.Report(t))
 				}
 			}
@@ -368,8 +376,9 @@ func (s *vsim) subscribe(vf *vfilter, usages []Usage) {
 	s.report(vf, usages)
 }
 
-// report sends a periodic report, opening a stream if there is none (a
-// report that cannot be sent is dropped: its counts are gone).
+// report sends a report, opening a stream if there is none (a report that
+// cannot be sent is dropped: its counts are gone). The per-worker client's
+// timer does not come here without a stream (loop).
 func (s *vsim) report(vf *vfilter, usages []Usage) {
 	if vf.stream == nil && !s.open(vf) {
 		s.run.Stats.Dropped++

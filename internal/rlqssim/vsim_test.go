@@ -2,6 +2,7 @@ package rlqssim
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,19 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// scenarioNamed is the scenario of that name for client and
+// no_assignment_behavior kind.
+func scenarioNamed(t *testing.T, client Client, kind Kind, name string) Scenario {
+	t.Helper()
+	for _, s := range Scenarios(client, Strategy{Kind: kind}) {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no scenario %q", name)
+	return Scenario{}
+}
+
 // TestSimulateDeterministic runs scenarios twice with one seed and wants
 // the same trace, line for line: a floor missed by one admission must be
 // the same miss on the next run, not a coin toss. Before, delays came
@@ -62,15 +76,7 @@ func TestSimulateDeterministic(t *testing.T) {
 		{Global, "whole fleet restarted", Even},
 	}
 	for _, c := range cases {
-		var sc *Scenario
-		for _, s := range Scenarios(c.client, Strategy{Kind: DenyAll}) {
-			if s.Name == c.name {
-				sc = &s
-			}
-		}
-		if sc == nil {
-			t.Fatalf("no scenario %q", c.name)
-		}
+		sc := scenarioNamed(t, c.client, DenyAll, c.name)
 		var traces [2][]string
 		for i := range traces {
 			cfg := sc.VConfig(c.arr, false, 1)
@@ -101,12 +107,7 @@ func TestSimulateDeterministic(t *testing.T) {
 func TestPerWorkerReportsLikeEnvoy(t *testing.T) {
 	t.Parallel()
 	for _, client := range []Client{PerWorker, Global} {
-		var sc *Scenario
-		for _, s := range Scenarios(client, Strategy{Kind: AllowAll}) {
-			if s.Name == "skewed, demand shift" {
-				sc = &s
-			}
-		}
+		sc := scenarioNamed(t, client, AllowAll, "skewed, demand shift")
 		cfg := sc.VConfig(Even, true, 1)
 		cfg.Duration = 10 * time.Second
 		var periodic, whole int
@@ -141,6 +142,42 @@ func TestPerWorkerReportsLikeEnvoy(t *testing.T) {
 			t.Errorf("%s: %d of %d periodic reports over a whole number of seconds, want none", client, whole, periodic)
 		case client == Global && whole != periodic:
 			t.Errorf("%s: %d of %d periodic reports over a whole number of seconds, want all", client, whole, periodic)
+		}
+	}
+}
+
+// TestPerWorkerNeverReopens: the per-worker client's timer sends only on
+// an open stream and never opens one (client_impl.cc, sendUsageReport;
+// only a new bucket's first request starts a stream), so an Envoy whose
+// stream was cut reports no more, while a global client reopens at its
+// next report timer. Played as the global client, the cut per-worker
+// Envoys came back within a second, and the scenarios judged the service
+// on reconnections real ones never make.
+func TestPerWorkerNeverReopens(t *testing.T) {
+	t.Parallel()
+	for _, client := range []Client{PerWorker, Global} {
+		sc := scenarioNamed(t, client, DenyAll, "stream cuts")
+		cut := sc.Faults[0]
+		cfg := sc.VConfig(Even, true, 1)
+		cfg.Duration = cut.At + 12*time.Second
+		opened := 0
+		prefix := fmt.Sprintf("envoy %d/0: stream ", cut.Envoy)
+		cfg.Trace = func(f string, a ...any) {
+			line := strings.TrimSpace(fmt.Sprintf(f, a...))
+			at, rest, ok := strings.Cut(line, " ")
+			secs, err := strconv.ParseFloat(at, 64)
+			if ok && err == nil && time.Duration(secs*float64(time.Second)) >= cut.At && strings.HasPrefix(rest, prefix) && strings.Contains(rest, " open to replica") {
+				opened++
+			}
+		}
+		if _, err := Simulate(cfg); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case client == PerWorker && opened > 0:
+			t.Errorf("%s: envoy %d opened %d streams after its cut at %v, want none", client, cut.Envoy, opened, cut.At)
+		case client == Global && opened == 0:
+			t.Errorf("%s: envoy %d opened no stream in the 12 s after its cut at %v, want it back at its next report", client, cut.Envoy, cut.At)
 		}
 	}
 }

@@ -170,7 +170,12 @@ func scenario(ctx context.Context, o options, sc rlqssim.Scenario, arr rlqssim.A
 	// The live fleet counts per unix second from its start's: its last
 	// second is cut short by the run's end, and row s begins up to a second
 	// before s seconds into the run, so settling is a second longer.
-	c.Until = sc.Duration
+	if c.Until == 0 || c.Until > sc.Duration {
+		c.Until = sc.Duration
+	}
+	if c.OverUntil > 0 {
+		c.OverUntil += time.Second
+	}
 	c.Settle += time.Second
 	c.FaultSettle += time.Second
 	return live(ctx, o, sc, arr, c, demand)
