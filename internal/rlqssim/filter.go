@@ -135,11 +135,8 @@ func (tb *tokenBucket) fill(now time.Time) {
 }
 
 func (tb *tokenBucket) take(now time.Time) bool {
-	if !tb.legacy {
-		tb.fill(now)
-	} else if tb.tokens < tb.max {
-		tb.tokens = math.Min(tb.max, tb.tokens+now.Sub(tb.last).Seconds()*tb.rate)
-		tb.last = now
+	if !tb.legacy || tb.tokens < tb.max {
+		tb.fill(now) // the legacy bucket's last fill stays while it is full
 	}
 	if tb.tokens >= 1 {
 		tb.tokens--
