@@ -32,19 +32,25 @@ const (
 	edgeConns   = 4
 )
 
+// coldPairs is how many bursts of new keys each round sends to each mode,
+// in turns, the two processes side by side: one burst's wall time varies
+// by ±20 % from run to run on this machine, so a ratio is judged over many
+// pairs, each of two bursts sent one right after the other.
+const coldPairs = 4
+
 // edgeRow is one counting mode's figures with the store at one distance,
 // the medians of the rounds.
 type edgeRow struct {
 	rtt  time.Duration
 	mode string
-	// cold is the burst's wall time; coldRatio its ratio to exact mode's in
-	// the same round (median), coldAll every round's ratio.
+	// cold is the median burst's wall time; coldRatios every pair's ratio
+	// to exact mode's burst next to it (nil for exact).
 	cold       time.Duration
-	coldRatio  float64
-	coldAll    []float64
-	coldWrites float64 // INCRBYs per decision in the burst
-	// coldCPU is the server's CPU ms per 1,000 decisions of the burst (its
-	// cost, which a loaded machine's scheduling moves less than wall time).
+	coldRatios []float64
+	coldWrites float64 // INCRBYs per decision in the bursts
+	// coldCPU is the server's CPU ms per 1,000 decisions of the bursts
+	// (their cost, which a loaded machine's scheduling moves less than
+	// wall time).
 	coldCPU float64
 	// The window-end run: p99 of the decisions sent in the last two round
 	// trips of a window, how many there were, and INCRBYs per decision of
@@ -58,9 +64,9 @@ type edgeRow struct {
 	endP50, midP99 time.Duration
 }
 
-// edgeRound is one measurement of one mode.
+// edgeRound is one round's measurement of one mode.
 type edgeRound struct {
-	cold                  time.Duration
+	colds                 []time.Duration // each burst's
 	coldWrites, endWrites float64
 	coldCPU               float64
 	endP99                time.Duration
@@ -69,42 +75,43 @@ type edgeRound struct {
 	errors                uint64
 }
 
+// edgeModes are the counting modes compared, exact first: every ratio is
+// to it.
+var edgeModes = []string{"exact", "lease"}
+
 // leaseEdges measures exact and lease counting on the store behind far,
-// f.rounds times in turns (each on a fresh process), and returns their
+// f.rounds times (each on a fresh process of each mode), and returns their
 // rows, exact first.
 func leaseEdges(f flags, work, runtimeRoot, far string, rc *goredis.Client, rtt, d time.Duration) ([]edgeRow, error) {
-	modes := []string{"exact", "lease"}
-	rounds := make([][]edgeRound, len(modes))
+	rounds := make([][]edgeRound, len(edgeModes))
 	for round := 0; round < f.rounds; round++ {
-		for i, mode := range modes {
-			log.Printf("lease edges: %s counting, store %v away, round %d", mode, rtt, round+1)
-			p, err := startSluice(f.sluice, work, runtimeRoot, "redis", far, "SLUICE_COUNTING="+mode)
-			if err != nil {
-				return nil, err
-			}
-			r, err := edgeOnce(p, rc, fmt.Sprintf("%s-%d-%d", mode, rtt.Milliseconds(), round), rtt, d)
-			p.stop()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", mode, err)
-			}
-			rounds[i] = append(rounds[i], r)
+		log.Printf("lease edges: store %v away, round %d", rtt, round+1)
+		rs, err := edgeRoundOf(f, work, runtimeRoot, far, rc, fmt.Sprintf("%d-%d", rtt.Milliseconds(), round), rtt, d)
+		if err != nil {
+			return nil, err
+		}
+		for i := range edgeModes {
+			rounds[i] = append(rounds[i], rs[i])
 		}
 	}
-	out := make([]edgeRow, len(modes))
-	for i, mode := range modes {
-		rs := rounds[i]
+	out := make([]edgeRow, len(edgeModes))
+	for i, mode := range edgeModes {
 		row := edgeRow{rtt: rtt, mode: mode}
 		var colds, p99s, p50s, mids []time.Duration
 		var cw, ew, cc []float64
-		for k, r := range rs {
-			colds = append(colds, r.cold)
+		for k, r := range rounds[i] {
+			colds = append(colds, r.colds...)
 			p99s = append(p99s, r.endP99)
 			p50s = append(p50s, r.endP50)
 			mids = append(mids, r.midP99)
 			cw = append(cw, r.coldWrites)
 			cc = append(cc, r.coldCPU)
 			ew = append(ew, r.endWrites)
-			row.coldAll = append(row.coldAll, r.cold.Seconds()/rounds[0][k].cold.Seconds())
+			if i > 0 {
+				for j, c := range r.colds {
+					row.coldRatios = append(row.coldRatios, c.Seconds()/rounds[0][k].colds[j].Seconds())
+				}
+			}
 			row.endN += r.endN
 			row.errors += r.errors
 		}
@@ -112,43 +119,73 @@ func leaseEdges(f flags, work, runtimeRoot, far string, rc *goredis.Client, rtt,
 		row.endP50, row.midP99 = medianDur(p50s), medianDur(mids)
 		row.coldWrites, row.endWrites = medianFloat(cw), medianFloat(ew)
 		row.coldCPU = medianFloat(cc)
-		row.coldRatio = medianFloat(append([]float64(nil), row.coldAll...))
 		out[i] = row
 	}
 	return out, nil
 }
 
-// edgeOnce runs the cold burst, then the window-end run, on one process.
-func edgeOnce(p *process, rc *goredis.Client, tag string, rtt, d time.Duration) (edgeRound, error) {
-	addr := p.addr
-	conns := make([]*grpc.ClientConn, edgeConns)
-	for i := range conns {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return edgeRound{}, err
+// edgeRoundOf starts a process of each mode on the store behind far, sends
+// them coldPairs bursts each in turns (which goes first alternates), then
+// runs the window-end run on each in turn, and stops them.
+func edgeRoundOf(f flags, work, runtimeRoot, far string, rc *goredis.Client, tag string, rtt, d time.Duration) ([]edgeRound, error) {
+	ps := make([]*process, len(edgeModes))
+	conns := make([][]*grpc.ClientConn, len(edgeModes))
+	defer func() {
+		for i, p := range ps {
+			for _, c := range conns[i] {
+				c.Close()
+			}
+			if p != nil {
+				p.stop()
+			}
 		}
-		defer c.Close()
-		conns[i] = c
+	}()
+	for i, mode := range edgeModes {
+		p, err := startSluice(f.sluice, work, runtimeRoot, "redis", far, "SLUICE_COUNTING="+mode)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", mode, err)
+		}
+		ps[i] = p
+		for range edgeConns {
+			c, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mode, err)
+			}
+			conns[i] = append(conns[i], c)
+		}
 	}
-	var r edgeRound
-	w0 := redisCalls(rc, "incrby")
-	cpu0, _ := testenv.CPUSeconds(p.pid())
-	took, errs := coldBurst(conns, tag)
-	cpu1, _ := testenv.CPUSeconds(p.pid())
-	r.cold, r.errors = took, errs
-	r.coldCPU = (cpu1 - cpu0) * 1000 / coldKeys * 1000
-	r.coldWrites = float64(redisCalls(rc, "incrby")-w0) / coldKeys
-	// The window-end run starts at a window's start, so that every window
-	// it measures is whole.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
-	w0 = redisCalls(rc, "incrby")
-	lat, mid, n, errs := windowEnds(conns, tag, rtt, d)
-	r.endWrites = float64(redisCalls(rc, "incrby")-w0) / float64(max(n, 1))
-	r.errors += errs
-	r.endN = len(lat)
-	r.endP99, r.endP50 = percentile(lat, 0.99), percentile(lat, 0.5)
-	r.midP99 = percentile(mid, 0.99)
-	return r, nil
+	out := make([]edgeRound, len(edgeModes))
+	cpu := make([]float64, len(edgeModes))
+	writes := make([]uint64, len(edgeModes))
+	for pair := range coldPairs {
+		for k := range edgeModes {
+			i := (pair + k) % len(edgeModes)
+			w0 := redisCalls(rc, "incrby")
+			cpu0, _ := testenv.CPUSeconds(ps[i].pid())
+			took, errs := coldBurst(conns[i], fmt.Sprintf("%s-%s-%d", edgeModes[i], tag, pair))
+			cpu1, _ := testenv.CPUSeconds(ps[i].pid())
+			out[i].colds = append(out[i].colds, took)
+			out[i].errors += errs
+			cpu[i] += cpu1 - cpu0
+			writes[i] += redisCalls(rc, "incrby") - w0
+		}
+	}
+	for i := range edgeModes {
+		r := &out[i]
+		r.coldCPU = cpu[i] * 1000 / (coldPairs * coldKeys) * 1000
+		r.coldWrites = float64(writes[i]) / (coldPairs * coldKeys)
+		// The window-end run starts at a window's start, so that every
+		// window it measures is whole.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		w0 := redisCalls(rc, "incrby")
+		lat, mid, n, errs := windowEnds(conns[i], edgeModes[i]+"-"+tag, rtt, d)
+		r.endWrites = float64(redisCalls(rc, "incrby")-w0) / float64(max(n, 1))
+		r.errors += errs
+		r.endN = len(lat)
+		r.endP99, r.endP50 = percentile(lat, 0.99), percentile(lat, 0.5)
+		r.midP99 = percentile(mid, 0.99)
+	}
+	return out, nil
 }
 
 // coldBurst sends one decision on each of coldKeys new keys from
@@ -266,20 +303,23 @@ func medianFloat(fs []float64) float64 {
 
 func renderEdges(rows []edgeRow) string {
 	var b strings.Builder
-	b.WriteString("\n| store round trip | counting | 10,000 new keys, 500 callers | × exact (same round) | server CPU ms/1k (new keys) | INCRBYs/decision (new keys) | window-end p50 | window-end p99 | p99 elsewhere in the window | window-end decisions | INCRBYs/decision (full windows) | errors |\n")
+	b.WriteString("\n| store round trip | counting | 10,000 new keys, 500 callers | × exact (pairs: median, range) | server CPU ms/1k (new keys) | INCRBYs/decision (new keys) | window-end p50 | window-end p99 | p99 elsewhere in the window | window-end decisions | INCRBYs/decision (full windows) | errors |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		var all []string
-		for _, x := range r.coldAll {
-			all = append(all, fmt.Sprintf("%.2f", x))
+		ratio := "1.00"
+		if n := len(r.coldRatios); n > 0 {
+			rs := append([]float64(nil), r.coldRatios...)
+			sort.Float64s(rs)
+			ratio = fmt.Sprintf("%.2f (%.2f–%.2f, %d pairs)", medianFloat(rs), rs[0], rs[n-1], n)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2f (%s) | %s | %s | %s | %s | %s | %d | %s | %d |\n", r.rtt, r.mode, fmtDur(r.cold), r.coldRatio,
-			strings.Join(all, ", "), num(r.coldCPU, 1), num(r.coldWrites, 3), fmtDur(r.endP50), fmtDur(r.endP99), fmtDur(r.midP99), r.endN, num(r.endWrites, 3), r.errors)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %d |\n", r.rtt, r.mode, fmtDur(r.cold), ratio,
+			num(r.coldCPU, 1), num(r.coldWrites, 3), fmtDur(r.endP50), fmtDur(r.endP99), fmtDur(r.midP99), r.endN, num(r.endWrites, 3), r.errors)
 	}
-	fmt.Fprintf(&b, "\nThe edges, each mode on a fresh process: %d decisions, one on each of %d keys never seen before, from %d callers at once "+
-		"(the burst's wall time; the ratio to exact mode's burst of the same round, the median and every round's; the server's CPU per 1,000 of them); then %d callers in a loop on %d values "+
+	fmt.Fprintf(&b, "\nThe edges, a fresh process of each mode side by side every round: %d bursts to each, in turns (which goes first alternates), "+
+		"each %d decisions, one on each of %d keys never seen before, from %d callers at once "+
+		"(the median burst's wall time; the ratio of each lease burst to the exact burst next to it, their median and range; the server's CPU per 1,000 of them); then, on each in turn, %d callers in a loop on %d values "+
 		"of a rule of %d a second, every window full: the p50 and p99 of the decisions sent in the last two store round trips of a window (issue 40: a lease "+
 		"waited 1 s there), the p99 of the decisions sent elsewhere in the window (a window-end p99 near it is the loaded machine's, not the edge's), and the store writes (INCRBY calls, INFO commandstats) per decision.\n\n",
-		coldKeys, coldKeys, coldCallers, edgeCallers, edgeValues, edgeLimit)
+		coldPairs, coldKeys, coldKeys, coldCallers, edgeCallers, edgeValues, edgeLimit)
 	return b.String()
 }
