@@ -396,7 +396,8 @@ func (b *batch) Close() {
 		// Nothing held, nothing to wake: a batch whose decisions needed
 		// no call (a lease answered them) must not wait for a core
 		// before its answers are written. A shard that holds an
-		// arrival after this read saw no open batch, and sends it.
+		// arrival after this read saw no open batch and sends it, or
+		// saw one opened since, whose Close wakes it.
 		return
 	}
 	if !r.o.Batch.NoReleaseYield {
