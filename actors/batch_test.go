@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,38 @@ func TestBatchCloseReleases(t *testing.T) {
 	wantAnswers(t, errs, 1, "Close did not let the held operation go")
 	if n := b.calls.Load(); n != 1 {
 		t.Fatalf("%d backend calls, want 1", n)
+	}
+}
+
+// TestCloseYieldsOnlyToRelease: closing the last open batch gives up its
+// core only when a shard holds something for it to wake. A lease answers
+// most batches without a call; each such Close had yielded before its
+// answers were written (lease decisions/s at a 10 ms store 0.87–0.90× the
+// memory backend's; 0.97× without the yield).
+func TestCloseYieldsOnlyToRelease(t *testing.T) {
+	var yields atomic.Int64
+	defer actors.SetReleaseYield(func() { yields.Add(1) })()
+	r, _ := heldRouter(t, time.Hour)
+	defer r.Close()
+
+	// A batch that sends nothing, nothing held: no yield.
+	r.OpenBatch().Close()
+	if n := yields.Load(); n != 0 {
+		t.Fatalf("%d yields closing a batch with nothing held, want 0", n)
+	}
+
+	// An operation held for an open batch: its Close yields once, then
+	// wakes the shard.
+	batch := r.OpenBatch()
+	errs := make(chan error, 1)
+	go func() {
+		errs <- r.Apply(context.Background(), []engine.CounterOp{engine.Add("k", 1, time.Minute)}, nil)
+	}()
+	testenv.Eventually(t, "pending == 1", func() bool { return r.Pending(0) == 1 })
+	batch.Close()
+	wantAnswers(t, errs, 1, "Close did not wake the shard holding the operation")
+	if n := yields.Load(); n != 1 {
+		t.Fatalf("%d yields closing a batch with an operation held, want 1", n)
 	}
 }
 

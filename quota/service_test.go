@@ -21,11 +21,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const rules1000 = `domain: q
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000}
-`
+const rules1000 = memengine.Rules1000
 
 // sink keeps what a stream was sent.
 type sink struct {
