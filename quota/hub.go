@@ -608,16 +608,15 @@ func (sh *shard) drain(now time.Time) {
 	for _, h := range sh.hubs {
 		for i := range h.reps {
 			r := &h.reps[i]
-			period := r.Period
-			if period <= 0 {
-				period = o.ReportPeriod
-			}
-			end := now.Add(period + o.Delivery + o.Margin).UnixNano()
-			if r.Refill {
-				end = math.MaxInt64
-			}
-			for j := range r.Segs {
-				r.Segs[j].Until = min(r.Segs[j].Until, end)
+			if !r.Refill {
+				period := r.Period
+				if period <= 0 {
+					period = o.ReportPeriod
+				}
+				end := now.Add(period + o.Delivery + o.Margin).UnixNano()
+				for j := range r.Segs {
+					r.Segs[j].Until = min(r.Segs[j].Until, end)
+				}
 			}
 			if r.Live {
 				r.Live = false
